@@ -1,0 +1,167 @@
+//! The validated rules model: what a rules file means once parsed and checked. Pure data, no I/O.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A time unit of a limit, as in envoyproxy/ratelimit. Month is 30 days and year 365 days, as there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// Length of one unit in seconds (the reference's values: month = 30 d, year = 365 d).
+    pub fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 604_800,
+            Unit::Month => 2_592_000,
+            Unit::Year => 31_536_000,
+        }
+    }
+
+    /// Parses a unit name case-insensitively (`second`, `MINUTE`, …).
+    pub fn parse(name: &str) -> Option<Unit> {
+        Unit::ALL
+            .into_iter()
+            .find(|u| u.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Lower-case name as written in rules files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The algorithm that decides a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Algorithm {
+    /// GCRA token bucket: `requests_per_unit` per window refill, capacity `burst`.
+    #[default]
+    TokenBucket,
+    /// The reference's epoch-aligned fixed window counter.
+    FixedWindow,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 2] = [Algorithm::TokenBucket, Algorithm::FixedWindow];
+
+    pub fn parse(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One limit: `requests_per_unit` per `unit_multiplier` × `unit`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// `rate_limit.name`: reported as `current_limit.name`, the target of `replaces`.
+    pub name: Option<String>,
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    /// Our extension: the window is `unit_multiplier` units long (default 1).
+    pub unit_multiplier: u32,
+    pub algorithm: Algorithm,
+    /// Our extension: token bucket capacity (default `requests_per_unit`).
+    pub burst: Option<u32>,
+    /// Names of limits this one replaces when both match in one request.
+    pub replaces: Vec<String>,
+}
+
+impl Limit {
+    /// The window (refill period) in seconds: unit × multiplier.
+    pub fn period_seconds(&self) -> u64 {
+        self.unit.seconds() * u64::from(self.unit_multiplier)
+    }
+
+    /// Token-bucket capacity / queue length: `burst`, or `requests_per_unit` when unset.
+    pub fn effective_burst(&self) -> u32 {
+        self.burst.unwrap_or(self.requests_per_unit)
+    }
+}
+
+/// What a descriptor entry's `rate_limit` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RateLimitSpec {
+    /// `unlimited: true`: matched, never limited, remaining reported as u32::MAX.
+    Unlimited {
+        name: Option<String>,
+        replaces: Vec<String>,
+    },
+    /// One or more limits; all must pass.
+    Limited(Vec<Limit>),
+}
+
+/// Where a node was written: file, 1-based line and column.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Location {
+    pub line: usize,
+    pub column: usize,
+}
+
+/// One descriptor entry of the rules tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorConfig {
+    pub key: String,
+    /// `None` matches any value; a value with `*` is a wildcard pattern.
+    pub value: Option<String>,
+    pub rate_limit: Option<RateLimitSpec>,
+    pub shadow_mode: bool,
+    pub detailed_metric: bool,
+    pub descriptors: Vec<DescriptorConfig>,
+    pub location: Location,
+}
+
+/// One rules file: one domain and its descriptor tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainConfig {
+    pub domain: String,
+    pub descriptors: Vec<DescriptorConfig>,
+    /// The file it came from, for messages.
+    pub source: PathBuf,
+}

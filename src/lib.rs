@@ -1,0 +1,2 @@
+//! ratelimit-server: an Envoy-compatible external rate-limit service.
+pub mod config;
