@@ -1,0 +1,127 @@
+//! Fixed window: a counter per epoch-aligned window of `period`, as envoyproxy/ratelimit counts
+//! (window start = now − now mod period). Cheap, but admits up to 2× the limit across a window edge.
+
+use super::{Evaluation, LimitParams, Outlook, State};
+use crate::clock::Nanos;
+
+pub(super) fn evaluate(
+    params: &LimitParams,
+    state: Option<State>,
+    now: Nanos,
+    hits: u64,
+) -> Evaluation {
+    let period = params.period.max(1);
+    let start = now - now % period;
+    let count = match state {
+        Some(s) if s.a == start => s.b,
+        _ => 0,
+    };
+    let limit = u64::from(params.requests_per_unit);
+    let reset_after = start + period - now;
+    let outlook = |used: u64| Outlook {
+        remaining: limit.saturating_sub(used).min(u64::from(u32::MAX)) as u32,
+        reset_after,
+    };
+    let after = count.saturating_add(hits);
+    let allowed = after <= limit;
+    Evaluation {
+        allowed,
+        charged: State {
+            a: start,
+            b: if allowed { after } else { count },
+        },
+        after_charge: outlook(if allowed { after } else { count }),
+        without_charge: outlook(count),
+    }
+}
+
+pub(super) fn expires_at(params: &LimitParams, state: &State) -> Nanos {
+    if state.b == 0 {
+        return 0; // an empty window is the same as no state
+    }
+    state.a.saturating_add(params.period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::evaluate as eval;
+    use super::*;
+    use crate::clock::NANOS_PER_SECOND as S;
+    use crate::config::Algorithm;
+    use proptest::prelude::*;
+
+    fn params(rpu: u32, period_s: u64) -> LimitParams {
+        LimitParams {
+            algorithm: Algorithm::FixedWindow,
+            requests_per_unit: rpu,
+            period: period_s * S,
+            burst: rpu,
+        }
+    }
+
+    #[test]
+    fn counts_down_then_denies_until_the_window_ends() {
+        let p = params(3, 60);
+        let mut st = None;
+        let t = 1_767_225_610 * S; // 10 s into a minute
+        for expected in [2, 1, 0] {
+            let e = eval(&p, st, t, 1);
+            assert!(e.allowed);
+            assert_eq!(e.after_charge.remaining, expected);
+            assert_eq!(e.after_charge.reset_after, 50 * S);
+            st = Some(e.charged);
+        }
+        let e = eval(&p, st, t + 49 * S, 1);
+        assert!(!e.allowed);
+        assert_eq!(e.after_charge.remaining, 0);
+        assert_eq!(e.without_charge.reset_after, S);
+        let e = eval(&p, st, t + 50 * S, 1);
+        assert!(e.allowed, "a new window starts at the minute");
+        assert_eq!(e.after_charge.remaining, 2);
+    }
+
+    #[test]
+    fn denied_hits_are_not_counted() {
+        let p = params(5, 1);
+        let e = eval(&p, None, 0, 4);
+        let e2 = eval(&p, Some(e.charged), 0, 3);
+        assert!(!e2.allowed);
+        assert_eq!(e2.charged.b, 4);
+        assert!(eval(&p, Some(e2.charged), 0, 1).allowed);
+    }
+
+    #[test]
+    fn state_expires_at_window_end() {
+        let p = params(5, 60);
+        let e = eval(&p, None, 61 * S, 1);
+        assert_eq!(expires_at(&p, &e.charged), 120 * S);
+    }
+
+    proptest! {
+        /// Fixed window admits exactly what a plain per-window counter admits.
+        #[test]
+        fn equals_a_plain_counter(
+            rpu in 0u32..50,
+            period_s in 1u64..10,
+            steps in proptest::collection::vec((0u64..3_000_000_000, 0u64..5), 1..200),
+        ) {
+            let p = params(rpu, period_s);
+            let mut now = 1_700_000_000 * S;
+            let mut state = None;
+            let mut counts = std::collections::HashMap::<u64, u64>::new();
+            for (gap, hits) in steps {
+                now += gap;
+                let window = now / p.period;
+                let count = counts.entry(window).or_default();
+                let expect = *count + hits <= u64::from(rpu);
+                let e = eval(&p, state, now, hits);
+                prop_assert_eq!(e.allowed, expect);
+                if e.allowed {
+                    *count += hits;
+                    state = Some(e.charged);
+                }
+                prop_assert_eq!(u64::from(e.after_charge.remaining), u64::from(rpu) - *count);
+            }
+        }
+    }
+}

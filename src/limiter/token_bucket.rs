@@ -1,0 +1,242 @@
+//! Token bucket as GCRA (generic cell rate algorithm): one timestamp per key, the theoretical arrival
+//! time (TAT). Each hit costs `period / requests_per_unit`; a request fits while the TAT it would push
+//! to stays within `burst` hits' cost of now. A full bucket is the absence of state.
+
+use super::{Evaluation, LimitParams, Outlook, State};
+use crate::clock::Nanos;
+
+// Time is kept exactly in "scaled" units of 1/requests_per_unit nanoseconds, so one hit costs exactly
+// `period` scaled units and no rounding ever admits extra traffic or loses a token. The stored TAT is
+// `a` whole nanoseconds plus `b` scaled units (b < requests_per_unit).
+
+fn scale(params: &LimitParams) -> u128 {
+    u128::from(params.requests_per_unit.max(1))
+}
+
+fn to_scaled(params: &LimitParams, state: &State) -> u128 {
+    u128::from(state.a) * scale(params) + u128::from(state.b).min(scale(params) - 1)
+}
+
+fn from_scaled(params: &LimitParams, tat: u128) -> State {
+    State {
+        a: clamp(tat / scale(params)),
+        b: (tat % scale(params)) as u64,
+    }
+}
+
+/// Scaled units → nanoseconds, rounded up (a reset is never reported early).
+fn to_nanos(params: &LimitParams, scaled: u128) -> Nanos {
+    clamp(scaled.div_ceil(scale(params)))
+}
+
+pub(super) fn evaluate(
+    params: &LimitParams,
+    state: Option<State>,
+    now: Nanos,
+    hits: u64,
+) -> Evaluation {
+    let period = u128::from(params.period.max(1));
+    let now_s = u128::from(now) * scale(params);
+    let tat = state.map_or(now_s, |s| to_scaled(params, &s)).max(now_s);
+    let limit_at = now_s + u128::from(params.burst) * period;
+    let fitting = |tat: u128| -> u32 {
+        if params.requests_per_unit == 0 {
+            return 0;
+        }
+        (limit_at.saturating_sub(tat) / period).min(u128::from(u32::MAX)) as u32
+    };
+    let without_charge = Outlook {
+        remaining: fitting(tat),
+        reset_after: to_nanos(params, tat - now_s),
+    };
+    let new_tat = tat + u128::from(hits) * period;
+    let allowed = if params.requests_per_unit == 0 {
+        hits == 0
+    } else {
+        new_tat <= limit_at
+    };
+    if !allowed {
+        return Evaluation {
+            allowed,
+            charged: from_scaled(params, tat),
+            after_charge: without_charge,
+            without_charge,
+        };
+    }
+    Evaluation {
+        allowed,
+        charged: from_scaled(params, new_tat),
+        after_charge: Outlook {
+            remaining: fitting(new_tat),
+            reset_after: to_nanos(params, new_tat - now_s),
+        },
+        without_charge,
+    }
+}
+
+pub(super) fn expires_at(state: &State) -> Nanos {
+    state.a.saturating_add(u64::from(state.b > 0))
+}
+
+fn clamp(v: u128) -> u64 {
+    v.min(u128::from(u64::MAX)) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::evaluate as eval;
+    use super::*;
+    use crate::clock::NANOS_PER_SECOND as S;
+    use crate::config::Algorithm;
+    use proptest::prelude::*;
+
+    fn params(rpu: u32, period_s: u64, burst: u32) -> LimitParams {
+        LimitParams {
+            algorithm: Algorithm::TokenBucket,
+            requests_per_unit: rpu,
+            period: period_s * S,
+            burst,
+        }
+    }
+
+    /// Runs `hits` one at a time at `now`, storing the state as a store would; returns admitted count.
+    fn drive(p: &LimitParams, state: &mut Option<State>, now: Nanos, requests: u32) -> u32 {
+        let mut admitted = 0;
+        for _ in 0..requests {
+            let e = eval(p, *state, now, 1);
+            if e.allowed {
+                *state = Some(e.charged);
+                admitted += 1;
+            }
+        }
+        admitted
+    }
+
+    #[test]
+    fn fresh_bucket_admits_burst_then_denies() {
+        let p = params(10, 1, 10);
+        let mut st = None;
+        let t0 = 1_000 * S;
+        let first = eval(&p, st, t0, 1);
+        assert!(first.allowed);
+        assert_eq!(first.after_charge.remaining, 9);
+        assert_eq!(first.without_charge.remaining, 10);
+        assert_eq!(first.after_charge.reset_after, S / 10);
+        assert_eq!(drive(&p, &mut st, t0, 20), 10);
+        let denied = eval(&p, st, t0, 1);
+        assert!(!denied.allowed);
+        assert_eq!(denied.after_charge.remaining, 0);
+        assert_eq!(denied.without_charge.reset_after, S);
+    }
+
+    #[test]
+    fn refills_at_the_rate() {
+        let p = params(10, 1, 10);
+        let mut st = None;
+        let t0 = 1_000 * S;
+        assert_eq!(drive(&p, &mut st, t0, 10), 10);
+        // 350 ms later 3 tokens are back.
+        assert_eq!(drive(&p, &mut st, t0 + 350_000_000, 10), 3);
+        // after a full period idle, the state has expired: the bucket is full.
+        let st_now = st.unwrap();
+        assert!(expires_at(&st_now) <= t0 + 350_000_000 + S);
+        assert_eq!(drive(&p, &mut st, t0 + 350_000_000 + S, 20), 10);
+    }
+
+    #[test]
+    fn burst_differs_from_rate() {
+        let p = params(1, 1, 5);
+        let mut st = None;
+        assert_eq!(drive(&p, &mut st, 0, 10), 5);
+        assert_eq!(drive(&p, &mut st, S, 10), 1);
+    }
+
+    #[test]
+    fn multi_hit_requests_are_all_or_nothing() {
+        let p = params(10, 60, 10);
+        let e = eval(&p, None, 0, 11);
+        assert!(!e.allowed);
+        let e = eval(&p, None, 0, 10);
+        assert!(e.allowed);
+        assert_eq!(e.after_charge.remaining, 0);
+        assert_eq!(e.after_charge.reset_after, 60 * S);
+    }
+
+    #[test]
+    fn zero_hits_checks_without_consuming() {
+        let p = params(1, 1, 1);
+        let e = eval(&p, None, 0, 0);
+        assert!(e.allowed);
+        assert_eq!(e.after_charge.remaining, 1);
+    }
+
+    #[test]
+    fn zero_requests_per_unit_denies_everything() {
+        let p = params(0, 1, 0);
+        assert!(!eval(&p, None, 0, 1).allowed);
+        assert!(eval(&p, None, 0, 0).allowed);
+    }
+
+    #[test]
+    fn non_integral_cost_never_over_admits() {
+        let p = params(3, 1, 3);
+        let mut st = None;
+        assert_eq!(drive(&p, &mut st, 0, 10), 3);
+        // a token comes back every third of a second, exactly
+        assert_eq!(drive(&p, &mut st, S / 3, 10), 0);
+        assert_eq!(drive(&p, &mut st, S / 3 + 1, 10), 1);
+        assert_eq!(drive(&p, &mut st, S, 10), 2);
+    }
+
+    proptest! {
+        /// Over any schedule, admitted hits never exceed burst + rate × elapsed.
+        #[test]
+        fn never_admits_more_than_burst_plus_rate_times_elapsed(
+            rpu in 1u32..1000,
+            burst in 1u32..1000,
+            period_s in 1u64..100,
+            steps in proptest::collection::vec((0u64..2_000_000_000, 1u64..20), 1..200),
+        ) {
+            let p = params(rpu, period_s, burst);
+            let start = 1_700_000_000 * S;
+            let mut now = start;
+            let mut state = None;
+            let mut admitted: u128 = 0;
+            for (gap, hits) in steps {
+                now += gap;
+                let e = eval(&p, state, now, hits);
+                if e.allowed {
+                    state = Some(e.charged);
+                    admitted += u128::from(hits);
+                }
+                let elapsed = u128::from(now - start);
+                let bound = u128::from(burst)
+                    + (elapsed * u128::from(rpu)) / u128::from(p.period);
+                prop_assert!(admitted <= bound, "admitted {admitted} > bound {bound}");
+            }
+        }
+
+        /// After idling for burst's worth of refill time the bucket is full again.
+        #[test]
+        fn full_after_idle(rpu in 1u32..1000, burst in 1u32..1000, used in 0u32..1000) {
+            let p = params(rpu, 1, burst);
+            let mut state = None;
+            drive(&p, &mut state, 0, used);
+            let full_at = state.map_or(0, |s| expires_at(&s));
+            let e = eval(&p, state, full_at, 1);
+            prop_assert_eq!(e.without_charge.remaining, burst);
+            prop_assert_eq!(e.without_charge.reset_after, 0);
+        }
+
+        /// `remaining` is exact: that many single hits pass, one more does not.
+        #[test]
+        fn remaining_is_exact(rpu in 1u32..50, burst in 1u32..50, used in 0u32..60, gap in 0u64..3_000_000_000) {
+            let p = params(rpu, 1, burst);
+            let mut state = None;
+            drive(&p, &mut state, 0, used);
+            let e = eval(&p, state, gap, 1);
+            let remaining = e.without_charge.remaining;
+            prop_assert_eq!(drive(&p, &mut state, gap, remaining + 1), remaining);
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The live rules as a matching tree, and the matching itself, exactly as envoyproxy/ratelimit
+//! matches: per level an exact `key`+`value` wins, else the first wildcard pattern in file order,
+//! else the value-less `key`; no backtracking; a rule applies only when the descriptor ends at its
+//! depth. Pure: built from validated `DomainConfig`s, no I/O, no clock.
+
+mod pattern;
+
+use std::collections::HashMap;
+
+pub use pattern::Pattern;
+
+use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, RateLimitSpec};
+use crate::limiter::LimitParams;
+
+/// One compiled limit of a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleLimit {
+    pub limit: Limit,
+    pub params: LimitParams,
+}
+
+/// What a matched descriptor entry does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleKind {
+    Unlimited {
+        name: Option<String>,
+        replaces: Vec<String>,
+    },
+    /// All limits must pass; never empty.
+    Limited(Vec<RuleLimit>),
+}
+
+/// A descriptor entry that carries a `rate_limit` (or `rate_limits`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The rule's place in the tree as the reference names it in stats: `key_value.key2`, with the
+    /// pattern for wildcard entries.
+    pub path: String,
+    pub kind: RuleKind,
+    pub shadow_mode: bool,
+    pub detailed_metric: bool,
+}
+
+impl Rule {
+    /// Names of the limits this rule replaces when matched.
+    pub fn replaces(&self) -> impl Iterator<Item = &str> {
+        let (unlimited, limited): (&[String], &[RuleLimit]) = match &self.kind {
+            RuleKind::Unlimited { replaces, .. } => (replaces, &[]),
+            RuleKind::Limited(limits) => (&[], limits),
+        };
+        unlimited
+            .iter()
+            .chain(limited.iter().flat_map(|l| l.limit.replaces.iter()))
+            .map(String::as_str)
+    }
+}
+
+/// How a node's value matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeValue {
+    Exact(String),
+    Wildcard(Pattern),
+    Any,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub key: String,
+    pub value: NodeValue,
+    pub rule: Option<Rule>,
+    pub location: Location,
+    children: Level,
+}
+
+/// The entries of one level, indexed for matching.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Level {
+    nodes: Vec<Node>,
+    exact: HashMap<String, HashMap<String, usize>>,
+    wildcards: HashMap<String, Vec<usize>>,
+    any: HashMap<String, usize>,
+}
+
+impl Level {
+    fn build(configs: &[DescriptorConfig], parent_path: &str) -> Level {
+        let mut level = Level::default();
+        for config in configs {
+            let (value, segment) = match &config.value {
+                None => (NodeValue::Any, config.key.clone()),
+                Some(v) if Pattern::is_pattern(v) => (
+                    NodeValue::Wildcard(Pattern::new(v)),
+                    format!("{}_{v}", config.key),
+                ),
+                Some(v) => (NodeValue::Exact(v.clone()), format!("{}_{v}", config.key)),
+            };
+            let path = if parent_path.is_empty() {
+                segment
+            } else {
+                format!("{parent_path}.{segment}")
+            };
+            let index = level.nodes.len();
+            match &value {
+                NodeValue::Exact(v) => {
+                    level
+                        .exact
+                        .entry(config.key.clone())
+                        .or_default()
+                        .insert(v.clone(), index);
+                }
+                NodeValue::Wildcard(_) => level
+                    .wildcards
+                    .entry(config.key.clone())
+                    .or_default()
+                    .push(index),
+                NodeValue::Any => {
+                    level.any.insert(config.key.clone(), index);
+                }
+            }
+            level.nodes.push(Node {
+                key: config.key.clone(),
+                value,
+                rule: config.rate_limit.as_ref().map(|spec| Rule {
+                    path: path.clone(),
+                    kind: compile(spec),
+                    shadow_mode: config.shadow_mode,
+                    detailed_metric: config.detailed_metric,
+                }),
+                location: config.location.clone(),
+                children: Level::build(&config.descriptors, &path),
+            });
+        }
+        level
+    }
+
+    /// The candidate for one entry: exact, else first wildcard in file order, else value-less key.
+    fn candidate(&self, key: &str, value: &str) -> Option<&Node> {
+        let exact = self.exact.get(key).and_then(|values| values.get(value));
+        let wildcard = || {
+            self.wildcards.get(key).and_then(|indexes| {
+                indexes.iter().copied().find(|&i| match &self.nodes[i].value {
+                    NodeValue::Wildcard(p) => p.matches(value),
+                    _ => false,
+                })
+            })
+        };
+        exact
+            .copied()
+            .or_else(wildcard)
+            .or_else(|| self.any.get(key).copied())
+            .map(|i| &self.nodes[i])
+    }
+}
+
+fn compile(spec: &RateLimitSpec) -> RuleKind {
+    match spec {
+        RateLimitSpec::Unlimited { name, replaces } => RuleKind::Unlimited {
+            name: name.clone(),
+            replaces: replaces.clone(),
+        },
+        RateLimitSpec::Limited(limits) => RuleKind::Limited(
+            limits
+                .iter()
+                .map(|limit| RuleLimit {
+                    limit: limit.clone(),
+                    params: LimitParams::from_limit(limit),
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// One domain's rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainRules {
+    pub name: String,
+    root: Level,
+}
+
+/// One step of a match, for `explain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step<'p> {
+    /// Entry `index` matched `node`.
+    Matched { index: usize, node: &'p Node },
+    /// No entry at this level matches entry `index`.
+    NoCandidate { index: usize },
+    /// The descriptor is longer than the matched branch.
+    TooLong { index: usize },
+}
+
+/// Why a descriptor got (or did not get) a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<'p> {
+    /// The last entry matched a node with a rule.
+    Rule(&'p Rule),
+    /// The last entry matched a node with no `rate_limit`: whitelisted.
+    NoLimitOnNode,
+    /// Some entry had no candidate, or the descriptor was longer than the tree.
+    Unmatched,
+}
+
+impl DomainRules {
+    /// Matches a descriptor's `(key, value)` entries. `trace` sees every step (pass `|_| {}`).
+    pub fn walk<'p, 'e>(
+        &'p self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        mut trace: impl FnMut(Step<'p>),
+    ) -> Outcome<'p> {
+        let mut level = &self.root;
+        let mut matched: Option<&'p Node> = None;
+        for (index, (key, value)) in entries.into_iter().enumerate() {
+            if matched.is_some() && level.nodes.is_empty() {
+                trace(Step::TooLong { index });
+                return Outcome::Unmatched;
+            }
+            match level.candidate(key, value) {
+                Some(node) => {
+                    trace(Step::Matched { index, node });
+                    matched = Some(node);
+                    level = &node.children;
+                }
+                None => {
+                    trace(Step::NoCandidate { index });
+                    return Outcome::Unmatched;
+                }
+            }
+        }
+        match matched {
+            Some(Node { rule: Some(r), .. }) => Outcome::Rule(r),
+            Some(_) => Outcome::NoLimitOnNode,
+            None => Outcome::Unmatched,
+        }
+    }
+
+    /// The rule for a descriptor, if any (the hot path).
+    pub fn rule_for<'e>(
+        &self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) -> Option<&Rule> {
+        match self.walk(entries, |_| {}) {
+            Outcome::Rule(rule) => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// Every rule of the domain with its path, depth first in file order.
+    pub fn rules(&self) -> Vec<&Rule> {
+        fn collect<'p>(level: &'p Level, out: &mut Vec<&'p Rule>) {
+            for node in &level.nodes {
+                out.extend(node.rule.as_ref());
+                collect(&node.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        collect(&self.root, &mut out);
+        out
+    }
+}
+
+/// All domains' rules: one immutable snapshot, swapped whole on reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    domains: HashMap<String, DomainRules>,
+}
+
+impl Policy {
+    /// Builds the matching trees. The configs must be validated (one file per domain).
+    pub fn new(configs: &[DomainConfig]) -> Policy {
+        let domains = configs
+            .iter()
+            .map(|c| {
+                (
+                    c.domain.clone(),
+                    DomainRules {
+                        name: c.domain.clone(),
+                        root: Level::build(&c.descriptors, ""),
+                    },
+                )
+            })
+            .collect();
+        Policy { domains }
+    }
+
+    pub fn domain(&self, name: &str) -> Option<&DomainRules> {
+        self.domains.get(name)
+    }
+
+    /// Domains sorted by name.
+    pub fn domains(&self) -> Vec<&DomainRules> {
+        let mut all: Vec<_> = self.domains.values().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests;

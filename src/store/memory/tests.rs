@@ -1,0 +1,105 @@
+//! Memory store tests: atomic all-or-nothing charging, exactness under threads, bounds, sweeping.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::clock::NANOS_PER_SECOND as S;
+use crate::config::Algorithm;
+use crate::limiter::LimitParams;
+
+fn params(rpu: u32) -> LimitParams {
+    LimitParams {
+        algorithm: Algorithm::FixedWindow,
+        requests_per_unit: rpu,
+        period: 60 * S,
+        burst: rpu,
+    }
+}
+
+fn charge(key: u128, rpu: u32, hits: u64) -> Charge {
+    Charge {
+        key: StoreKey(key),
+        params: params(rpu),
+        hits,
+        enforced: true,
+    }
+}
+
+#[test]
+fn a_denied_request_charges_none_of_its_keys() {
+    let store = MemoryStore::new(1000);
+    let v = store.apply_now(&[charge(1, 10, 1), charge(2, 1, 1)], 0);
+    assert!(v.iter().all(|v| v.allowed));
+    assert_eq!(v[0].outlook.remaining, 9);
+    // key 2 is now full: the request is denied and key 1 is not charged.
+    let v = store.apply_now(&[charge(1, 10, 1), charge(2, 1, 1)], 0);
+    assert!(v[0].allowed && !v[1].allowed);
+    assert_eq!(v[0].outlook.remaining, 9, "not charged");
+    let v = store.apply_now(&[charge(1, 10, 1)], 0);
+    assert_eq!(v[0].outlook.remaining, 8);
+}
+
+#[test]
+fn shadow_charges_do_not_block_the_request() {
+    let store = MemoryStore::new(1000);
+    store.apply_now(&[charge(2, 1, 1)], 0);
+    let mut shadow = charge(2, 1, 1);
+    shadow.enforced = false;
+    let v = store.apply_now(&[charge(1, 10, 1), shadow], 0);
+    assert!(v[0].allowed && !v[1].allowed);
+    assert_eq!(v[0].outlook.remaining, 9, "charged although the shadow limit is over");
+}
+
+#[test]
+fn the_same_key_twice_in_one_request_is_counted_twice() {
+    let store = MemoryStore::new(1000);
+    let v = store.apply_now(&[charge(1, 3, 2), charge(1, 3, 2)], 0);
+    assert!(v[0].allowed && !v[1].allowed);
+    let v = store.apply_now(&[charge(1, 3, 2), charge(1, 3, 1)], 0);
+    assert!(v[0].allowed && v[1].allowed);
+    assert_eq!(v[1].outlook.remaining, 0);
+}
+
+#[test]
+fn racing_threads_never_get_more_than_the_limit() {
+    let store = Arc::new(MemoryStore::new(1000));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                (0..500)
+                    .filter(|_| store.apply_now(&[charge(7, 1000, 1), charge(8, 5000, 1)], 0)[0].allowed)
+                    .count()
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(admitted, 1000);
+    let left = store.apply_now(&[charge(8, 5000, 0)], 0);
+    assert_eq!(left[0].outlook.remaining, 4000, "only admitted requests were charged");
+}
+
+#[test]
+fn key_count_stays_bounded_under_a_flood() {
+    let store = MemoryStore::new(1024);
+    for k in 0..100_000u128 {
+        store.apply_now(&[charge(k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835), 10, 1)], 0);
+    }
+    let stats = store.stats();
+    assert!(stats.keys <= 1024, "{} keys", stats.keys);
+    assert!(stats.evictions >= 100_000 - 1024);
+}
+
+#[test]
+fn sweep_drops_expired_keys_only_and_fresh_state_is_not_stored() {
+    let store = MemoryStore::new(1000);
+    store.apply_now(&[charge(1, 10, 1)], 0);
+    store.apply_now(&[charge(2, 10, 1)], 59 * S);
+    store.apply_now(&[charge(3, 10, 0)], 0);
+    assert_eq!(store.stats().keys, 2, "a zero-hit check stores nothing");
+    assert_eq!(store.sweep(59 * S), 0);
+    store.apply_now(&[charge(4, 10, 1)], 60 * S);
+    assert_eq!(store.sweep(60 * S), 2, "the first window's keys expired");
+    assert_eq!(store.stats().keys, 1);
+    assert!(store.peek(StoreKey(4)).is_some());
+}

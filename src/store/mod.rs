@@ -1,0 +1,50 @@
+//! Where limiter state lives. `Store` applies one request's charges atomically: every charge is
+//! evaluated, and the request is charged on every key only if every enforced charge fits
+//! (all-or-nothing), so denied traffic never eats quota.
+
+mod key;
+mod memory;
+
+use std::future::Future;
+
+pub use key::{KeyBuilder, StoreKey};
+pub use memory::{MemoryStore, MemoryStoreStats};
+
+use crate::clock::Nanos;
+use crate::limiter::{LimitParams, Outlook};
+
+/// One limit to check and charge for one descriptor of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub key: StoreKey,
+    pub params: LimitParams,
+    pub hits: u64,
+    /// False for shadow-mode rules: their denial does not stop the request from being charged.
+    pub enforced: bool,
+}
+
+/// The answer for one charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the charge fit its limit.
+    pub allowed: bool,
+    /// The limit as the client now sees it (after the charge if the request was charged).
+    pub outlook: Outlook,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A place where counters live.
+pub trait Store: Send + Sync + 'static {
+    /// Evaluates all `charges` at `now` and, iff every enforced one fits, charges them all.
+    /// Returns one verdict per charge, in order.
+    fn apply(
+        &self,
+        charges: &[Charge],
+        now: Nanos,
+    ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send;
+}
