@@ -5,13 +5,13 @@ mod error;
 mod model;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use model::{
-    Algorithm, DescriptorConfig, DomainConfig, Limit, Location, RateLimitSpec, Unit,
-};
+pub use model::{Algorithm, DescriptorConfig, DomainConfig, Limit, Location, RateLimitSpec, Unit};
 
 /// Parses and validates a set of rules files (path, text), one domain each. Returns every error of
 /// every file, and a duplicate-domain error across files.
-pub fn parse_files(files: &[(std::path::PathBuf, String)]) -> Result<Vec<DomainConfig>, ConfigErrors> {
+pub fn parse_files(
+    files: &[(std::path::PathBuf, String)],
+) -> Result<Vec<DomainConfig>, ConfigErrors> {
     let _ = files;
     todo!("config parser")
 }

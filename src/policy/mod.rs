@@ -137,10 +137,13 @@ impl Level {
         let exact = self.exact.get(key).and_then(|values| values.get(value));
         let wildcard = || {
             self.wildcards.get(key).and_then(|indexes| {
-                indexes.iter().copied().find(|&i| match &self.nodes[i].value {
-                    NodeValue::Wildcard(p) => p.matches(value),
-                    _ => false,
-                })
+                indexes
+                    .iter()
+                    .copied()
+                    .find(|&i| match &self.nodes[i].value {
+                        NodeValue::Wildcard(p) => p.matches(value),
+                        _ => false,
+                    })
             })
         };
         exact

@@ -15,7 +15,12 @@ fn limit(rpu: u32) -> RateLimitSpec {
     }])
 }
 
-fn d(key: &str, value: Option<&str>, rpu: Option<u32>, children: Vec<DescriptorConfig>) -> DescriptorConfig {
+fn d(
+    key: &str,
+    value: Option<&str>,
+    rpu: Option<u32>,
+    children: Vec<DescriptorConfig>,
+) -> DescriptorConfig {
     DescriptorConfig {
         key: key.into(),
         value: value.map(Into::into),
@@ -52,9 +57,17 @@ fn exact_beats_wildcard_beats_any_value() {
         d("path", Some("/v1/search"), Some(4), vec![]),
     ]);
     assert_eq!(rpu_for(&p, &[("path", "/v1/search")]), Some(4));
-    assert_eq!(rpu_for(&p, &[("path", "/v1/a/x")]), Some(2), "first wildcard in file order");
+    assert_eq!(
+        rpu_for(&p, &[("path", "/v1/a/x")]),
+        Some(2),
+        "first wildcard in file order"
+    );
     assert_eq!(rpu_for(&p, &[("path", "/v2")]), Some(1));
-    assert_eq!(rpu_for(&p, &[("path", "")]), Some(1), "value-less key matches the empty value");
+    assert_eq!(
+        rpu_for(&p, &[("path", "")]),
+        Some(1),
+        "value-less key matches the empty value"
+    );
     assert_eq!(rpu_for(&p, &[("other", "x")]), None);
 }
 
@@ -83,13 +96,20 @@ fn no_backtracking_to_a_less_specific_sibling() {
         d("k", None, None, vec![d("b", None, Some(2), vec![])]),
     ]);
     assert_eq!(rpu_for(&p, &[("k", "v"), ("a", "x")]), Some(1));
-    assert_eq!(rpu_for(&p, &[("k", "v"), ("b", "x")]), None, "exact branch chosen, no retry");
+    assert_eq!(
+        rpu_for(&p, &[("k", "v"), ("b", "x")]),
+        None,
+        "exact branch chosen, no retry"
+    );
     assert_eq!(rpu_for(&p, &[("k", "w"), ("b", "x")]), Some(2));
 }
 
 #[test]
 fn whitelist_entry_has_no_limit_and_unknown_domain_has_no_rules() {
-    let p = policy(vec![d("api_key", Some("trusted"), None, vec![]), d("api_key", None, Some(3), vec![])]);
+    let p = policy(vec![
+        d("api_key", Some("trusted"), None, vec![]),
+        d("api_key", None, Some(3), vec![]),
+    ]);
     let domain = p.domain("test").unwrap();
     assert_eq!(
         domain.walk([("api_key", "trusted")], |_| {}),
@@ -107,15 +127,29 @@ fn rule_paths_name_values_and_patterns_as_the_reference_does() {
         Some(1),
         vec![d("path", Some("/v1/*"), Some(2), vec![])],
     )]);
-    let paths: Vec<_> = p.domain("test").unwrap().rules().iter().map(|r| r.path.clone()).collect();
+    let paths: Vec<_> = p
+        .domain("test")
+        .unwrap()
+        .rules()
+        .iter()
+        .map(|r| r.path.clone())
+        .collect();
     assert_eq!(paths, ["api_key", "api_key.path_/v1/*"]);
 }
 
 #[test]
 fn walk_traces_each_step() {
-    let p = policy(vec![d("a", None, None, vec![d("b", Some("1"), Some(1), vec![])])]);
+    let p = policy(vec![d(
+        "a",
+        None,
+        None,
+        vec![d("b", Some("1"), Some(1), vec![])],
+    )]);
     let mut steps = Vec::new();
-    let outcome = p.domain("test").unwrap().walk([("a", "x"), ("b", "2")], |s| steps.push(s));
+    let outcome = p
+        .domain("test")
+        .unwrap()
+        .walk([("a", "x"), ("b", "2")], |s| steps.push(s));
     assert_eq!(outcome, Outcome::Unmatched);
     assert!(matches!(steps[0], Step::Matched { index: 0, .. }));
     assert_eq!(steps[1], Step::NoCandidate { index: 1 });

@@ -84,16 +84,42 @@ mod tests {
         assert_ne!(base, b.key("d", [("a_b", "c")], 0, &p));
         assert_ne!(base, b.key("e", [("a", "b_c")], 0, &p));
         assert_ne!(base, b.key("d", [("a", "b_c")], 1, &p));
-        assert_ne!(base, b.key("d", [("a", "b_c")], 0, &params(Algorithm::FixedWindow, 60, 10)));
-        assert_ne!(base, b.key("d", [("a", "b_c")], 0, &params(Algorithm::TokenBucket, 1, 10)));
+        assert_ne!(
+            base,
+            b.key(
+                "d",
+                [("a", "b_c")],
+                0,
+                &params(Algorithm::FixedWindow, 60, 10)
+            )
+        );
+        assert_ne!(
+            base,
+            b.key(
+                "d",
+                [("a", "b_c")],
+                0,
+                &params(Algorithm::TokenBucket, 1, 10)
+            )
+        );
         assert_ne!(base, KeyBuilder::new(3, 4).key("d", [("a", "b_c")], 0, &p));
     }
 
     #[test]
     fn a_changed_limit_value_keeps_the_key() {
         let b = KeyBuilder::new(1, 2);
-        let old = b.key("d", [("k", "v")], 0, &params(Algorithm::TokenBucket, 60, 10));
-        let new = b.key("d", [("k", "v")], 0, &params(Algorithm::TokenBucket, 60, 99));
+        let old = b.key(
+            "d",
+            [("k", "v")],
+            0,
+            &params(Algorithm::TokenBucket, 60, 10),
+        );
+        let new = b.key(
+            "d",
+            [("k", "v")],
+            0,
+            &params(Algorithm::TokenBucket, 60, 99),
+        );
         assert_eq!(old, new);
     }
 }

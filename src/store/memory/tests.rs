@@ -47,7 +47,10 @@ fn shadow_charges_do_not_block_the_request() {
     shadow.enforced = false;
     let v = store.apply_now(&[charge(1, 10, 1), shadow], 0);
     assert!(v[0].allowed && !v[1].allowed);
-    assert_eq!(v[0].outlook.remaining, 9, "charged although the shadow limit is over");
+    assert_eq!(
+        v[0].outlook.remaining, 9,
+        "charged although the shadow limit is over"
+    );
 }
 
 #[test]
@@ -68,7 +71,9 @@ fn racing_threads_never_get_more_than_the_limit() {
             let store = store.clone();
             std::thread::spawn(move || {
                 (0..500)
-                    .filter(|_| store.apply_now(&[charge(7, 1000, 1), charge(8, 5000, 1)], 0)[0].allowed)
+                    .filter(|_| {
+                        store.apply_now(&[charge(7, 1000, 1), charge(8, 5000, 1)], 0)[0].allowed
+                    })
                     .count()
             })
         })
@@ -76,14 +81,24 @@ fn racing_threads_never_get_more_than_the_limit() {
     let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(admitted, 1000);
     let left = store.apply_now(&[charge(8, 5000, 0)], 0);
-    assert_eq!(left[0].outlook.remaining, 4000, "only admitted requests were charged");
+    assert_eq!(
+        left[0].outlook.remaining, 4000,
+        "only admitted requests were charged"
+    );
 }
 
 #[test]
 fn key_count_stays_bounded_under_a_flood() {
     let store = MemoryStore::new(1024);
     for k in 0..100_000u128 {
-        store.apply_now(&[charge(k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835), 10, 1)], 0);
+        store.apply_now(
+            &[charge(
+                k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835),
+                10,
+                1,
+            )],
+            0,
+        );
     }
     let stats = store.stats();
     assert!(stats.keys <= 1024, "{} keys", stats.keys);

@@ -1,0 +1,186 @@
+//! Wiring: load the rules, build the store and engine, start the gRPC and HTTP servers and the
+//! sweeper, and shut them down gracefully (health NOT_SERVING first, then drain in-flight calls).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::clock::Clock;
+use crate::config::ConfigErrors;
+use crate::engine::Engine;
+use crate::http;
+use crate::policy::Policy;
+use crate::rules_dir::load_rules_dir;
+use crate::service::RateLimitGrpc;
+use crate::settings::ServeSettings;
+use crate::store::MemoryStore;
+
+/// gRPC health service names we report: the whole server and the reference's "ratelimit".
+pub const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+
+/// How often idle keys are dropped from memory.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid rules in {dir}:\n{errors}")]
+    Rules { dir: String, errors: ConfigErrors },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running server: its bound addresses, its engine, and a handle to stop it.
+pub struct Server {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub engine: Arc<Engine<MemoryStore>>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Flips health to NOT_SERVING, stops accepting, lets in-flight calls finish, then returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+/// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
+pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
+    let configs = load_rules_dir(&settings.config).map_err(|errors| StartError::Rules {
+        dir: settings.config.display().to_string(),
+        errors,
+    })?;
+    let store = Arc::new(MemoryStore::new(settings.max_keys));
+    let engine = Arc::new(Engine::new(
+        Policy::new(&configs),
+        store.clone(),
+        clock.clone(),
+        settings.engine_settings(),
+    ));
+    let grpc_listener = bind(settings.grpc_addr).await?;
+    let http_listener = bind(settings.http_addr).await?;
+    let grpc_addr = grpc_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            addr: settings.grpc_addr,
+            source,
+        })?;
+    let http_addr = http_listener
+        .local_addr()
+        .map_err(|source| StartError::Bind {
+            addr: settings.http_addr,
+            source,
+        })?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    for name in HEALTH_SERVICES {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
+    let grpc = {
+        let mut stop = shutdown_rx.clone();
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let drained = async move {
+                let _ = stop.wait_for(|s| *s).await;
+                for name in HEALTH_SERVICES {
+                    health
+                        .set_service_status(name, tonic_health::ServingStatus::NotServing)
+                        .await;
+                }
+            };
+            let result = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(health_service)
+                .add_service(RateLimitGrpc::server(engine))
+                .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drained)
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        })
+    };
+    let http = {
+        let mut stop = shutdown_rx.clone();
+        tokio::spawn(async move {
+            let result = axum::serve(http_listener, http::router())
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        })
+    };
+    let sweeper = {
+        let mut stop = shutdown_rx;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => { store.sweep(clock.now()); }
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+        })
+    };
+    tracing::info!(%grpc_addr, %http_addr, domains = configs.len(), "serving");
+    Ok(Server {
+        grpc_addr,
+        http_addr,
+        engine,
+        shutdown,
+        tasks: vec![grpc, http, sweeper],
+    })
+}
+
+/// Runs until SIGTERM or SIGINT, then shuts down gracefully.
+pub async fn run(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<(), StartError> {
+    let server = start(settings, clock).await?;
+    wait_for_signal().await;
+    tracing::info!("shutting down: health NOT_SERVING, draining in-flight requests");
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

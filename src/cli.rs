@@ -1,0 +1,275 @@
+//! The command line: `serve`, `check`, `explain` and `query`, each a thin call into the library.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+use crate::clock::SystemClock;
+use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
+use crate::rules_dir::load_rules_dir;
+use crate::settings::ServeSettings;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ratelimit-server",
+    version,
+    about = "An Envoy-compatible external rate-limit service"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve RateLimitService over gRPC and the admin endpoints over HTTP.
+    Serve(ServeSettings),
+    /// Validate a rules directory; print every error; exit 1 on any.
+    Check {
+        /// The rules directory.
+        dir: PathBuf,
+    },
+    /// Show which rule each descriptor matches, and why.
+    Explain {
+        /// The rules directory.
+        dir: PathBuf,
+        #[arg(long)]
+        domain: String,
+        /// Descriptors as key=value[,key2=value2]; one argument per descriptor.
+        #[arg(required = true)]
+        descriptors: Vec<String>,
+    },
+    /// Send one ShouldRateLimit request to a running server and print the answer.
+    Query {
+        /// The server's gRPC address.
+        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        server: String,
+        #[arg(long)]
+        domain: String,
+        /// Hits to add (0 means 1, as in the protocol).
+        #[arg(long, default_value_t = 0)]
+        hits: u32,
+        /// Send the request this many times.
+        #[arg(long, default_value_t = 1)]
+        repeat: u32,
+        /// Descriptors as key=value[,key2=value2]; one argument per descriptor.
+        #[arg(required = true)]
+        descriptors: Vec<String>,
+    },
+}
+
+/// Parses `k=v,k2=v2` into entries. A value may be empty (`k=`); a missing `=` is an error.
+pub fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(',')
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| format!("'{pair}' is not key=value (in descriptor '{text}')"))
+        })
+        .collect()
+}
+
+/// Runs a command; returns the process exit code.
+pub async fn run(cli: Cli) -> i32 {
+    match cli.command {
+        Command::Serve(settings) => match crate::app::run(&settings, Arc::new(SystemClock)).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error: {e}");
+                1
+            }
+        },
+        Command::Check { dir } => check(&dir),
+        Command::Explain {
+            dir,
+            domain,
+            descriptors,
+        } => explain(&dir, &domain, &descriptors),
+        Command::Query {
+            server,
+            domain,
+            hits,
+            repeat,
+            descriptors,
+        } => query(&server, &domain, hits, repeat, &descriptors).await,
+    }
+}
+
+fn check(dir: &Path) -> i32 {
+    match load_rules_dir(dir) {
+        Ok(configs) => {
+            let rules: usize = Policy::new(&configs)
+                .domains()
+                .iter()
+                .map(|d| d.rules().len())
+                .sum();
+            println!(
+                "{}: OK ({} domains, {} rules)",
+                dir.display(),
+                configs.len(),
+                rules
+            );
+            0
+        }
+        Err(errors) => {
+            for e in &errors.0 {
+                println!("{e}");
+            }
+            eprintln!("{}: {} error(s)", dir.display(), errors.0.len());
+            1
+        }
+    }
+}
+
+fn describe_value(value: &NodeValue) -> String {
+    match value {
+        NodeValue::Exact(v) => format!("value '{v}'"),
+        NodeValue::Wildcard(p) => format!("wildcard '{}'", p.as_str()),
+        NodeValue::Any => "any value".into(),
+    }
+}
+
+fn explain(dir: &Path, domain: &str, descriptors: &[String]) -> i32 {
+    let configs = match load_rules_dir(dir) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    let policy = Policy::new(&configs);
+    let Some(rules) = policy.domain(domain) else {
+        println!("domain '{domain}' is not configured: every descriptor is allowed (OK, no limit)");
+        return 0;
+    };
+    for text in descriptors {
+        let entries = match parse_descriptor(text) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        };
+        println!("descriptor {text}:");
+        let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let outcome = rules.walk(pairs, |step| match step {
+            Step::Matched { index, node } => println!(
+                "  entry {index} ({}={}) matched key '{}' {} at line {}",
+                entries[index].0,
+                entries[index].1,
+                node.key,
+                describe_value(&node.value),
+                node.location.line
+            ),
+            Step::NoCandidate { index } => println!(
+                "  entry {index} ({}={}): no rule at this level has key '{}' with a matching value",
+                entries[index].0, entries[index].1, entries[index].0
+            ),
+            Step::TooLong { index } => println!(
+                "  entry {index}: the matched rule has no nested descriptors, so a longer descriptor matches nothing"
+            ),
+        });
+        match outcome {
+            Outcome::Rule(rule) => {
+                println!(
+                    "  => rule '{}'{}",
+                    rule.path,
+                    if rule.shadow_mode {
+                        " (shadow mode)"
+                    } else {
+                        ""
+                    }
+                );
+                match &rule.kind {
+                    RuleKind::Unlimited { .. } => println!("     unlimited"),
+                    RuleKind::Limited(limits) => {
+                        for l in limits {
+                            let l = &l.limit;
+                            println!(
+                                "     {} per {} {}(s), {}, burst {}{}",
+                                l.requests_per_unit,
+                                l.unit_multiplier,
+                                l.unit,
+                                l.algorithm,
+                                l.effective_burst(),
+                                l.name
+                                    .as_ref()
+                                    .map(|n| format!(", name '{n}'"))
+                                    .unwrap_or_default()
+                            );
+                        }
+                    }
+                }
+            }
+            Outcome::NoLimitOnNode => {
+                println!("  => matched an entry with no rate_limit: never limited")
+            }
+            Outcome::Unmatched => println!("  => no rule: OK, no limit"),
+        }
+    }
+    0
+}
+
+async fn query(server: &str, domain: &str, hits: u32, repeat: u32, descriptors: &[String]) -> i32 {
+    let mut request = RateLimitRequest {
+        domain: domain.to_owned(),
+        hits_addend: hits,
+        ..Default::default()
+    };
+    for text in descriptors {
+        match parse_descriptor(text) {
+            Ok(entries) => request.descriptors.push(RateLimitDescriptor {
+                entries: entries
+                    .into_iter()
+                    .map(|(key, value)| Entry { key, value })
+                    .collect(),
+                ..Default::default()
+            }),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        }
+    }
+    let mut client = match RateLimitServiceClient::connect(server.to_owned()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot connect to {server}: {e}");
+            return 1;
+        }
+    };
+    for _ in 0..repeat {
+        match client.should_rate_limit(request.clone()).await {
+            Ok(response) => {
+                let r = response.into_inner();
+                let code = |c: i32| Code::try_from(c).map_or("UNKNOWN", |c| c.as_str_name());
+                println!("overall: {}", code(r.overall_code));
+                for (text, s) in descriptors.iter().zip(&r.statuses) {
+                    let limit = s.current_limit.as_ref().map_or("no limit".to_owned(), |l| {
+                        format!("{} per unit {}", l.requests_per_unit, l.unit)
+                    });
+                    println!(
+                        "  {text}: {} ({limit}), remaining {}, reset in {}s",
+                        code(s.code),
+                        s.limit_remaining,
+                        s.duration_until_reset.as_ref().map_or(0, |d| d.seconds)
+                    );
+                }
+                for h in &r.response_headers_to_add {
+                    println!("  header {}: {}", h.key, h.value);
+                }
+            }
+            Err(status) => {
+                eprintln!("error: {}: {}", status.code(), status.message());
+                return 1;
+            }
+        }
+    }
+    0
+}

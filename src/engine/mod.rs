@@ -1,0 +1,141 @@
+//! One ShouldRateLimit decision, transport-free: validate the request, match each descriptor
+//! against the live policy snapshot, drop replaced limits, charge the store all-or-nothing, and
+//! build the reference's response (statuses, overall code, optional headers). The gRPC service and
+//! the HTTP `/json` endpoint both call `Engine::should_rate_limit`.
+
+mod plan;
+mod request;
+mod response;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+pub use request::{InvalidRequest, RequestBounds};
+pub use response::HeaderNames;
+
+use crate::clock::Clock;
+use crate::config::Algorithm;
+use crate::policy::Policy;
+use crate::store::{Charge, KeyBuilder, Store, StoreError};
+
+/// Server-wide behaviour, from settings.
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// `SHADOW_MODE`: answer OK overall even when over the limit (statuses still tell the truth).
+    pub shadow_mode: bool,
+    /// `NEAR_LIMIT_RATIO`: the share of a limit past which a hit counts as near the limit.
+    pub near_limit_ratio: f64,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED` and the header names.
+    pub response_headers: Option<HeaderNames>,
+    /// Algorithm for request-supplied limit overrides.
+    pub default_algorithm: Algorithm,
+    pub bounds: RequestBounds,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            shadow_mode: false,
+            near_limit_ratio: 0.8,
+            response_headers: None,
+            default_algorithm: Algorithm::TokenBucket,
+            bounds: RequestBounds::default(),
+        }
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidRequest),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The rate limiter: live policy + store + clock.
+pub struct Engine<S> {
+    policy: ArcSwap<Policy>,
+    store: Arc<S>,
+    keys: KeyBuilder,
+    clock: Arc<dyn Clock>,
+    settings: EngineSettings,
+}
+
+impl<S: Store> Engine<S> {
+    pub fn new(
+        policy: Policy,
+        store: Arc<S>,
+        clock: Arc<dyn Clock>,
+        settings: EngineSettings,
+    ) -> Self {
+        Engine {
+            policy: ArcSwap::from_pointee(policy),
+            store,
+            keys: KeyBuilder::random(),
+            clock,
+            settings,
+        }
+    }
+
+    /// Replaces the live rules; requests in flight finish on the snapshot they started with.
+    pub fn set_policy(&self, policy: Policy) {
+        self.policy.store(Arc::new(policy));
+    }
+
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
+    }
+
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    pub fn key_builder(&self) -> &KeyBuilder {
+        &self.keys
+    }
+
+    /// Decides one request.
+    pub async fn should_rate_limit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, EngineError> {
+        self.settings.bounds.check(request)?;
+        let policy = self.policy.load_full();
+        let plans = plan::plan(&policy, request, self.settings.default_algorithm)?;
+        let mut charges = Vec::new();
+        for (descriptor, plan) in request.descriptors.iter().zip(&plans) {
+            let entries = || {
+                descriptor
+                    .entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str()))
+            };
+            for limit in plan.limits() {
+                charges.push(Charge {
+                    key: self
+                        .keys
+                        .key(&request.domain, entries(), limit.slot, &limit.params),
+                    params: limit.params,
+                    hits: plan.hits,
+                    enforced: !plan.shadow_mode,
+                });
+            }
+        }
+        let verdicts = if charges.is_empty() {
+            Vec::new()
+        } else {
+            self.store.apply(&charges, self.clock.now()).await?
+        };
+        Ok(response::build(&plans, &verdicts, &self.settings))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+//! What each descriptor of a request will be checked against: the matched rule's limits (or the
+//! request's override), minus replaced ones, with the hits to charge.
+
+use std::collections::HashSet;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+
+use super::InvalidRequest;
+use crate::config::{Algorithm, Unit};
+use crate::limiter::LimitParams;
+use crate::policy::{Policy, Rule, RuleKind};
+
+/// One limit a descriptor is checked against.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct PlannedLimit<'p> {
+    pub name: &'p str,
+    pub requests_per_unit: u32,
+    pub unit: Unit,
+    pub params: LimitParams,
+    /// Position in the rule's limit list: part of the store key.
+    pub slot: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Kind<'p> {
+    /// Unmatched, whitelisted, empty, unknown domain, or replaced.
+    NoLimit,
+    Unlimited,
+    Limited(Vec<PlannedLimit<'p>>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Plan<'p> {
+    pub kind: Kind<'p>,
+    pub hits: u64,
+    pub shadow_mode: bool,
+    /// The matched rule (None for overrides and unmatched descriptors).
+    pub rule: Option<&'p Rule>,
+}
+
+impl Plan<'_> {
+    pub fn limits(&self) -> &[PlannedLimit<'_>] {
+        match &self.kind {
+            Kind::Limited(limits) => limits,
+            _ => &[],
+        }
+    }
+}
+
+fn override_unit(unit: i32) -> Option<Unit> {
+    match RateLimitUnit::try_from(unit).ok()? {
+        RateLimitUnit::Unknown => None,
+        RateLimitUnit::Second => Some(Unit::Second),
+        RateLimitUnit::Minute => Some(Unit::Minute),
+        RateLimitUnit::Hour => Some(Unit::Hour),
+        RateLimitUnit::Day => Some(Unit::Day),
+        RateLimitUnit::Month => Some(Unit::Month),
+        RateLimitUnit::Year => Some(Unit::Year),
+    }
+}
+
+pub(super) fn plan<'p>(
+    policy: &'p Policy,
+    request: &RateLimitRequest,
+    default_algorithm: Algorithm,
+) -> Result<Vec<Plan<'p>>, InvalidRequest> {
+    let request_hits = u64::from(request.hits_addend.max(1));
+    let domain = policy.domain(&request.domain);
+    let mut plans = Vec::with_capacity(request.descriptors.len());
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        let hits = descriptor.hits_addend.map_or(request_hits, |h| h.value);
+        let mut plan = Plan {
+            kind: Kind::NoLimit,
+            hits,
+            shadow_mode: false,
+            rule: None,
+        };
+        let Some(domain) = domain.filter(|_| !descriptor.entries.is_empty()) else {
+            plans.push(plan);
+            continue;
+        };
+        if let Some(limit) = &descriptor.limit {
+            let unit =
+                override_unit(limit.unit).ok_or(InvalidRequest::OverrideWithoutUnit { index })?;
+            let period = unit.seconds() * crate::clock::NANOS_PER_SECOND;
+            plan.kind = Kind::Limited(vec![PlannedLimit {
+                name: "",
+                requests_per_unit: limit.requests_per_unit,
+                unit,
+                params: LimitParams {
+                    algorithm: default_algorithm,
+                    requests_per_unit: limit.requests_per_unit,
+                    period,
+                    burst: limit.requests_per_unit,
+                },
+                slot: 0,
+            }]);
+            plans.push(plan);
+            continue;
+        }
+        let entries = descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()));
+        if let Some(rule) = domain.rule_for(entries) {
+            plan.rule = Some(rule);
+            plan.shadow_mode = rule.shadow_mode;
+            plan.kind = match &rule.kind {
+                RuleKind::Unlimited { .. } => Kind::Unlimited,
+                RuleKind::Limited(limits) => Kind::Limited(
+                    limits
+                        .iter()
+                        .enumerate()
+                        .map(|(slot, l)| PlannedLimit {
+                            name: l.limit.name.as_deref().unwrap_or(""),
+                            requests_per_unit: l.limit.requests_per_unit,
+                            unit: l.limit.unit,
+                            params: l.params,
+                            slot,
+                        })
+                        .collect(),
+                ),
+            };
+        }
+        plans.push(plan);
+    }
+    drop_replaced(&mut plans);
+    Ok(plans)
+}
+
+/// Removes every matched limit named in some matched rule's `replaces`.
+fn drop_replaced(plans: &mut [Plan<'_>]) {
+    let replaced: HashSet<&str> = plans
+        .iter()
+        .filter_map(|p| p.rule)
+        .flat_map(Rule::replaces)
+        .collect();
+    if replaced.is_empty() {
+        return;
+    }
+    for plan in plans.iter_mut() {
+        let unlimited_name = match plan.rule.map(|r| &r.kind) {
+            Some(RuleKind::Unlimited { name: Some(n), .. }) => Some(n.as_str()),
+            _ => None,
+        };
+        match &mut plan.kind {
+            Kind::Limited(limits) => {
+                limits.retain(|l| l.name.is_empty() || !replaced.contains(l.name));
+                if limits.is_empty() {
+                    plan.kind = Kind::NoLimit;
+                }
+            }
+            Kind::Unlimited if unlimited_name.is_some_and(|n| replaced.contains(n)) => {
+                plan.kind = Kind::NoLimit;
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Builds the RateLimitResponse as envoyproxy/ratelimit does: one status per descriptor in order,
+//! the overall code, and the optional RateLimit-* headers taken from the tightest status.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::google::protobuf::Duration;
+
+use super::EngineSettings;
+use super::plan::{Kind, Plan};
+use crate::clock::{NANOS_PER_SECOND, Nanos};
+use crate::config::Unit;
+use crate::store::Verdict;
+
+/// Names of the response headers (`LIMIT_LIMIT_HEADER`, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        HeaderNames {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+pub(super) fn proto_unit(unit: Unit) -> ProtoUnit {
+    match unit {
+        Unit::Second => ProtoUnit::Second,
+        Unit::Minute => ProtoUnit::Minute,
+        Unit::Hour => ProtoUnit::Hour,
+        Unit::Day => ProtoUnit::Day,
+        Unit::Week => ProtoUnit::Week,
+        Unit::Month => ProtoUnit::Month,
+        Unit::Year => ProtoUnit::Year,
+    }
+}
+
+/// Whole seconds, rounded up, as the reference reports resets (and as Envoy's headers show them).
+pub(super) fn reset_seconds(reset: Nanos) -> u64 {
+    reset.div_ceil(NANOS_PER_SECOND)
+}
+
+/// `verdicts` holds one verdict per planned limit, in plan order.
+pub(super) fn build(
+    plans: &[Plan<'_>],
+    verdicts: &[Verdict],
+    settings: &EngineSettings,
+) -> RateLimitResponse {
+    let mut statuses = Vec::with_capacity(plans.len());
+    let mut next = 0;
+    for plan in plans {
+        let status = match &plan.kind {
+            Kind::NoLimit => DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            },
+            Kind::Unlimited => DescriptorStatus {
+                code: Code::Ok as i32,
+                limit_remaining: u32::MAX,
+                ..Default::default()
+            },
+            Kind::Limited(limits) => {
+                let mine = &verdicts[next..next + limits.len()];
+                next += limits.len();
+                // The tightest limit: a denied one first, else the least remaining; first on ties.
+                let tightest = limits
+                    .iter()
+                    .zip(mine)
+                    .min_by_key(|(_, v)| (v.allowed, v.outlook.remaining));
+                let Some((limit, verdict)) = tightest else {
+                    statuses.push(DescriptorStatus {
+                        code: Code::Ok as i32,
+                        ..Default::default()
+                    });
+                    continue;
+                };
+                let over = !verdict.allowed && !plan.shadow_mode;
+                DescriptorStatus {
+                    code: if over { Code::OverLimit } else { Code::Ok } as i32,
+                    current_limit: Some(RateLimit {
+                        name: limit.name.to_owned(),
+                        requests_per_unit: limit.requests_per_unit,
+                        unit: proto_unit(limit.unit) as i32,
+                    }),
+                    limit_remaining: if verdict.allowed {
+                        verdict.outlook.remaining
+                    } else {
+                        0
+                    },
+                    duration_until_reset: Some(Duration {
+                        seconds: reset_seconds(verdict.outlook.reset_after) as i64,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                }
+            }
+        };
+        statuses.push(status);
+    }
+    let any_over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    let overall = if any_over && !settings.shadow_mode {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    };
+    let response_headers_to_add = settings
+        .response_headers
+        .as_ref()
+        .map(|names| headers(&statuses, names))
+        .unwrap_or_default();
+    RateLimitResponse {
+        overall_code: overall as i32,
+        statuses,
+        response_headers_to_add,
+        ..Default::default()
+    }
+}
+
+/// The reference's choice: the status with the least remaining among those with a limit (first on
+/// ties), overridden by the last OVER_LIMIT one. No headers when no descriptor had a limit.
+fn headers(statuses: &[DescriptorStatus], names: &HeaderNames) -> Vec<HeaderValue> {
+    let limited = statuses.iter().filter(|s| s.current_limit.is_some());
+    let chosen = limited
+        .clone()
+        .filter(|s| s.code == Code::OverLimit as i32)
+        .last()
+        .or_else(|| limited.min_by_key(|s| s.limit_remaining));
+    let Some(status) = chosen else {
+        return Vec::new();
+    };
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..Default::default()
+    };
+    let limit = status
+        .current_limit
+        .as_ref()
+        .map_or(0, |l| l.requests_per_unit);
+    let reset = status
+        .duration_until_reset
+        .as_ref()
+        .map_or(0, |d| d.seconds);
+    vec![
+        header(&names.limit, limit.to_string()),
+        header(&names.remaining, status.limit_remaining.to_string()),
+        header(&names.reset, reset.to_string()),
+    ]
+}
