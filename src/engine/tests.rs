@@ -1,1 +1,75 @@
+//! Engine tests without a transport: the handler called directly with a manual clock.
 
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use super::*;
+use crate::clock::{ManualClock, NANOS_PER_SECOND};
+use crate::store::MemoryStore;
+
+fn engine(yaml: &str) -> Engine<MemoryStore> {
+    let configs = crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
+    Engine::new(
+        Policy::new(&configs),
+        Arc::new(MemoryStore::new(1000)),
+        Arc::new(ManualClock::new(1_767_225_600 * NANOS_PER_SECOND)),
+        EngineSettings::default(),
+    )
+}
+
+fn request(descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "d".into(),
+        descriptors: descriptors
+            .iter()
+            .map(|entries| RateLimitDescriptor {
+                entries: entries
+                    .iter()
+                    .map(|(k, v)| Entry { key: (*k).into(), value: (*v).into() })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        hits_addend: 0,
+    }
+}
+
+#[tokio::test]
+async fn unlimited_rule_can_replace_a_named_limit() {
+    let e = engine(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0, name: block}\n  - key: vip\n    rate_limit: {unlimited: true, replaces: [{name: block}]}\n",
+    );
+    let r = e.should_rate_limit(&request(&[&[("a", "1")]])).await.unwrap();
+    assert_eq!(r.overall_code, Code::OverLimit as i32, "0 per second blocks");
+    let r = e.should_rate_limit(&request(&[&[("a", "1")], &[("vip", "x")]])).await.unwrap();
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert!(r.statuses[0].current_limit.is_none());
+    assert_eq!(r.statuses[1].limit_remaining, u32::MAX);
+}
+
+#[tokio::test]
+async fn invalid_requests_are_errors_not_answers() {
+    let e = engine("domain: d\n");
+    let mut r = request(&[&[("a", "1")]]);
+    r.domain.clear();
+    assert!(matches!(
+        e.should_rate_limit(&r).await,
+        Err(EngineError::Invalid(InvalidRequest::EmptyDomain))
+    ));
+}
+
+#[tokio::test]
+async fn a_new_policy_takes_effect_and_keeps_counters_of_unchanged_rules() {
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}\n";
+    let e = engine(yaml);
+    e.should_rate_limit(&request(&[&[("a", "1")]])).await.unwrap();
+    let raised = yaml.replace("requests_per_unit: 2", "requests_per_unit: 5");
+    let configs = crate::config::parse_files(&[("t.yaml".into(), raised)]).unwrap();
+    e.set_policy(Policy::new(&configs));
+    let r = e.should_rate_limit(&request(&[&[("a", "1")]])).await.unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 3, "5 - the 2 hits counted across the swap");
+}

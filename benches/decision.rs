@@ -1,0 +1,44 @@
+//! Cost of one decision in the memory store: key hashing + shard lock + algorithm, for 1 key and
+//! for 100k keys (round robin), per algorithm. `cargo bench --bench decision`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ratelimit_server::clock::NANOS_PER_SECOND;
+use ratelimit_server::config::Algorithm;
+use ratelimit_server::limiter::LimitParams;
+use ratelimit_server::store::{Charge, KeyBuilder, MemoryStore};
+
+fn params(algorithm: Algorithm) -> LimitParams {
+    LimitParams {
+        algorithm,
+        requests_per_unit: u32::MAX,
+        period: NANOS_PER_SECOND,
+        burst: u32::MAX,
+    }
+}
+
+fn decision(c: &mut Criterion) {
+    let keys = KeyBuilder::new(1, 2);
+    for algorithm in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
+        for key_count in [1usize, 100_000] {
+            let store = MemoryStore::new(1_000_000);
+            let values: Vec<String> = (0..key_count).map(|i| format!("10.0.{}.{}", i / 256, i % 256)).collect();
+            let p = params(algorithm);
+            let mut i = 0usize;
+            let mut now = 1_767_225_600 * NANOS_PER_SECOND;
+            c.bench_function(&format!("decision/{algorithm}/{key_count}_keys"), |b| {
+                b.iter(|| {
+                    i = (i + 1) % key_count;
+                    now += 1;
+                    let key = keys.key("edge", [("remote_address", values[i].as_str())], 0, &p);
+                    let charge = Charge { key, params: p, hits: 1, enforced: true };
+                    black_box(store.apply_now(black_box(&[charge]), now))
+                })
+            });
+        }
+    }
+}
+
+criterion_group!(benches, decision);
+criterion_main!(benches);

@@ -1,0 +1,52 @@
+//! `ratelimit-server check` on real files: every bad file is rejected with its file, line, column
+//! and field named; the shipped rules pass.
+
+use std::path::Path;
+use std::process::Command;
+
+fn check(dir: &Path) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .arg("check")
+        .arg(dir)
+        .output()
+        .expect("run ratelimit-server check");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn each_bad_file_is_reported_with_file_line_column_and_field() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bad");
+    let expected = std::fs::read_to_string(dir.join("EXPECTED.txt")).expect("EXPECTED.txt");
+    let (code, stdout, stderr) = check(&dir);
+    assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let mut cases = 0;
+    for line in expected.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
+        let (place, words) = line.split_once('\t').expect("<file>:<line>:<col>\\t<words>");
+        let prefix = format!("{}:", dir.join(place).display());
+        let found = stdout.lines().any(|l| l.starts_with(&prefix) && l.contains(words));
+        assert!(found, "no line starting with {prefix:?} and containing {words:?} in:\n{stdout}");
+        cases += 1;
+    }
+    assert!(cases >= 10, "EXPECTED.txt lists {cases} cases");
+}
+
+#[test]
+fn shipped_rules_and_examples_are_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["config", "examples/rules"] {
+        let (code, stdout, stderr) = check(&root.join(dir));
+        assert_eq!(code, 0, "{dir}: {stdout}{stderr}");
+        assert!(stdout.contains("OK"), "{stdout}");
+    }
+}
+
+#[test]
+fn a_missing_directory_is_an_error() {
+    let (code, stdout, stderr) = check(Path::new("/nonexistent/rules"));
+    assert_eq!(code, 1);
+    assert!(format!("{stdout}{stderr}").contains("/nonexistent/rules"));
+}

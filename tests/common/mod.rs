@@ -1,0 +1,107 @@
+//! Test harness: a real server on 127.0.0.1:0 with a manual clock, and a real tonic client.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use ratelimit_server::app::{self, Server};
+use ratelimit_server::clock::{ManualClock, NANOS_PER_SECOND};
+use ratelimit_server::settings::ServeSettings;
+use tempfile::TempDir;
+use tonic::transport::Channel;
+
+pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+/// 2026-01-01T00:00:10Z: ten seconds into a minute, an hour and a day.
+pub const START: u64 = 1_767_225_610 * NANOS_PER_SECOND;
+
+pub struct TestServer {
+    pub server: Server,
+    pub client: RateLimitServiceClient<Channel>,
+    pub clock: ManualClock,
+    pub dir: TempDir,
+}
+
+/// Starts a server on the given rules files (name, YAML text).
+pub async fn start(files: &[(&str, &str)]) -> TestServer {
+    start_with(files, |_| {}).await
+}
+
+/// Same, letting the test adjust settings first.
+pub async fn start_with(files: &[(&str, &str)], adjust: impl FnOnce(&mut ServeSettings)) -> TestServer {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write rules");
+    }
+    let mut settings = ServeSettings::for_tests(dir.path().to_path_buf());
+    adjust(&mut settings);
+    let clock = ManualClock::new(START);
+    let server = app::start(&settings, Arc::new(clock.clone()))
+        .await
+        .expect("server starts");
+    let client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
+        .await
+        .expect("client connects");
+    TestServer {
+        server,
+        client,
+        clock,
+        dir,
+    }
+}
+
+impl TestServer {
+    pub async fn call(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        self.client
+            .should_rate_limit(request)
+            .await
+            .expect("ShouldRateLimit succeeds")
+            .into_inner()
+    }
+
+    pub async fn call_err(&mut self, request: RateLimitRequest) -> tonic::Status {
+        self.client
+            .should_rate_limit(request)
+            .await
+            .expect_err("ShouldRateLimit fails")
+    }
+
+    /// Sends one single-descriptor request and returns (code, remaining).
+    pub async fn hit(&mut self, domain: &str, entries: &[(&str, &str)]) -> (Code, u32) {
+        let r = self.call(request(domain, &[entries])).await;
+        (code(r.overall_code), r.statuses[0].limit_remaining)
+    }
+
+    pub fn advance(&self, seconds: u64) {
+        self.clock.advance(Duration::from_secs(seconds));
+    }
+}
+
+pub fn code(value: i32) -> Code {
+    Code::try_from(value).expect("a known code")
+}
+
+pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
+        hits_addend: 0,
+    }
+}
