@@ -7,6 +7,7 @@ pub mod engine;
 pub mod http;
 pub mod limiter;
 pub mod logging;
+pub mod metrics;
 pub mod policy;
 pub mod rules_dir;
 pub mod service;

@@ -3,6 +3,7 @@
 //! build the reference's response (statuses, overall code, optional headers). The gRPC service and
 //! the HTTP `/json` endpoint both call `Engine::should_rate_limit`.
 
+mod observe;
 mod plan;
 mod request;
 mod response;
@@ -17,6 +18,7 @@ pub use response::HeaderNames;
 
 use crate::clock::Clock;
 use crate::config::Algorithm;
+use crate::metrics::{Metrics, PolicyMetrics};
 use crate::policy::Policy;
 use crate::store::{Charge, KeyBuilder, Store, StoreError};
 
@@ -55,13 +57,20 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
-/// The rate limiter: live policy + store + clock.
+/// The rules in force and their resolved metric counters, swapped together.
+struct Live {
+    policy: Arc<Policy>,
+    counters: PolicyMetrics,
+}
+
+/// The rate limiter: live policy + store + clock (+ metrics).
 pub struct Engine<S> {
-    policy: ArcSwap<Policy>,
+    live: ArcSwap<Live>,
     store: Arc<S>,
     keys: KeyBuilder,
     clock: Arc<dyn Clock>,
     settings: EngineSettings,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -72,21 +81,46 @@ impl<S: Store> Engine<S> {
         settings: EngineSettings,
     ) -> Self {
         Engine {
-            policy: ArcSwap::from_pointee(policy),
+            live: ArcSwap::from_pointee(Live {
+                policy: Arc::new(policy),
+                counters: PolicyMetrics::default(),
+            }),
             store,
             keys: KeyBuilder::random(),
             clock,
             settings,
+            metrics: None,
         }
+    }
+
+    /// Records per-rule and global metrics into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        let policy = self.policy();
+        self.install(policy);
+        self
     }
 
     /// Replaces the live rules; requests in flight finish on the snapshot they started with.
     pub fn set_policy(&self, policy: Policy) {
-        self.policy.store(Arc::new(policy));
+        self.install(Arc::new(policy));
+    }
+
+    fn install(&self, policy: Arc<Policy>) {
+        let counters = self
+            .metrics
+            .as_ref()
+            .map(|m| m.for_policy(&policy))
+            .unwrap_or_default();
+        self.live.store(Arc::new(Live { policy, counters }));
     }
 
     pub fn policy(&self) -> Arc<Policy> {
-        self.policy.load_full()
+        self.live.load().policy.clone()
+    }
+
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
     }
 
     pub fn store(&self) -> &Arc<S> {
@@ -107,8 +141,8 @@ impl<S: Store> Engine<S> {
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
-        let policy = self.policy.load_full();
-        let plans = plan::plan(&policy, request, self.settings.default_algorithm)?;
+        let live = self.live.load_full();
+        let plans = plan::plan(&live.policy, request, self.settings.default_algorithm)?;
         let mut charges = Vec::new();
         for (descriptor, plan) in request.descriptors.iter().zip(&plans) {
             let entries = || {
@@ -133,7 +167,12 @@ impl<S: Store> Engine<S> {
         } else {
             self.store.apply(&charges, self.clock.now()).await?
         };
-        Ok(response::build(&plans, &verdicts, &self.settings))
+        let tightest = response::tightest(&plans, &verdicts);
+        let response = response::build(&plans, &tightest, &self.settings);
+        if let Some(metrics) = &self.metrics {
+            observe::record(metrics, &live.counters, request, &plans, &tightest, &response, &self.settings);
+        }
+        Ok(response)
     }
 }
 

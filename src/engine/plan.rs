@@ -39,8 +39,8 @@ pub(super) struct Plan<'p> {
     pub rule: Option<&'p Rule>,
 }
 
-impl Plan<'_> {
-    pub fn limits(&self) -> &[PlannedLimit<'_>] {
+impl<'p> Plan<'p> {
+    pub fn limits(&self) -> &[PlannedLimit<'p>] {
         match &self.kind {
             Kind::Limited(limits) => limits,
             _ => &[],

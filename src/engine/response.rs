@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::google::protobuf::Duration;
 
 use super::EngineSettings;
-use super::plan::{Kind, Plan};
+use super::plan::{Kind, Plan, PlannedLimit};
 use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::Unit;
 use crate::store::Verdict;
@@ -50,40 +50,42 @@ pub(super) fn reset_seconds(reset: Nanos) -> u64 {
     reset.div_ceil(NANOS_PER_SECOND)
 }
 
-/// `verdicts` holds one verdict per planned limit, in plan order.
+/// The tightest limit of each plan and its verdict: a denied one first, else the least remaining;
+/// the first on ties. `verdicts` holds one verdict per planned limit, in plan order.
+pub(super) fn tightest<'a, 'p: 'a>(
+    plans: &'a [Plan<'p>],
+    verdicts: &'a [Verdict],
+) -> Vec<Option<(&'a PlannedLimit<'p>, Verdict)>> {
+    let mut next = 0;
+    plans
+        .iter()
+        .map(|plan| {
+            let limits = plan.limits();
+            let mine = verdicts.get(next..next + limits.len()).unwrap_or(&[]);
+            next += limits.len();
+            limits
+                .iter()
+                .zip(mine)
+                .min_by_key(|(_, v)| (v.allowed, v.outlook.remaining))
+                .map(|(l, v)| (l, *v))
+        })
+        .collect()
+}
+
 pub(super) fn build(
     plans: &[Plan<'_>],
-    verdicts: &[Verdict],
+    tightest: &[Option<(&PlannedLimit<'_>, Verdict)>],
     settings: &EngineSettings,
 ) -> RateLimitResponse {
     let mut statuses = Vec::with_capacity(plans.len());
-    let mut next = 0;
-    for plan in plans {
-        let status = match &plan.kind {
-            Kind::NoLimit => DescriptorStatus {
-                code: Code::Ok as i32,
-                ..Default::default()
-            },
-            Kind::Unlimited => DescriptorStatus {
+    for (plan, tightest) in plans.iter().zip(tightest) {
+        let status = match (&plan.kind, tightest) {
+            (Kind::Unlimited, _) => DescriptorStatus {
                 code: Code::Ok as i32,
                 limit_remaining: u32::MAX,
                 ..Default::default()
             },
-            Kind::Limited(limits) => {
-                let mine = &verdicts[next..next + limits.len()];
-                next += limits.len();
-                // The tightest limit: a denied one first, else the least remaining; first on ties.
-                let tightest = limits
-                    .iter()
-                    .zip(mine)
-                    .min_by_key(|(_, v)| (v.allowed, v.outlook.remaining));
-                let Some((limit, verdict)) = tightest else {
-                    statuses.push(DescriptorStatus {
-                        code: Code::Ok as i32,
-                        ..Default::default()
-                    });
-                    continue;
-                };
+            (Kind::Limited(_), Some((limit, verdict))) => {
                 let over = !verdict.allowed && !plan.shadow_mode;
                 DescriptorStatus {
                     code: if over { Code::OverLimit } else { Code::Ok } as i32,
@@ -104,6 +106,10 @@ pub(super) fn build(
                     ..Default::default()
                 }
             }
+            _ => DescriptorStatus {
+                code: Code::Ok as i32,
+                ..Default::default()
+            },
         };
         statuses.push(status);
     }

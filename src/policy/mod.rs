@@ -33,6 +33,8 @@ pub enum RuleKind {
 /// A descriptor entry that carries a `rate_limit` (or `rate_limits`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
+    /// Dense index of the rule in its `Policy` (0..rule_count), for per-rule tables such as metrics.
+    pub id: usize,
     /// The rule's place in the tree as the reference names it in stats: `key_value.key2`, with the
     /// pattern for wildcard entries.
     pub path: String,
@@ -82,7 +84,7 @@ struct Level {
 }
 
 impl Level {
-    fn build(configs: &[DescriptorConfig], parent_path: &str) -> Level {
+    fn build(configs: &[DescriptorConfig], parent_path: &str, next_id: &mut usize) -> Level {
         let mut level = Level::default();
         for config in configs {
             let (value, segment) = match &config.value {
@@ -116,17 +118,22 @@ impl Level {
                     level.any.insert(config.key.clone(), index);
                 }
             }
-            level.nodes.push(Node {
-                key: config.key.clone(),
-                value,
-                rule: config.rate_limit.as_ref().map(|spec| Rule {
+            let rule = config.rate_limit.as_ref().map(|spec| {
+                *next_id += 1;
+                Rule {
+                    id: *next_id - 1,
                     path: path.clone(),
                     kind: compile(spec),
                     shadow_mode: config.shadow_mode,
                     detailed_metric: config.detailed_metric,
-                }),
+                }
+            });
+            level.nodes.push(Node {
+                key: config.key.clone(),
+                value,
+                rule,
                 location: config.location.clone(),
-                children: Level::build(&config.descriptors, &path),
+                children: Level::build(&config.descriptors, &path, next_id),
             });
         }
         level
@@ -263,11 +270,13 @@ impl DomainRules {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     domains: HashMap<String, DomainRules>,
+    rule_count: usize,
 }
 
 impl Policy {
     /// Builds the matching trees. The configs must be validated (one file per domain).
     pub fn new(configs: &[DomainConfig]) -> Policy {
+        let mut next_id = 0;
         let domains = configs
             .iter()
             .map(|c| {
@@ -275,12 +284,20 @@ impl Policy {
                     c.domain.clone(),
                     DomainRules {
                         name: c.domain.clone(),
-                        root: Level::build(&c.descriptors, ""),
+                        root: Level::build(&c.descriptors, "", &mut next_id),
                     },
                 )
             })
             .collect();
-        Policy { domains }
+        Policy {
+            domains,
+            rule_count: next_id,
+        }
+    }
+
+    /// Number of rules; rule ids are `0..rule_count()`.
+    pub fn rule_count(&self) -> usize {
+        self.rule_count
     }
 
     pub fn domain(&self, name: &str) -> Option<&DomainRules> {

@@ -1,0 +1,75 @@
+//! Metrics of one decision: per-rule hit counters (within, near, over, shadow) and global shadow mode.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+use super::EngineSettings;
+use super::plan::{Plan, PlannedLimit};
+use crate::config::Algorithm;
+use crate::metrics::{HitOutcome, Metrics, OVERRIDE_RULE, PolicyMetrics, RuleCounters};
+use crate::store::Verdict;
+
+/// Near the limit: after this request, more than `ratio` of the capacity is used.
+fn outcome(limit: &PlannedLimit<'_>, verdict: &Verdict, shadow: bool, ratio: f64) -> HitOutcome {
+    if !verdict.allowed {
+        return if shadow {
+            HitOutcome::OverShadowed
+        } else {
+            HitOutcome::Over
+        };
+    }
+    let capacity = match limit.params.algorithm {
+        Algorithm::TokenBucket => limit.params.burst,
+        Algorithm::FixedWindow => limit.params.requests_per_unit,
+    };
+    let used = capacity.saturating_sub(verdict.outlook.remaining);
+    let threshold = (f64::from(capacity) * ratio).floor() as u32;
+    if used > threshold {
+        HitOutcome::Near
+    } else {
+        HitOutcome::Within
+    }
+}
+
+pub(super) fn record(
+    metrics: &Metrics,
+    counters: &PolicyMetrics,
+    request: &RateLimitRequest,
+    plans: &[Plan<'_>],
+    tightest: &[Option<(&PlannedLimit<'_>, Verdict)>],
+    response: &RateLimitResponse,
+    settings: &EngineSettings,
+) {
+    for ((plan, tightest), descriptor) in plans.iter().zip(tightest).zip(&request.descriptors) {
+        let Some((limit, verdict)) = tightest else {
+            continue;
+        };
+        let outcome = outcome(limit, verdict, plan.shadow_mode, settings.near_limit_ratio);
+        let dynamic: RuleCounters;
+        let rule_counters = match plan.rule {
+            Some(rule) if rule.detailed_metric => {
+                let detailed = descriptor
+                    .entries
+                    .iter()
+                    .map(|e| format!("{}_{}", e.key, e.value))
+                    .collect::<Vec<_>>()
+                    .join(".");
+                dynamic = metrics.detailed_counters(&request.domain, &rule.path, detailed);
+                &dynamic
+            }
+            Some(rule) => match counters.rules.get(rule.id).and_then(Option::as_ref) {
+                Some(c) => c,
+                None => continue,
+            },
+            None => {
+                dynamic = metrics.rule_counters(&request.domain, OVERRIDE_RULE);
+                &dynamic
+            }
+        };
+        rule_counters.record(outcome, plan.hits);
+    }
+    let over = response.statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    if settings.shadow_mode && over {
+        metrics.global_shadow_mode.inc();
+    }
+}
