@@ -23,7 +23,9 @@ fn decision(c: &mut Criterion) {
     for algorithm in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
         for key_count in [1usize, 100_000] {
             let store = MemoryStore::new(1_000_000);
-            let values: Vec<String> = (0..key_count).map(|i| format!("10.0.{}.{}", i / 256, i % 256)).collect();
+            let values: Vec<String> = (0..key_count)
+                .map(|i| format!("10.0.{}.{}", i / 256, i % 256))
+                .collect();
             let p = params(algorithm);
             let mut i = 0usize;
             let mut now = 1_767_225_600 * NANOS_PER_SECOND;
@@ -32,7 +34,12 @@ fn decision(c: &mut Criterion) {
                     i = (i + 1) % key_count;
                     now += 1;
                     let key = keys.key("edge", [("remote_address", values[i].as_str())], 0, &p);
-                    let charge = Charge { key, params: p, hits: 1, enforced: true };
+                    let charge = Charge {
+                        key,
+                        params: p,
+                        hits: 1,
+                        enforced: true,
+                    };
                     black_box(store.apply_now(black_box(&[charge]), now))
                 })
             });

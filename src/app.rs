@@ -13,11 +13,13 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::clock::Clock;
 use crate::config::ConfigErrors;
 use crate::engine::Engine;
-use crate::http;
+use crate::http::{self, Admin};
+use crate::metrics::Metrics;
 use crate::policy::Policy;
-use crate::rules_dir::load_rules_dir;
+use crate::reload::{self, Reloader};
 use crate::service::RateLimitGrpc;
 use crate::settings::ServeSettings;
+use crate::status::{LoadReport, ServerStatus};
 use crate::store::MemoryStore;
 
 /// gRPC health service names we report: the whole server and the reference's "ratelimit".
@@ -30,6 +32,8 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 pub enum StartError {
     #[error("invalid rules in {dir}:\n{errors}")]
     Rules { dir: String, errors: ConfigErrors },
+    #[error("cannot watch the rules directory: {0}")]
+    Watch(#[from] notify::Error),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -42,6 +46,8 @@ pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub engine: Arc<Engine<MemoryStore>>,
+    pub reloader: Arc<Reloader>,
+    pub status: Arc<ServerStatus>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -49,6 +55,7 @@ pub struct Server {
 impl Server {
     /// Flips health to NOT_SERVING, stops accepting, lets in-flight calls finish, then returns.
     pub async fn shutdown(self) {
+        self.status.set_draining();
         let _ = self.shutdown.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -64,17 +71,29 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
 
 /// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
-    let configs = load_rules_dir(&settings.config).map_err(|errors| StartError::Rules {
+    let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
+    let store = Arc::new(MemoryStore::new(settings.max_keys));
+    let engine = Arc::new(
+        Engine::new(
+            Policy::default(),
+            store.clone(),
+            clock.clone(),
+            settings.engine_settings(),
+        )
+        .with_metrics(metrics.clone()),
+    );
+    let status = Arc::new(ServerStatus::new(LoadReport::default()));
+    let reloader = Arc::new(Reloader::new(
+        settings.config.clone(),
+        engine.clone(),
+        metrics.clone(),
+        status.clone(),
+        clock.clone(),
+    ));
+    let loaded = reloader.reload().map_err(|errors| StartError::Rules {
         dir: settings.config.display().to_string(),
         errors,
     })?;
-    let store = Arc::new(MemoryStore::new(settings.max_keys));
-    let engine = Arc::new(Engine::new(
-        Policy::new(&configs),
-        store.clone(),
-        clock.clone(),
-        settings.engine_settings(),
-    ));
     let grpc_listener = bind(settings.grpc_addr).await?;
     let http_listener = bind(settings.http_addr).await?;
     let grpc_addr = grpc_listener
@@ -90,6 +109,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             source,
         })?;
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
 
     let (health, health_service) = tonic_health::server::health_reporter();
     for name in HEALTH_SERVICES {
@@ -122,8 +142,13 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     };
     let http = {
         let mut stop = shutdown_rx.clone();
+        let admin = Arc::new(Admin {
+            engine: engine.clone(),
+            metrics,
+            status: status.clone(),
+        });
         tokio::spawn(async move {
-            let result = axum::serve(http_listener, http::router())
+            let result = axum::serve(http_listener, http::router(admin))
                 .with_graceful_shutdown(async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
@@ -145,13 +170,15 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             }
         })
     };
-    tracing::info!(%grpc_addr, %http_addr, domains = configs.len(), "serving");
+    tracing::info!(%grpc_addr, %http_addr, rules = %loaded.summary, "serving");
     Ok(Server {
         grpc_addr,
         http_addr,
         engine,
+        reloader,
+        status,
         shutdown,
-        tasks: vec![grpc, http, sweeper],
+        tasks: vec![grpc, http, sweeper, watcher],
     })
 }
 

@@ -121,19 +121,70 @@ impl Metrics {
         r.register(Box::new(store_keys.clone()))
             .expect("metric registered once");
         Metrics {
-            total_hits: counter_vec(&r, "ratelimit_service_rate_limit_total_hits", "Hits on a rule", &rule),
-            over_limit: counter_vec(&r, "ratelimit_service_rate_limit_over_limit", "Hits over the limit", &rule),
-            near_limit: counter_vec(&r, "ratelimit_service_rate_limit_near_limit", "Hits past NEAR_LIMIT_RATIO of the limit", &rule),
-            within_limit: counter_vec(&r, "ratelimit_service_rate_limit_within_limit", "Hits within the limit", &rule),
-            shadow_mode: counter_vec(&r, "ratelimit_service_rate_limit_shadow_mode", "Over-limit hits let through by shadow mode", &rule),
-            global_shadow_mode: counter(&r, "ratelimit_service_global_shadow_mode", "Requests answered OK by global SHADOW_MODE"),
-            config_load_success: counter(&r, "ratelimit_service_config_load_success", "Rules loads that succeeded"),
-            config_load_error: counter(&r, "ratelimit_service_config_load_error", "Rules loads that failed"),
-            should_rate_limit_error: counter_vec(&r, "ratelimit_service_should_rate_limit_error", "Failed ShouldRateLimit calls", &["err_type"]),
-            total_requests: counter_vec(&r, "ratelimit_service_total_requests", "ShouldRateLimit calls", &["grpc_method"]),
+            total_hits: counter_vec(
+                &r,
+                "ratelimit_service_rate_limit_total_hits",
+                "Hits on a rule",
+                &rule,
+            ),
+            over_limit: counter_vec(
+                &r,
+                "ratelimit_service_rate_limit_over_limit",
+                "Hits over the limit",
+                &rule,
+            ),
+            near_limit: counter_vec(
+                &r,
+                "ratelimit_service_rate_limit_near_limit",
+                "Hits past NEAR_LIMIT_RATIO of the limit",
+                &rule,
+            ),
+            within_limit: counter_vec(
+                &r,
+                "ratelimit_service_rate_limit_within_limit",
+                "Hits within the limit",
+                &rule,
+            ),
+            shadow_mode: counter_vec(
+                &r,
+                "ratelimit_service_rate_limit_shadow_mode",
+                "Over-limit hits let through by shadow mode",
+                &rule,
+            ),
+            global_shadow_mode: counter(
+                &r,
+                "ratelimit_service_global_shadow_mode",
+                "Requests answered OK by global SHADOW_MODE",
+            ),
+            config_load_success: counter(
+                &r,
+                "ratelimit_service_config_load_success",
+                "Rules loads that succeeded",
+            ),
+            config_load_error: counter(
+                &r,
+                "ratelimit_service_config_load_error",
+                "Rules loads that failed",
+            ),
+            should_rate_limit_error: counter_vec(
+                &r,
+                "ratelimit_service_should_rate_limit_error",
+                "Failed ShouldRateLimit calls",
+                &["err_type"],
+            ),
+            total_requests: counter_vec(
+                &r,
+                "ratelimit_service_total_requests",
+                "ShouldRateLimit calls",
+                &["grpc_method"],
+            ),
             response_time,
             store_keys,
-            store_evictions: counter(&r, "ratelimit_store_evictions", "Live keys evicted because the key bound was reached"),
+            store_evictions: counter(
+                &r,
+                "ratelimit_store_evictions",
+                "Live keys evicted because the key bound was reached",
+            ),
             store_errors: counter(&r, "ratelimit_store_errors", "Store operations that failed"),
             registry: r,
             detailed_cap,
@@ -155,7 +206,12 @@ impl Metrics {
 
     /// Counters for a detailed-metric series (`rule` holds request values); past the cap, the
     /// rule's overflow series.
-    pub fn detailed_counters(&self, domain: &str, rule_path: &str, detailed: String) -> RuleCounters {
+    pub fn detailed_counters(
+        &self,
+        domain: &str,
+        rule_path: &str,
+        detailed: String,
+    ) -> RuleCounters {
         let mut seen = self
             .detailed_seen
             .lock()
@@ -185,7 +241,10 @@ impl Metrics {
     pub fn encode(&self) -> String {
         let mut buffer = Vec::new();
         let encoder = TextEncoder::new();
-        if encoder.encode(&self.registry.gather(), &mut buffer).is_err() {
+        if encoder
+            .encode(&self.registry.gather(), &mut buffer)
+            .is_err()
+        {
             return String::new();
         }
         String::from_utf8(buffer).unwrap_or_default()

@@ -1,25 +1,48 @@
 //! The gRPC face: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over tonic,
-//! translating engine errors into gRPC statuses (INVALID_ARGUMENT, UNAVAILABLE).
+//! translating engine errors into gRPC statuses (INVALID_ARGUMENT, UNAVAILABLE) and recording call
+//! counts, errors and latency.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use prometheus::{Histogram, IntCounter};
 use tonic::{Request, Response, Status};
 
 use crate::engine::{Engine, EngineError};
 use crate::store::Store;
 
+/// The call metrics, resolved once so a call only touches atomics.
+struct CallMetrics {
+    requests: IntCounter,
+    latency: Histogram,
+    invalid: IntCounter,
+    store_errors: IntCounter,
+}
+
 /// The tonic service around a shared engine.
 pub struct RateLimitGrpc<S> {
     engine: Arc<Engine<S>>,
+    metrics: Option<CallMetrics>,
 }
 
 impl<S: Store> RateLimitGrpc<S> {
     pub fn server(engine: Arc<Engine<S>>) -> RateLimitServiceServer<Self> {
-        RateLimitServiceServer::new(RateLimitGrpc { engine })
+        let method = ["ShouldRateLimit"];
+        let metrics = engine.metrics().map(|m| CallMetrics {
+            requests: m.total_requests.with_label_values(&method),
+            latency: m.response_time.with_label_values(&method),
+            invalid: m
+                .should_rate_limit_error
+                .with_label_values(&["invalid_argument"]),
+            store_errors: m
+                .should_rate_limit_error
+                .with_label_values(&["store_error"]),
+        });
+        RateLimitServiceServer::new(RateLimitGrpc { engine, metrics })
     }
 }
 
@@ -38,7 +61,17 @@ impl<S: Store> RateLimitService for RateLimitGrpc<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let response = self.engine.should_rate_limit(request.get_ref()).await?;
-        Ok(Response::new(response))
+        let started = Instant::now();
+        let result = self.engine.should_rate_limit(request.get_ref()).await;
+        if let Some(m) = &self.metrics {
+            m.requests.inc();
+            m.latency.observe(started.elapsed().as_secs_f64());
+            match &result {
+                Err(EngineError::Invalid(_)) => m.invalid.inc(),
+                Err(EngineError::Store(_)) => m.store_errors.inc(),
+                Ok(_) => {}
+            }
+        }
+        Ok(Response::new(result?))
     }
 }

@@ -18,7 +18,7 @@ pub struct ServeSettings {
     /// gRPC listen address (RateLimitService and grpc.health.v1).
     #[arg(long, env = "GRPC_ADDR", default_value = "0.0.0.0:8081")]
     pub grpc_addr: SocketAddr,
-    /// HTTP admin listen address (/healthcheck).
+    /// HTTP admin listen address (/metrics, /healthcheck, /readyz, /rlconfig, POST /json).
     #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
@@ -43,6 +43,9 @@ pub struct ServeSettings {
     /// Most keys the memory store holds; past it the soonest-expiring sampled keys are evicted.
     #[arg(long, env = "MAX_KEYS", default_value_t = 1_000_000)]
     pub max_keys: usize,
+    /// Most distinct label sets of `detailed_metric` rules; past it hits go to `<rule>_overflow`.
+    #[arg(long, env = "DETAILED_METRICS_CAP", default_value_t = 1000)]
+    pub detailed_metrics_cap: usize,
     /// Most descriptors in one request.
     #[arg(long, env = "MAX_DESCRIPTORS", default_value_t = 64)]
     pub max_descriptors: usize,

@@ -24,11 +24,21 @@ fn each_bad_file_is_reported_with_file_line_column_and_field() {
     let (code, stdout, stderr) = check(&dir);
     assert_eq!(code, 1, "stdout:\n{stdout}\nstderr:\n{stderr}");
     let mut cases = 0;
-    for line in expected.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#')) {
-        let (place, words) = line.split_once('\t').expect("<file>:<line>:<col>\\t<words>");
+    for line in expected
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    {
+        let (place, words) = line
+            .split_once('\t')
+            .expect("<file>:<line>:<col>\\t<words>");
         let prefix = format!("{}:", dir.join(place).display());
-        let found = stdout.lines().any(|l| l.starts_with(&prefix) && l.contains(words));
-        assert!(found, "no line starting with {prefix:?} and containing {words:?} in:\n{stdout}");
+        let found = stdout
+            .lines()
+            .any(|l| l.starts_with(&prefix) && l.contains(words));
+        assert!(
+            found,
+            "no line starting with {prefix:?} and containing {words:?} in:\n{stdout}"
+        );
         cases += 1;
     }
     assert!(cases >= 10, "EXPECTED.txt lists {cases} cases");

@@ -15,7 +15,10 @@ async fn racing_clients_on_one_key_get_exactly_the_limit() {
                 tokio::spawn(async move {
                     let mut ok = 0;
                     for _ in 0..100 {
-                        let r = client.should_rate_limit(request("race", &[&[(key, "same")]])).await.unwrap();
+                        let r = client
+                            .should_rate_limit(request("race", &[&[(key, "same")]]))
+                            .await
+                            .unwrap();
                         if code(r.into_inner().overall_code) == Code::Ok {
                             ok += 1;
                         }

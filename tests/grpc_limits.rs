@@ -55,8 +55,15 @@ async fn fixed_window_counts_down_to_over_limit_and_resets_with_the_window() {
     assert_eq!(code(status.code), Code::OverLimit);
     assert_eq!(status.limit_remaining, 0);
     let limit = status.current_limit.as_ref().unwrap();
-    assert_eq!((limit.requests_per_unit, limit.unit, limit.name.as_str()), (3, Unit::Minute as i32, "fixed-3"));
-    assert_eq!(status.duration_until_reset.as_ref().unwrap().seconds, 50, "window ends at the minute");
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit, limit.name.as_str()),
+        (3, Unit::Minute as i32, "fixed-3")
+    );
+    assert_eq!(
+        status.duration_until_reset.as_ref().unwrap().seconds,
+        50,
+        "window ends at the minute"
+    );
     s.advance(50);
     assert_eq!(s.hit("api", &[("fixed", "x")]).await, (Code::Ok, 2));
 }
@@ -68,7 +75,11 @@ async fn token_bucket_refills_at_its_rate() {
     assert_eq!(s.hit("api", &[("bucket", "b")]).await, (Code::Ok, 0));
     assert_eq!(s.hit("api", &[("bucket", "b")]).await.0, Code::OverLimit);
     s.clock.advance(std::time::Duration::from_millis(500));
-    assert_eq!(s.hit("api", &[("bucket", "b")]).await, (Code::Ok, 0), "one token per 500 ms");
+    assert_eq!(
+        s.hit("api", &[("bucket", "b")]).await,
+        (Code::Ok, 0),
+        "one token per 500 ms"
+    );
     assert_eq!(s.hit("api", &[("bucket", "b")]).await.0, Code::OverLimit);
 }
 
@@ -78,7 +89,11 @@ async fn value_less_keys_count_per_value() {
     assert_eq!(s.hit("api", &[("api_key", "a")]).await, (Code::Ok, 1));
     assert_eq!(s.hit("api", &[("api_key", "a")]).await, (Code::Ok, 0));
     assert_eq!(s.hit("api", &[("api_key", "a")]).await.0, Code::OverLimit);
-    assert_eq!(s.hit("api", &[("api_key", "b")]).await, (Code::Ok, 1), "another value has its own counter");
+    assert_eq!(
+        s.hit("api", &[("api_key", "b")]).await,
+        (Code::Ok, 1),
+        "another value has its own counter"
+    );
 }
 
 #[tokio::test]
@@ -86,31 +101,59 @@ async fn nested_descriptors_match_by_depth_exact_before_wildcard() {
     let mut s = server().await;
     let search = [("api_key", "a"), ("path", "/v1/search")];
     let other = [("api_key", "a"), ("path", "/v1/users")];
-    assert_eq!(s.hit("api", &search).await, (Code::Ok, 4), "exact value wins");
+    assert_eq!(
+        s.hit("api", &search).await,
+        (Code::Ok, 4),
+        "exact value wins"
+    );
     assert_eq!(s.hit("api", &other).await, (Code::Ok, 0), "wildcard");
     assert_eq!(s.hit("api", &other).await.0, Code::OverLimit);
-    assert_eq!(s.hit("api", &[("api_key", "a"), ("path", "/v1/orders")]).await, (Code::Ok, 0),
-        "each value matched by a wildcard has its own counter");
-    assert_eq!(s.hit("api", &[("api_key", "a")]).await, (Code::Ok, 1), "the parent's limit is separate");
+    assert_eq!(
+        s.hit("api", &[("api_key", "a"), ("path", "/v1/orders")])
+            .await,
+        (Code::Ok, 0),
+        "each value matched by a wildcard has its own counter"
+    );
+    assert_eq!(
+        s.hit("api", &[("api_key", "a")]).await,
+        (Code::Ok, 1),
+        "the parent's limit is separate"
+    );
 }
 
 #[tokio::test]
 async fn wildcard_counters_are_per_request_value() {
     let mut s = server().await;
-    assert_eq!(s.hit("api", &[("api_key", "a"), ("path", "/v1/a")]).await, (Code::Ok, 0));
-    assert_eq!(s.hit("api", &[("api_key", "a"), ("path", "/v1/b")]).await, (Code::Ok, 0));
-    assert_eq!(s.hit("api", &[("api_key", "a"), ("path", "/v1/a")]).await.0, Code::OverLimit);
+    assert_eq!(
+        s.hit("api", &[("api_key", "a"), ("path", "/v1/a")]).await,
+        (Code::Ok, 0)
+    );
+    assert_eq!(
+        s.hit("api", &[("api_key", "a"), ("path", "/v1/b")]).await,
+        (Code::Ok, 0)
+    );
+    assert_eq!(
+        s.hit("api", &[("api_key", "a"), ("path", "/v1/a")]).await.0,
+        Code::OverLimit
+    );
 }
 
 #[tokio::test]
 async fn unmatched_deeper_or_shorter_descriptors_get_no_limit() {
     let mut s = server().await;
-    let r = s.call(request("api", &[&[("api_key", "a"), ("path", "/v2/x")]])).await;
+    let r = s
+        .call(request("api", &[&[("api_key", "a"), ("path", "/v2/x")]]))
+        .await;
     assert_eq!(code(r.overall_code), Code::Ok);
     assert!(r.statuses[0].current_limit.is_none());
     assert_eq!(r.statuses[0].limit_remaining, 0);
-    let r = s.call(request("api", &[&[("fixed", "x"), ("extra", "y")]])).await;
-    assert!(r.statuses[0].current_limit.is_none(), "longer than the rule");
+    let r = s
+        .call(request("api", &[&[("fixed", "x"), ("extra", "y")]]))
+        .await;
+    assert!(
+        r.statuses[0].current_limit.is_none(),
+        "longer than the rule"
+    );
     let r = s.call(request("nope", &[&[("fixed", "x")]])).await;
     assert_eq!(code(r.overall_code), Code::Ok, "unknown domain");
     assert!(r.statuses[0].current_limit.is_none());
@@ -152,7 +195,9 @@ async fn shadow_mode_rule_answers_ok_when_over() {
 async fn replaces_drops_the_named_limit() {
     let mut s = server().await;
     for _ in 0..5 {
-        let r = s.call(request("api", &[&[("fixed", "x")], &[("tier", "gold")]])).await;
+        let r = s
+            .call(request("api", &[&[("fixed", "x")], &[("tier", "gold")]]))
+            .await;
         assert_eq!(code(r.overall_code), Code::Ok);
         assert!(r.statuses[0].current_limit.is_none(), "fixed-3 replaced");
     }
@@ -168,14 +213,24 @@ async fn hits_addend_at_request_and_descriptor_level() {
     let resp = s.call(r.clone()).await;
     assert_eq!(resp.statuses[0].limit_remaining, 1);
     let resp = s.call(r.clone()).await;
-    assert_eq!(code(resp.overall_code), Code::OverLimit, "2 more do not fit in 1");
+    assert_eq!(
+        code(resp.overall_code),
+        Code::OverLimit,
+        "2 more do not fit in 1"
+    );
     // descriptor-level hits_addend overrides the request's; 0 checks without charging
     r.descriptors[0].hits_addend = Some(UInt64Value { value: 0 });
     let resp = s.call(r.clone()).await;
-    assert_eq!((code(resp.overall_code), resp.statuses[0].limit_remaining), (Code::Ok, 1));
+    assert_eq!(
+        (code(resp.overall_code), resp.statuses[0].limit_remaining),
+        (Code::Ok, 1)
+    );
     r.descriptors[0].hits_addend = Some(UInt64Value { value: 1 });
     let resp = s.call(r.clone()).await;
-    assert_eq!((code(resp.overall_code), resp.statuses[0].limit_remaining), (Code::Ok, 0));
+    assert_eq!(
+        (code(resp.overall_code), resp.statuses[0].limit_remaining),
+        (Code::Ok, 0)
+    );
 }
 
 #[tokio::test]
@@ -190,11 +245,21 @@ async fn limit_override_replaces_the_configured_limit() {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
     let mut s = server().await;
     let mut d = descriptor(&[("anything", "v")]);
-    d.limit = Some(RateLimitOverride { requests_per_unit: 2, unit: 1 });
-    let r = RateLimitRequest { domain: "api".into(), descriptors: vec![d], hits_addend: 0 };
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit: 2,
+        unit: 1,
+    });
+    let r = RateLimitRequest {
+        domain: "api".into(),
+        descriptors: vec![d],
+        hits_addend: 0,
+    };
     let first = s.call(r.clone()).await;
     let limit = first.statuses[0].current_limit.as_ref().unwrap();
-    assert_eq!((limit.requests_per_unit, limit.unit, limit.name.as_str()), (2, Unit::Second as i32, ""));
+    assert_eq!(
+        (limit.requests_per_unit, limit.unit, limit.name.as_str()),
+        (2, Unit::Second as i32, "")
+    );
     assert_eq!(first.statuses[0].limit_remaining, 1);
     s.call(r.clone()).await;
     assert_eq!(code(s.call(r.clone()).await.overall_code), Code::OverLimit);
@@ -208,15 +273,30 @@ async fn limit_override_replaces_the_configured_limit() {
 async fn a_denied_request_charges_none_of_its_descriptors() {
     let mut s = server().await;
     // Use up the 1-per-minute wildcard limit of key b.
-    assert_eq!(s.hit("api", &[("api_key", "b"), ("path", "/v1/x")]).await.0, Code::Ok);
+    assert_eq!(
+        s.hit("api", &[("api_key", "b"), ("path", "/v1/x")]).await.0,
+        Code::Ok
+    );
     for _ in 0..3 {
-        let r = s.call(request("api", &[&[("fixed", "q")], &[("api_key", "b"), ("path", "/v1/x")]])).await;
+        let r = s
+            .call(request(
+                "api",
+                &[&[("fixed", "q")], &[("api_key", "b"), ("path", "/v1/x")]],
+            ))
+            .await;
         assert_eq!(code(r.overall_code), Code::OverLimit);
         assert_eq!(code(r.statuses[0].code), Code::Ok);
-        assert_eq!(r.statuses[0].limit_remaining, 3, "not charged: the request was denied");
+        assert_eq!(
+            r.statuses[0].limit_remaining, 3,
+            "not charged: the request was denied"
+        );
         assert_eq!(code(r.statuses[1].code), Code::OverLimit);
     }
-    assert_eq!(s.hit("api", &[("fixed", "q")]).await, (Code::Ok, 2), "full quota left");
+    assert_eq!(
+        s.hit("api", &[("fixed", "q")]).await,
+        (Code::Ok, 2),
+        "full quota left"
+    );
 }
 
 #[tokio::test]
@@ -229,17 +309,42 @@ async fn empty_descriptor_gets_ok_and_no_limit() {
 
 #[tokio::test]
 async fn response_headers_come_from_the_tightest_status() {
-    let mut s = start_with(&[("api.yaml", RULES)], |st| st.limit_response_headers_enabled = true).await;
-    let r = s.call(request("api", &[&[("api_key", "h")], &[("fixed", "h")]])).await;
-    let headers: Vec<_> = r.response_headers_to_add.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
-    assert_eq!(headers, [("RateLimit-Limit", "2"), ("RateLimit-Remaining", "1"), ("RateLimit-Reset", "50")]);
+    let mut s = start_with(&[("api.yaml", RULES)], |st| {
+        st.limit_response_headers_enabled = true
+    })
+    .await;
+    let r = s
+        .call(request("api", &[&[("api_key", "h")], &[("fixed", "h")]]))
+        .await;
+    let headers: Vec<_> = r
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("RateLimit-Limit", "2"),
+            ("RateLimit-Remaining", "1"),
+            ("RateLimit-Reset", "50")
+        ]
+    );
     s.call(request("api", &[&[("api_key", "h")]])).await;
-    let r = s.call(request("api", &[&[("fixed", "h")], &[("api_key", "h")]])).await;
+    let r = s
+        .call(request("api", &[&[("fixed", "h")], &[("api_key", "h")]]))
+        .await;
     assert_eq!(code(r.overall_code), Code::OverLimit);
-    let remaining = r.response_headers_to_add.iter().find(|h| h.key == "RateLimit-Remaining").unwrap();
+    let remaining = r
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key == "RateLimit-Remaining")
+        .unwrap();
     assert_eq!(remaining.value, "0", "the over-limit status wins");
     let r = s.call(request("api", &[&[("internal", "x")]])).await;
-    assert!(r.response_headers_to_add.is_empty(), "no headers without a limited status");
+    assert!(
+        r.response_headers_to_add.is_empty(),
+        "no headers without a limited status"
+    );
 }
 
 #[tokio::test]

@@ -170,7 +170,15 @@ impl<S: Store> Engine<S> {
         let tightest = response::tightest(&plans, &verdicts);
         let response = response::build(&plans, &tightest, &self.settings);
         if let Some(metrics) = &self.metrics {
-            observe::record(metrics, &live.counters, request, &plans, &tightest, &response, &self.settings);
+            observe::record(
+                metrics,
+                &live.counters,
+                request,
+                &plans,
+                &tightest,
+                &response,
+                &self.settings,
+            );
         }
         Ok(response)
     }

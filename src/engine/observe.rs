@@ -68,7 +68,10 @@ pub(super) fn record(
         };
         rule_counters.record(outcome, plan.hits);
     }
-    let over = response.statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    let over = response
+        .statuses
+        .iter()
+        .any(|s| s.code == Code::OverLimit as i32);
     if settings.shadow_mode && over {
         metrics.global_shadow_mode.inc();
     }

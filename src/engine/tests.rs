@@ -12,7 +12,8 @@ use crate::clock::{ManualClock, NANOS_PER_SECOND};
 use crate::store::MemoryStore;
 
 fn engine(yaml: &str) -> Engine<MemoryStore> {
-    let configs = crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
+    let configs =
+        crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
     Engine::new(
         Policy::new(&configs),
         Arc::new(MemoryStore::new(1000)),
@@ -29,7 +30,10 @@ fn request(descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
             .map(|entries| RateLimitDescriptor {
                 entries: entries
                     .iter()
-                    .map(|(k, v)| Entry { key: (*k).into(), value: (*v).into() })
+                    .map(|(k, v)| Entry {
+                        key: (*k).into(),
+                        value: (*v).into(),
+                    })
                     .collect(),
                 ..Default::default()
             })
@@ -43,9 +47,19 @@ async fn unlimited_rule_can_replace_a_named_limit() {
     let e = engine(
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0, name: block}\n  - key: vip\n    rate_limit: {unlimited: true, replaces: [{name: block}]}\n",
     );
-    let r = e.should_rate_limit(&request(&[&[("a", "1")]])).await.unwrap();
-    assert_eq!(r.overall_code, Code::OverLimit as i32, "0 per second blocks");
-    let r = e.should_rate_limit(&request(&[&[("a", "1")], &[("vip", "x")]])).await.unwrap();
+    let r = e
+        .should_rate_limit(&request(&[&[("a", "1")]]))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.overall_code,
+        Code::OverLimit as i32,
+        "0 per second blocks"
+    );
+    let r = e
+        .should_rate_limit(&request(&[&[("a", "1")], &[("vip", "x")]]))
+        .await
+        .unwrap();
     assert_eq!(r.overall_code, Code::Ok as i32);
     assert!(r.statuses[0].current_limit.is_none());
     assert_eq!(r.statuses[1].limit_remaining, u32::MAX);
@@ -66,10 +80,18 @@ async fn invalid_requests_are_errors_not_answers() {
 async fn a_new_policy_takes_effect_and_keeps_counters_of_unchanged_rules() {
     let yaml = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}\n";
     let e = engine(yaml);
-    e.should_rate_limit(&request(&[&[("a", "1")]])).await.unwrap();
+    e.should_rate_limit(&request(&[&[("a", "1")]]))
+        .await
+        .unwrap();
     let raised = yaml.replace("requests_per_unit: 2", "requests_per_unit: 5");
     let configs = crate::config::parse_files(&[("t.yaml".into(), raised)]).unwrap();
     e.set_policy(Policy::new(&configs));
-    let r = e.should_rate_limit(&request(&[&[("a", "1")]])).await.unwrap();
-    assert_eq!(r.statuses[0].limit_remaining, 3, "5 - the 2 hits counted across the swap");
+    let r = e
+        .should_rate_limit(&request(&[&[("a", "1")]]))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.statuses[0].limit_remaining, 3,
+        "5 - the 2 hits counted across the swap"
+    );
 }

@@ -32,7 +32,10 @@ pub async fn start(files: &[(&str, &str)]) -> TestServer {
 }
 
 /// Same, letting the test adjust settings first.
-pub async fn start_with(files: &[(&str, &str)], adjust: impl FnOnce(&mut ServeSettings)) -> TestServer {
+pub async fn start_with(
+    files: &[(&str, &str)],
+    adjust: impl FnOnce(&mut ServeSettings),
+) -> TestServer {
     let dir = tempfile::tempdir().expect("temp dir");
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).expect("write rules");

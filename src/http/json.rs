@@ -1,0 +1,227 @@
+//! `POST /json`: the reference's JSON form of ShouldRateLimit. The body is a proto3-JSON
+//! RateLimitRequest (camelCase or original field names, enums by name or number); the answer is a
+//! proto3-JSON RateLimitResponse (zero values omitted) with HTTP 200 for OK, 429 for OVER_LIMIT,
+//! 400 for bad input and 500 when the store fails.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::AdminState;
+use crate::engine::EngineError;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JsonRequest {
+    #[serde(default)]
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<JsonDescriptor>,
+    #[serde(default, alias = "hits_addend")]
+    hits_addend: Option<Number>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JsonDescriptor {
+    #[serde(default)]
+    entries: Vec<JsonEntry>,
+    #[serde(default)]
+    limit: Option<JsonOverride>,
+    #[serde(default, alias = "hits_addend")]
+    hits_addend: Option<Number>,
+    #[serde(default, alias = "is_negative_hits")]
+    is_negative_hits: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonEntry {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct JsonOverride {
+    #[serde(default, alias = "requests_per_unit")]
+    requests_per_unit: Option<Number>,
+    #[serde(default)]
+    unit: Option<EnumValue>,
+}
+
+/// proto3 JSON writes 64-bit integers as strings; accept both.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Number {
+    Int(u64),
+    Text(String),
+}
+
+impl Number {
+    fn get(&self, field: &str) -> Result<u64, String> {
+        match self {
+            Number::Int(n) => Ok(*n),
+            Number::Text(t) => t
+                .parse()
+                .map_err(|_| format!("{field}: '{t}' is not a non-negative integer")),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum EnumValue {
+    Number(i32),
+    Name(String),
+}
+
+fn u32_field(n: &Option<Number>, field: &str) -> Result<u32, String> {
+    match n {
+        None => Ok(0),
+        Some(n) => {
+            u32::try_from(n.get(field)?).map_err(|_| format!("{field} does not fit in 32 bits"))
+        }
+    }
+}
+
+fn to_request(json: JsonRequest) -> Result<RateLimitRequest, String> {
+    let mut descriptors = Vec::with_capacity(json.descriptors.len());
+    for d in json.descriptors {
+        let limit = match d.limit {
+            None => None,
+            Some(o) => Some(RateLimitOverride {
+                requests_per_unit: u32_field(&o.requests_per_unit, "requestsPerUnit")?,
+                unit: match o.unit {
+                    None => 0,
+                    Some(EnumValue::Number(n)) => n,
+                    Some(EnumValue::Name(name)) => RateLimitUnit::from_str_name(&name)
+                        .ok_or_else(|| format!("unknown unit '{name}'"))?
+                        as i32,
+                },
+            }),
+        };
+        descriptors.push(RateLimitDescriptor {
+            entries: d
+                .entries
+                .into_iter()
+                .map(|e| Entry {
+                    key: e.key,
+                    value: e.value,
+                })
+                .collect(),
+            limit,
+            hits_addend: match d.hits_addend {
+                None => None,
+                Some(n) => Some(UInt64Value {
+                    value: n.get("hitsAddend")?,
+                }),
+            },
+            is_negative_hits: d.is_negative_hits,
+        });
+    }
+    Ok(RateLimitRequest {
+        domain: json.domain,
+        descriptors,
+        hits_addend: u32_field(&json.hits_addend, "hitsAddend")?,
+    })
+}
+
+fn code_name(code: i32) -> &'static str {
+    Code::try_from(code).map_or("UNKNOWN", |c| c.as_str_name())
+}
+
+/// proto3 JSON of a response: camelCase names, enums by name, zero values omitted.
+pub fn response_json(response: &RateLimitResponse) -> Value {
+    let statuses: Vec<Value> = response
+        .statuses
+        .iter()
+        .map(|s| {
+            let mut m = Map::new();
+            m.insert("code".into(), json!(code_name(s.code)));
+            if let Some(l) = &s.current_limit {
+                let mut limit = Map::new();
+                if !l.name.is_empty() {
+                    limit.insert("name".into(), json!(l.name));
+                }
+                if l.requests_per_unit != 0 {
+                    limit.insert("requestsPerUnit".into(), json!(l.requests_per_unit));
+                }
+                let unit = Unit::try_from(l.unit).map_or("UNKNOWN", |u| u.as_str_name());
+                limit.insert("unit".into(), json!(unit));
+                m.insert("currentLimit".into(), Value::Object(limit));
+            }
+            if s.limit_remaining != 0 {
+                m.insert("limitRemaining".into(), json!(s.limit_remaining));
+            }
+            if let Some(d) = &s.duration_until_reset {
+                m.insert(
+                    "durationUntilReset".into(),
+                    json!(format!("{}s", d.seconds)),
+                );
+            }
+            Value::Object(m)
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert(
+        "overallCode".into(),
+        json!(code_name(response.overall_code)),
+    );
+    out.insert("statuses".into(), Value::Array(statuses));
+    if !response.response_headers_to_add.is_empty() {
+        let headers: Vec<Value> = response
+            .response_headers_to_add
+            .iter()
+            .map(|h| json!({"key": h.key, "value": h.value}))
+            .collect();
+        out.insert("responseHeadersToAdd".into(), Value::Array(headers));
+    }
+    Value::Object(out)
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(json!({"error": message}))).into_response()
+}
+
+pub(super) async fn json(State(admin): AdminState, body: Bytes) -> Response {
+    let parsed: JsonRequest = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid JSON request: {e}"),
+            );
+        }
+    };
+    let request = match to_request(parsed) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match admin.engine.should_rate_limit(&request).await {
+        Ok(response) => {
+            let status = if response.overall_code == Code::OverLimit as i32 {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, Json(response_json(&response))).into_response()
+        }
+        Err(EngineError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e @ EngineError::Store(_)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}

@@ -1,0 +1,68 @@
+//! The HTTP admin port (axum): `/metrics`, `/healthcheck`, `/readyz`, `/rlconfig` and `POST /json`.
+
+mod json;
+mod rlconfig;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use crate::status::ServerStatus;
+use crate::store::MemoryStore;
+
+/// What the admin handlers need.
+pub struct Admin {
+    pub engine: Arc<Engine<MemoryStore>>,
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<ServerStatus>,
+}
+
+type AdminState = State<Arc<Admin>>;
+
+pub fn router(admin: Arc<Admin>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthcheck", get(healthcheck))
+        .route("/readyz", get(readyz))
+        .route("/rlconfig", get(rlconfig::rlconfig))
+        .route("/json", post(json::json))
+        .with_state(admin)
+}
+
+async fn metrics(State(admin): AdminState) -> impl IntoResponse {
+    let stats = admin.engine.store().stats();
+    admin.metrics.store_keys.set(stats.keys as i64);
+    let counted = admin.metrics.store_evictions.get();
+    admin
+        .metrics
+        .store_evictions
+        .inc_by(stats.evictions.saturating_sub(counted));
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        admin.metrics.encode(),
+    )
+}
+
+/// The reference's health check: 200 `OK`, or 500 once shutting down.
+async fn healthcheck(State(admin): AdminState) -> impl IntoResponse {
+    if admin.status.is_draining() {
+        (StatusCode::INTERNAL_SERVER_ERROR, "draining")
+    } else {
+        (StatusCode::OK, "OK")
+    }
+}
+
+/// Ready once rules are loaded (the server does not start without them) and not draining.
+async fn readyz(State(admin): AdminState) -> impl IntoResponse {
+    if admin.status.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        (StatusCode::OK, "ready")
+    }
+}

@@ -1,0 +1,90 @@
+//! `GET /rlconfig`: the live rules as JSON (or, with `?format=text`, one line per limit as the
+//! reference prints them), plus the last rules load.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AdminState;
+use crate::policy::{Policy, Rule, RuleKind};
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Format {
+    format: Option<String>,
+}
+
+fn rule_json(rule: &Rule) -> Value {
+    let limits: Vec<Value> = match &rule.kind {
+        RuleKind::Unlimited { .. } => Vec::new(),
+        RuleKind::Limited(limits) => limits
+            .iter()
+            .map(|l| {
+                let l = &l.limit;
+                json!({
+                    "name": l.name,
+                    "requests_per_unit": l.requests_per_unit,
+                    "unit": l.unit.name(),
+                    "unit_multiplier": l.unit_multiplier,
+                    "algorithm": l.algorithm.name(),
+                    "burst": l.effective_burst(),
+                    "replaces": l.replaces,
+                })
+            })
+            .collect(),
+    };
+    json!({
+        "path": rule.path,
+        "unlimited": matches!(rule.kind, RuleKind::Unlimited { .. }),
+        "limits": limits,
+        "shadow_mode": rule.shadow_mode,
+        "detailed_metric": rule.detailed_metric,
+    })
+}
+
+/// One line per limit: `<domain>.<path>: unit=MINUTE requests_per_unit=3, shadow_mode: false, …`.
+pub fn text(policy: &Policy) -> String {
+    let mut out = String::new();
+    for domain in policy.domains() {
+        for rule in domain.rules() {
+            let full = format!("{}.{}", domain.name, rule.path);
+            match &rule.kind {
+                RuleKind::Unlimited { .. } => {
+                    out.push_str(&format!(
+                        "{full}: unlimited, shadow_mode: {}\n",
+                        rule.shadow_mode
+                    ));
+                }
+                RuleKind::Limited(limits) => {
+                    for l in limits {
+                        let l = &l.limit;
+                        out.push_str(&format!(
+                            "{full}: unit={} requests_per_unit={}, unit_multiplier: {}, algorithm: {}, burst: {}, shadow_mode: {}\n",
+                            l.unit.name().to_uppercase(),
+                            l.requests_per_unit,
+                            l.unit_multiplier,
+                            l.algorithm,
+                            l.effective_burst(),
+                            rule.shadow_mode
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+pub(super) async fn rlconfig(State(admin): AdminState, Query(format): Query<Format>) -> Response {
+    let policy = admin.engine.policy();
+    if format.format.as_deref() == Some("text") {
+        return text(&policy).into_response();
+    }
+    let domains: Vec<Value> = policy
+        .domains()
+        .iter()
+        .map(|d| json!({"domain": d.name, "rules": d.rules().into_iter().map(rule_json).collect::<Vec<_>>()}))
+        .collect();
+    Json(json!({"domains": domains, "last_load": admin.status.last_load()})).into_response()
+}
