@@ -3,6 +3,7 @@
 
 mod error;
 mod model;
+mod yaml;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
