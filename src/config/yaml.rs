@@ -75,6 +75,8 @@ pub struct Document {
 /// Parses `text` as a single YAML document.
 pub fn parse(text: &str) -> Document {
     let mut builder = Builder::default();
+    // A UTF-8 byte-order mark (some Windows editors write one) is not part of the content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut parser = Parser::new_from_str(text);
     let fatal = loop {
         match parser.next_token() {
