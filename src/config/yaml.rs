@@ -117,6 +117,8 @@ fn location(m: &Marker) -> Location {
 enum Frame {
     Map {
         start: Marker,
+        /// Whether the mapping has an anchor (reported once its location is known).
+        anchored: bool,
         /// Index and location of the first key: a block mapping's start mark lies after its first
         /// key, so the mapping's location is whichever comes first.
         first_key: Option<(usize, Location)>,
@@ -126,6 +128,7 @@ enum Frame {
     },
     Seq {
         start: Marker,
+        anchored: bool,
         items: Vec<Node>,
     },
 }
@@ -161,8 +164,10 @@ impl Builder {
                 ));
             }
             Event::Scalar(text, style, anchor, tag) => {
-                check_anchor(anchor, &mark)?;
                 let kind = resolve(&text, style, tag.as_ref()).map_err(fatal)?;
+                if anchor != 0 {
+                    self.errors.push(anchor_error(location(&mark)));
+                }
                 self.push(
                     Node {
                         kind: NodeKind::Scalar(text, kind),
@@ -172,22 +177,22 @@ impl Builder {
                 );
             }
             Event::SequenceStart(anchor, tag) => {
-                check_anchor(anchor, &mark)?;
                 check_collection_tag(tag.as_ref(), "seq", &mark)?;
                 self.open(
                     Frame::Seq {
                         start: mark,
+                        anchored: anchor != 0,
                         items: Vec::new(),
                     },
                     &mark,
                 )?;
             }
             Event::MappingStart(anchor, tag) => {
-                check_anchor(anchor, &mark)?;
                 check_collection_tag(tag.as_ref(), "map", &mark)?;
                 self.open(
                     Frame::Map {
                         start: mark,
+                        anchored: anchor != 0,
                         first_key: None,
                         entries: Vec::new(),
                         pending_key: None,
@@ -197,13 +202,21 @@ impl Builder {
                 )?;
             }
             Event::SequenceEnd | Event::MappingEnd => {
-                let node = match self.stack.pop() {
-                    Some(Frame::Seq { start, items }) => Node {
-                        kind: NodeKind::Seq(items),
-                        location: location(&start),
-                    },
+                let (node, anchored) = match self.stack.pop() {
+                    Some(Frame::Seq {
+                        start,
+                        anchored,
+                        items,
+                    }) => (
+                        Node {
+                            kind: NodeKind::Seq(items),
+                            location: location(&start),
+                        },
+                        anchored,
+                    ),
                     Some(Frame::Map {
                         start,
+                        anchored,
                         first_key,
                         entries,
                         ..
@@ -212,13 +225,20 @@ impl Builder {
                             Some((index, loc)) if index < start.index() => loc,
                             _ => location(&start),
                         };
-                        Node {
-                            kind: NodeKind::Map(entries),
-                            location: loc,
-                        }
+                        let kind = NodeKind::Map(entries);
+                        (
+                            Node {
+                                kind,
+                                location: loc,
+                            },
+                            anchored,
+                        )
                     }
                     None => return Err(fatal("unbalanced YAML collection end".into())),
                 };
+                if anchored {
+                    self.errors.push(anchor_error(node.location.clone()));
+                }
                 self.push(node, 0);
             }
             Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
@@ -294,14 +314,11 @@ impl Builder {
     }
 }
 
-fn check_anchor(anchor: usize, mark: &Marker) -> Result<(), YamlError> {
-    if anchor == 0 {
-        return Ok(());
-    }
-    Err(YamlError {
-        location: location(mark),
+fn anchor_error(location: Location) -> YamlError {
+    YamlError {
+        location,
         message: "YAML anchors (&name) are not supported in rules files".into(),
-    })
+    }
 }
 
 #[cfg(test)]
