@@ -33,8 +33,14 @@ fn second_yaml_document() {
 }
 
 #[test]
-fn yaml_alias() {
+fn yaml_anchor() {
     assert_error("domain: &d a\n", "1:12", &["anchors", "not supported"]);
+}
+
+#[test]
+fn yaml_alias() {
+    let text = "domain: a\ndescriptors:\n  - key: k\n    value: *v\n";
+    assert_error(text, "4:12", &["YAML syntax error", "unknown anchor"]);
 }
 
 #[test]
