@@ -1,4 +1,12 @@
 //! ratelimit-server: an Envoy-compatible external rate-limit service.
+//!
+//! Module map (dependencies point inward only):
+//! - pure: [`clock`] (time as a value), [`config`] (rules files → validated model), [`policy`]
+//!   (matching tree), [`limiter`] (algorithms as functions of state, now and hits);
+//! - state: [`store`] (where limiter state lives);
+//! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
+//! - faces: [`service`] (gRPC), [`http`] (admin), [`reload`] and [`rules_dir`] (files);
+//! - wiring: [`app`], [`settings`], [`status`], [`logging`], [`cli`].
 pub mod app;
 pub mod cli;
 pub mod clock;

@@ -1,0 +1,303 @@
+//! The `rate_limit` map and the `rate_limits` list of a descriptor: unit, requests_per_unit,
+//! unlimited, name, replaces and our extensions (unit_multiplier, algorithm, burst).
+
+use super::Ctx;
+use super::fields::{self, Level};
+use crate::config::model::{Algorithm, Limit, RateLimitSpec, Unit};
+use crate::config::yaml::{Node, NodeKind};
+
+/// The longest window accepted: 10 years of 365 days, in seconds.
+pub(crate) const MAX_PERIOD_SECONDS: u64 = 10 * 365 * 86_400;
+
+/// A `rate_limit:` map.
+pub(super) fn single(ctx: &mut Ctx, node: &Node) -> Option<RateLimitSpec> {
+    spec(ctx, node, Level::RateLimit)
+}
+
+/// A `rate_limits:` list: one or more limits, all must pass.
+pub(super) fn list(ctx: &mut Ctx, node: &Node) -> Option<RateLimitSpec> {
+    let NodeKind::Seq(items) = &node.kind else {
+        ctx.error(
+            &node.location,
+            format!("'rate_limits' must be a list, found {}", node.describe()),
+        );
+        return None;
+    };
+    if items.is_empty() {
+        ctx.error(
+            &node.location,
+            "'rate_limits' must not be empty (remove it, or give at least one limit)",
+        );
+        return None;
+    }
+    let mut limits = Vec::new();
+    let mut ok = true;
+    for item in items {
+        match spec(ctx, item, Level::RateLimits) {
+            Some(RateLimitSpec::Limited(mut l)) => limits.append(&mut l),
+            _ => ok = false,
+        }
+    }
+    ok.then_some(RateLimitSpec::Limited(limits))
+}
+
+/// The fields of one limit map, as written.
+#[derive(Default)]
+struct Raw<'n> {
+    unit: Option<(&'n Node, &'n Node)>,
+    requests_per_unit: Option<(&'n Node, &'n Node)>,
+    unlimited: Option<(&'n Node, &'n Node)>,
+    name: Option<&'n Node>,
+    replaces: Option<&'n Node>,
+    unit_multiplier: Option<(&'n Node, &'n Node)>,
+    algorithm: Option<(&'n Node, &'n Node)>,
+    burst: Option<(&'n Node, &'n Node)>,
+}
+
+fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
+    let what = match level {
+        Level::RateLimits => "each entry of 'rate_limits'",
+        _ => "'rate_limit'",
+    };
+    let entries = fields::mapping(ctx, what, node)?;
+    let mut raw = Raw::default();
+    for (k, v) in entries {
+        let Some(name) = fields::field_name(ctx, k) else {
+            continue;
+        };
+        match name {
+            "unit" => raw.unit = Some((k, v)),
+            "requests_per_unit" => raw.requests_per_unit = Some((k, v)),
+            "unlimited" => raw.unlimited = Some((k, v)),
+            "name" => raw.name = Some(v),
+            "replaces" => raw.replaces = Some(v),
+            "unit_multiplier" => raw.unit_multiplier = Some((k, v)),
+            "algorithm" => raw.algorithm = Some((k, v)),
+            "burst" => raw.burst = Some((k, v)),
+            other => fields::unexpected_field(ctx, level, other, k),
+        }
+    }
+    let place = level.place();
+
+    let mut unlimited = false;
+    // A bad `unlimited` leaves the intent unknown: don't also report unit/requests_per_unit missing.
+    let mut report_missing = true;
+    if let Some((k, v)) = raw.unlimited {
+        let value = fields::boolean(ctx, "unlimited", v);
+        if level == Level::RateLimits {
+            ctx.error(
+                &k.location,
+                "'unlimited' is not allowed under rate_limits (use rate_limit: {unlimited: true})",
+            );
+            report_missing = false;
+        } else {
+            unlimited = value == Some(true);
+            report_missing = value.is_some();
+        }
+    }
+    let name = raw
+        .name
+        .and_then(|v| fields::non_empty_string(ctx, "name", v));
+    let replaces = raw.replaces.and_then(|v| replaces(ctx, v, name.as_deref()));
+    let replaces_ok = raw.replaces.is_none() || replaces.is_some();
+    let replaces = replaces.unwrap_or_default();
+
+    if unlimited {
+        let others = [
+            (
+                raw.unit,
+                "should not specify rate limit unit when unlimited",
+            ),
+            (
+                raw.requests_per_unit,
+                "should not specify requests_per_unit when unlimited",
+            ),
+            (
+                raw.unit_multiplier,
+                "should not specify unit_multiplier when unlimited",
+            ),
+            (raw.algorithm, "should not specify algorithm when unlimited"),
+            (raw.burst, "should not specify burst when unlimited"),
+        ];
+        let mut ok = replaces_ok;
+        for (k, message) in others.into_iter().filter_map(|(f, m)| Some((f?.0, m))) {
+            ctx.error(&k.location, message);
+            ok = false;
+        }
+        return ok.then_some(RateLimitSpec::Unlimited { name, replaces });
+    }
+
+    let unit = match raw.unit {
+        Some((_, v)) => fields::string(ctx, "unit", v).and_then(|u| {
+            let parsed = Unit::parse(&u);
+            if parsed.is_none() {
+                ctx.error(
+                    &v.location,
+                    format!(
+                        "invalid rate limit unit '{u}' (expected one of: {})",
+                        Unit::ALL.map(Unit::name).join(", ")
+                    ),
+                );
+            }
+            parsed
+        }),
+        None => {
+            if report_missing {
+                ctx.error(
+                    &node.location,
+                    format!("missing required field 'unit' {place}"),
+                );
+            }
+            None
+        }
+    };
+    let requests_per_unit = match raw.requests_per_unit {
+        Some((_, v)) => fields::integer(ctx, "requests_per_unit", v, 0, u32::MAX),
+        None => {
+            if report_missing {
+                ctx.error(
+                    &node.location,
+                    format!(
+                        "missing required field 'requests_per_unit' {place} (write 0 to deny \
+                         every request)"
+                    ),
+                );
+            }
+            None
+        }
+    };
+    let unit_multiplier = match raw.unit_multiplier {
+        Some((_, v)) => fields::integer(ctx, "unit_multiplier", v, 1, u32::MAX),
+        None => Some(1),
+    };
+    let algorithm = match raw.algorithm {
+        Some((_, v)) => fields::string(ctx, "algorithm", v).and_then(|a| {
+            let parsed = Algorithm::parse(&a);
+            if parsed.is_none() {
+                ctx.error(
+                    &v.location,
+                    format!(
+                        "invalid algorithm '{a}' (expected one of: {})",
+                        Algorithm::ALL.map(Algorithm::name).join(", ")
+                    ),
+                );
+            }
+            parsed
+        }),
+        None => Some(Algorithm::default()),
+    };
+    let burst = match raw.burst {
+        Some((_, v)) => fields::integer(ctx, "burst", v, 1, u32::MAX).map(Some),
+        None => Some(None),
+    };
+    let (unit, requests_per_unit, unit_multiplier, algorithm, burst) = (
+        unit?,
+        requests_per_unit?,
+        unit_multiplier?,
+        algorithm?,
+        burst?,
+    );
+    let period = unit.seconds().checked_mul(u64::from(unit_multiplier));
+    if period.is_none_or(|p| p > MAX_PERIOD_SECONDS) {
+        let at = raw.unit_multiplier.or(raw.unit).map_or(node, |(_, v)| v);
+        ctx.error(
+            &at.location,
+            format!(
+                "window of {unit_multiplier} {unit}(s) is longer than the maximum of 10 years \
+                 ({MAX_PERIOD_SECONDS} seconds)"
+            ),
+        );
+        return None;
+    }
+    if !replaces_ok {
+        return None;
+    }
+    Some(RateLimitSpec::Limited(vec![Limit {
+        name,
+        requests_per_unit,
+        unit,
+        unit_multiplier,
+        algorithm,
+        burst,
+        replaces,
+    }]))
+}
+
+/// A `replaces` list of `{name: <limit name>}` maps.
+fn replaces(ctx: &mut Ctx, node: &Node, own_name: Option<&str>) -> Option<Vec<String>> {
+    let NodeKind::Seq(items) = &node.kind else {
+        ctx.error(
+            &node.location,
+            format!(
+                "'replaces' must be a list of {{name: <limit name>}} entries, found {}",
+                node.describe()
+            ),
+        );
+        return None;
+    };
+    let mut names = Vec::new();
+    let mut ok = true;
+    for item in items {
+        match replaces_entry(ctx, item, own_name) {
+            Some(n) => names.push(n),
+            None => ok = false,
+        }
+    }
+    ok.then_some(names)
+}
+
+fn replaces_entry(ctx: &mut Ctx, item: &Node, own_name: Option<&str>) -> Option<String> {
+    let entries = match &item.kind {
+        NodeKind::Map(entries) if !entries.is_empty() => entries,
+        NodeKind::Map(_) | NodeKind::Scalar(_, crate::config::yaml::ScalarKind::Null) => {
+            ctx.error(
+                &item.location,
+                "should not have an empty replaces entry (expected {name: <limit name>})",
+            );
+            return None;
+        }
+        _ => {
+            ctx.error(
+                &item.location,
+                format!(
+                    "each replaces entry must be a mapping like {{name: <limit name>}}, found {}",
+                    item.describe()
+                ),
+            );
+            return None;
+        }
+    };
+    let mut name = None;
+    let mut seen_name = false;
+    let mut ok = true;
+    for (k, v) in entries {
+        let Some(field) = fields::field_name(ctx, k) else {
+            ok = false;
+            continue;
+        };
+        if field == "name" {
+            seen_name = true;
+            name = fields::string(ctx, "name", v);
+            if name.as_deref() == Some("") {
+                ctx.error(&v.location, "a replaces entry must not have an empty name");
+                name = None;
+            } else if name.is_some() && name.as_deref() == own_name {
+                ctx.error(
+                    &v.location,
+                    format!(
+                        "replaces should not contain the name of its own limit '{}'",
+                        own_name.unwrap_or_default()
+                    ),
+                );
+                name = None;
+            }
+        } else {
+            fields::unexpected_field(ctx, Level::Replaces, field, k);
+            ok = false;
+        }
+    }
+    if !seen_name {
+        ctx.error(&item.location, "a replaces entry is missing 'name'");
+    }
+    name.filter(|_| ok)
+}

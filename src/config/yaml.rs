@@ -1,0 +1,325 @@
+//! A small YAML node tree with 1-based line/column marks, built from yaml-rust2's event parser.
+//! Owns YAML-level checks only (syntax, one document, no aliases, no duplicate keys, nesting
+//! depth, scalar typing); knows nothing of the rules format.
+
+use std::collections::HashMap;
+
+use yaml_rust2::parser::{Event, Parser};
+use yaml_rust2::scanner::Marker;
+
+use super::model::Location;
+use scalar::{check_collection_tag, resolve};
+
+mod scalar;
+
+/// Deepest nesting of mappings and sequences accepted (a guard against hostile input).
+pub const MAX_DEPTH: usize = 32;
+
+/// What a scalar resolves to (plain scalars follow the YAML 1.2 core schema, quoted and block
+/// scalars are always strings, `!!str` forces a string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScalarKind {
+    Str,
+    Int,
+    Float,
+    Bool(bool),
+    Null,
+}
+
+/// A YAML node and where it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub kind: NodeKind,
+    pub location: Location,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeKind {
+    /// Entries in document order; keys are scalars and unique (duplicates are reported and dropped).
+    Map(Vec<(Node, Node)>),
+    Seq(Vec<Node>),
+    /// The scalar's text as written (after YAML unescaping) and its resolved kind.
+    Scalar(String, ScalarKind),
+}
+
+impl Node {
+    /// "a mapping", "a list", "a string", … for messages.
+    pub fn describe(&self) -> &'static str {
+        match &self.kind {
+            NodeKind::Map(_) => "a mapping",
+            NodeKind::Seq(_) => "a list",
+            NodeKind::Scalar(_, ScalarKind::Str) => "a string",
+            NodeKind::Scalar(_, ScalarKind::Int) => "an integer",
+            NodeKind::Scalar(_, ScalarKind::Float) => "a float",
+            NodeKind::Scalar(_, ScalarKind::Bool(_)) => "a boolean",
+            NodeKind::Scalar(_, ScalarKind::Null) => "null",
+        }
+    }
+}
+
+/// A YAML-level problem at a position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct YamlError {
+    pub location: Location,
+    pub message: String,
+}
+
+/// The result of reading one YAML text: the root node (`None` when the stream is empty or a fatal
+/// error stopped the parse) and every YAML-level error found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    pub root: Option<Node>,
+    pub errors: Vec<YamlError>,
+}
+
+/// Parses `text` as a single YAML document.
+pub fn parse(text: &str) -> Document {
+    let mut builder = Builder::default();
+    // A UTF-8 byte-order mark (some Windows editors write one) is not part of the content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut parser = Parser::new_from_str(text);
+    let fatal = loop {
+        match parser.next_token() {
+            Ok((Event::StreamEnd, _)) => break None,
+            Ok((ev, mark)) => {
+                if let Err(e) = builder.event(ev, mark) {
+                    break Some(e);
+                }
+            }
+            Err(e) => {
+                break Some(YamlError {
+                    location: location(e.marker()),
+                    message: format!("YAML syntax error: {}", e.info()),
+                });
+            }
+        }
+    };
+    let mut errors = builder.errors;
+    match fatal {
+        Some(e) => {
+            errors.push(e);
+            Document { root: None, errors }
+        }
+        None => Document {
+            root: builder.root,
+            errors,
+        },
+    }
+}
+
+fn location(m: &Marker) -> Location {
+    Location {
+        line: m.line(),
+        column: m.col() + 1,
+    }
+}
+
+enum Frame {
+    Map {
+        start: Marker,
+        /// Whether the mapping has an anchor (reported once its location is known).
+        anchored: bool,
+        /// Index and location of the first key: a block mapping's start mark lies after its first
+        /// key, so the mapping's location is whichever comes first.
+        first_key: Option<(usize, Location)>,
+        entries: Vec<(Node, Node)>,
+        pending_key: Option<Node>,
+        seen: HashMap<(ScalarKind, String), usize>,
+    },
+    Seq {
+        start: Marker,
+        anchored: bool,
+        items: Vec<Node>,
+    },
+}
+
+#[derive(Default)]
+struct Builder {
+    stack: Vec<Frame>,
+    root: Option<Node>,
+    documents: usize,
+    errors: Vec<YamlError>,
+}
+
+impl Builder {
+    fn event(&mut self, ev: Event, mark: Marker) -> Result<(), YamlError> {
+        let fatal = |message: String| YamlError {
+            location: location(&mark),
+            message,
+        };
+        match ev {
+            Event::DocumentStart => {
+                self.documents += 1;
+                if self.documents > 1 {
+                    return Err(fatal(
+                        "a rules file must hold exactly one YAML document (one domain per file); \
+                         found a second '---' document"
+                            .into(),
+                    ));
+                }
+            }
+            Event::Alias(_) => {
+                return Err(fatal(
+                    "YAML aliases (*name) are not supported in rules files".into(),
+                ));
+            }
+            Event::Scalar(text, style, anchor, tag) => {
+                let kind = resolve(&text, style, tag.as_ref()).map_err(fatal)?;
+                if anchor != 0 {
+                    self.errors.push(anchor_error(location(&mark)));
+                }
+                self.push(
+                    Node {
+                        kind: NodeKind::Scalar(text, kind),
+                        location: location(&mark),
+                    },
+                    mark.index(),
+                );
+            }
+            Event::SequenceStart(anchor, tag) => {
+                check_collection_tag(tag.as_ref(), "seq", &mark)?;
+                self.open(
+                    Frame::Seq {
+                        start: mark,
+                        anchored: anchor != 0,
+                        items: Vec::new(),
+                    },
+                    &mark,
+                )?;
+            }
+            Event::MappingStart(anchor, tag) => {
+                check_collection_tag(tag.as_ref(), "map", &mark)?;
+                self.open(
+                    Frame::Map {
+                        start: mark,
+                        anchored: anchor != 0,
+                        first_key: None,
+                        entries: Vec::new(),
+                        pending_key: None,
+                        seen: HashMap::new(),
+                    },
+                    &mark,
+                )?;
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let (node, anchored) = match self.stack.pop() {
+                    Some(Frame::Seq {
+                        start,
+                        anchored,
+                        items,
+                    }) => (
+                        Node {
+                            kind: NodeKind::Seq(items),
+                            location: location(&start),
+                        },
+                        anchored,
+                    ),
+                    Some(Frame::Map {
+                        start,
+                        anchored,
+                        first_key,
+                        entries,
+                        ..
+                    }) => {
+                        let loc = match first_key {
+                            Some((index, loc)) if index < start.index() => loc,
+                            _ => location(&start),
+                        };
+                        let kind = NodeKind::Map(entries);
+                        (
+                            Node {
+                                kind,
+                                location: loc,
+                            },
+                            anchored,
+                        )
+                    }
+                    None => return Err(fatal("unbalanced YAML collection end".into())),
+                };
+                if anchored {
+                    self.errors.push(anchor_error(node.location.clone()));
+                }
+                self.push(node, 0);
+            }
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, frame: Frame, mark: &Marker) -> Result<(), YamlError> {
+        if self.stack.len() >= MAX_DEPTH {
+            return Err(YamlError {
+                location: location(mark),
+                message: format!("YAML nested deeper than {MAX_DEPTH} levels"),
+            });
+        }
+        if let Some(Frame::Map {
+            pending_key: None, ..
+        }) = self.stack.last()
+        {
+            return Err(YamlError {
+                location: location(mark),
+                message: "a mapping key must be a plain value, not a mapping or a list".into(),
+            });
+        }
+        self.stack.push(frame);
+        Ok(())
+    }
+
+    /// Adds a finished node to the enclosing collection (or makes it the root). `index` is the
+    /// node's char offset, used when it is a mapping's first key.
+    fn push(&mut self, mut node: Node, index: usize) {
+        let errors = &mut self.errors;
+        match self.stack.last_mut() {
+            None => self.root = Some(node),
+            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Map {
+                first_key,
+                entries,
+                pending_key,
+                seen,
+                ..
+            }) => match pending_key.take() {
+                None => {
+                    // Only scalars reach here as keys (`open` rejects collections).
+                    first_key.get_or_insert((index, node.location.clone()));
+                    *pending_key = Some(node);
+                }
+                Some(key) => {
+                    // `key:` with nothing after it: the parser marks the empty value on a later
+                    // line; point at the key instead.
+                    if matches!(&node.kind, NodeKind::Scalar(t, ScalarKind::Null) if t.is_empty()) {
+                        node.location = key.location.clone();
+                    }
+                    let NodeKind::Scalar(text, kind) = &key.kind else {
+                        return;
+                    };
+                    let id = (*kind, text.clone());
+                    if let Some(&first) = seen.get(&id) {
+                        errors.push(YamlError {
+                            location: key.location.clone(),
+                            message: format!(
+                                "duplicate key '{text}' in a mapping (first defined at line {first}, \
+                                 again at line {})",
+                                key.location.line
+                            ),
+                        });
+                    } else {
+                        seen.insert(id, key.location.line);
+                        entries.push((key, node));
+                    }
+                }
+            },
+        }
+    }
+}
+
+fn anchor_error(location: Location) -> YamlError {
+    YamlError {
+        location,
+        message: "YAML anchors (&name) are not supported in rules files".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
