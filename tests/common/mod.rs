@@ -40,7 +40,17 @@ pub async fn start_with(
     for (name, text) in files {
         std::fs::write(dir.path().join(name), text).expect("write rules");
     }
-    let mut settings = ServeSettings::for_tests(dir.path().to_path_buf());
+    let config = dir.path().to_path_buf();
+    start_at(dir, config, adjust).await
+}
+
+/// Starts a server whose rules directory is `config` (inside `dir`, laid out by the caller).
+pub async fn start_at(
+    dir: TempDir,
+    config: std::path::PathBuf,
+    adjust: impl FnOnce(&mut ServeSettings),
+) -> TestServer {
+    let mut settings = ServeSettings::for_tests(config);
     adjust(&mut settings);
     let clock = ManualClock::new(START);
     let server = app::start(&settings, Arc::new(clock.clone()))
@@ -77,6 +87,32 @@ impl TestServer {
     pub async fn hit(&mut self, domain: &str, entries: &[(&str, &str)]) -> (Code, u32) {
         let r = self.call(request(domain, &[entries])).await;
         (code(r.overall_code), r.statuses[0].limit_remaining)
+    }
+
+    /// Base URL of the admin HTTP port.
+    pub fn http(&self, path: &str) -> String {
+        format!("http://{}{path}", self.server.http_addr)
+    }
+
+    /// Polls `probe` until it returns true or 3 s pass; returns how long it took.
+    pub async fn eventually<F, Fut>(&mut self, what: &str, mut probe: F) -> Duration
+    where
+        F: FnMut(RateLimitServiceClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let started = std::time::Instant::now();
+        loop {
+            if probe(self.client.clone()).await {
+                let took = started.elapsed();
+                eprintln!("{what}: in force after {took:?}");
+                return took;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{what}: not in force after 3 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     pub fn advance(&self, seconds: u64) {
