@@ -50,15 +50,27 @@ pub struct Server {
     pub status: Arc<ServerStatus>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
+    drain_timeout: Duration,
 }
 
 impl Server {
-    /// Flips health to NOT_SERVING, stops accepting, lets in-flight calls finish, then returns.
+    /// Flips health to NOT_SERVING, stops accepting, lets in-flight calls finish (for at most
+    /// `drain_timeout`; streams such as health watches are then cut), then returns.
     pub async fn shutdown(self) {
         self.status.set_draining();
         let _ = self.shutdown.send(true);
-        for task in self.tasks {
-            let _ = task.await;
+        let drain_timeout = self.drain_timeout;
+        for mut task in self.tasks {
+            if tokio::time::timeout(drain_timeout, &mut task)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    ?drain_timeout,
+                    "drain timeout: closing remaining connections"
+                );
+                task.abort();
+            }
         }
     }
 }
@@ -179,6 +191,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         status,
         shutdown,
         tasks: vec![grpc, http, sweeper, watcher],
+        drain_timeout: settings.drain_timeout,
     })
 }
 

@@ -1,5 +1,7 @@
 //! Logging setup: `RUST_LOG` or `LOG_LEVEL` (default info) and `LOG_FORMAT=json|text`.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 pub fn init() {
@@ -10,6 +12,7 @@ pub fn init() {
         .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let json = std::env::var("LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"));
     let _ = if json {

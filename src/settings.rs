@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
@@ -46,6 +47,9 @@ pub struct ServeSettings {
     /// Most distinct label sets of `detailed_metric` rules; past it hits go to `<rule>_overflow`.
     #[arg(long, env = "DETAILED_METRICS_CAP", default_value_t = 1000)]
     pub detailed_metrics_cap: usize,
+    /// On SIGTERM, how long in-flight calls may take to finish before connections are closed.
+    #[arg(long, env = "DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
     /// Most descriptors in one request.
     #[arg(long, env = "MAX_DESCRIPTORS", default_value_t = 64)]
     pub max_descriptors: usize,
@@ -89,5 +93,42 @@ impl ServeSettings {
                 max_string_len: self.max_string_len,
             },
         }
+    }
+}
+
+/// Parses `250ms`, `10s`, `2m` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a duration (e.g. 250ms, 10s, 2m)"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!("'{text}' is not a duration (e.g. 250ms, 10s, 2m)"));
+    }
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("'{text}': {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("soon").is_err());
     }
 }

@@ -3,6 +3,8 @@
 mod json;
 mod rlconfig;
 
+pub use json::response_json;
+
 use std::sync::Arc;
 
 use axum::Router;

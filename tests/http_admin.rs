@@ -1,0 +1,232 @@
+//! The admin HTTP port over real HTTP: status codes and shapes of every endpoint, metrics that move
+//! by exactly the hits sent, and `/json` answering as gRPC does.
+
+mod common;
+
+use common::{Code, code, request, start, start_with};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use ratelimit_server::http::response_json;
+use serde_json::{Value, json};
+
+const RULES: &str = r#"
+domain: web
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: fixed_window}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: fixed_window}
+  - key: tenant
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: fixed_window}
+"#;
+
+async fn get(url: String) -> (u16, String) {
+    let r = reqwest::get(url).await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// The value of one sample line `name{labels} value` in the exposition, 0 when absent.
+fn sample(text: &str, name: &str, labels: &str) -> u64 {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.parse::<f64>().unwrap() as u64)
+}
+
+#[tokio::test]
+async fn health_and_readiness_flip_when_draining() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    assert_eq!(get(s.http("/healthcheck")).await, (200, "OK".into()));
+    assert_eq!(get(s.http("/readyz")).await.0, 200);
+    s.server.status.set_draining();
+    assert_eq!(get(s.http("/healthcheck")).await.0, 500);
+    assert_eq!(get(s.http("/readyz")).await.0, 503);
+    assert_eq!(get(s.http("/nope")).await.0, 404);
+}
+
+#[tokio::test]
+async fn rule_counters_move_by_exactly_the_hits_sent() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    let mut r = request("web", &[&[("user", "u1")]]);
+    r.hits_addend = 3;
+    for _ in 0..4 {
+        s.call(r.clone()).await; // 3, 6, 9 allowed (9 > 8 = near), then 12 > 10 over
+    }
+    s.call(request("web", &[&[("shadowed", "a")]])).await;
+    s.call(request("web", &[&[("shadowed", "a")]])).await;
+    let (status, text) = get(s.http("/metrics")).await;
+    assert_eq!(status, 200);
+    let user = r#"domain="web",rule="user""#;
+    assert_eq!(
+        sample(&text, "ratelimit_service_rate_limit_total_hits", user),
+        12
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_service_rate_limit_within_limit", user),
+        9
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_service_rate_limit_near_limit", user),
+        3
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_service_rate_limit_over_limit", user),
+        3
+    );
+    let shadowed = r#"domain="web",rule="shadowed""#;
+    assert_eq!(
+        sample(&text, "ratelimit_service_rate_limit_total_hits", shadowed),
+        2
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_service_rate_limit_shadow_mode", shadowed),
+        1
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_service_rate_limit_over_limit", shadowed),
+        1
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "ratelimit_service_total_requests",
+            r#"grpc_method="ShouldRateLimit""#
+        ),
+        6
+    );
+    assert!(text.contains("ratelimit_service_response_time_seconds_bucket"));
+    assert!(
+        text.lines().any(|l| l == "ratelimit_store_keys 2"),
+        "u1 and a are held"
+    );
+}
+
+#[tokio::test]
+async fn detailed_metrics_carry_values_under_a_cap() {
+    let mut s = start_with(&[("web.yaml", RULES)], |st| st.detailed_metrics_cap = 2).await;
+    for tenant in ["a", "b", "c", "d"] {
+        s.call(request("web", &[&[("tenant", tenant)]])).await;
+    }
+    let text = get(s.http("/metrics")).await.1;
+    let total = "ratelimit_service_rate_limit_total_hits";
+    assert_eq!(sample(&text, total, r#"domain="web",rule="tenant_a""#), 1);
+    assert_eq!(sample(&text, total, r#"domain="web",rule="tenant_b""#), 1);
+    assert_eq!(sample(&text, total, r#"domain="web",rule="tenant_c""#), 0);
+    assert_eq!(
+        sample(&text, total, r#"domain="web",rule="tenant_overflow""#),
+        2
+    );
+}
+
+#[tokio::test]
+async fn invalid_requests_are_counted_by_type() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    s.call_err(request("", &[&[("user", "x")]])).await;
+    let text = get(s.http("/metrics")).await.1;
+    assert_eq!(
+        sample(
+            &text,
+            "ratelimit_service_should_rate_limit_error",
+            r#"err_type="invalid_argument""#
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn rlconfig_lists_live_rules_as_json_and_text() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let (status, body) = get(s.http("/rlconfig")).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let rules = &v["domains"][0]["rules"];
+    assert_eq!(v["domains"][0]["domain"], "web");
+    assert_eq!(rules[0]["path"], "user");
+    assert_eq!(rules[0]["limits"][0]["requests_per_unit"], 10);
+    assert_eq!(rules[0]["limits"][0]["algorithm"], "fixed_window");
+    assert_eq!(rules[1]["shadow_mode"], true);
+    assert_eq!(v["last_load"]["ok"], true);
+    let (_, text) = get(s.http("/rlconfig?format=text")).await;
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("web.user: unit=HOUR requests_per_unit=10,")),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 3);
+}
+
+async fn post_json(url: String, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn json_endpoint_answers_as_grpc_does() {
+    let mut s = start_with(&[("web.yaml", RULES)], |st| {
+        st.limit_response_headers_enabled = true
+    })
+    .await;
+    for round in 0..12 {
+        let mut grpc_request = request("web", &[&[("user", "grpc")], &[("tenant", "t")]]);
+        grpc_request.descriptors[1].hits_addend = Some(UInt64Value { value: 0 });
+        let grpc = s.call(grpc_request).await;
+        let (status, body) = post_json(
+            s.http("/json"),
+            json!({"domain": "web", "descriptors": [
+                {"entries": [{"key": "user", "value": "json"}]},
+                {"entries": [{"key": "tenant", "value": "t"}], "hitsAddend": "0"}
+            ]}),
+        )
+        .await;
+        assert_eq!(body, response_json(&grpc), "round {round}");
+        let expected = if code(grpc.overall_code) == Code::Ok {
+            200
+        } else {
+            429
+        };
+        assert_eq!(status, expected, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn json_endpoint_rejects_bad_input_with_400() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .post(s.http("/json"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let (status, body) = post_json(
+        s.http("/json"),
+        json!({"domain": "", "descriptors": [{"entries": [{"key": "a"}]}]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("domain must not be empty")
+    );
+    let (status, _) = post_json(s.http("/json"), json!({"domain": "web", "descripters": []})).await;
+    assert_eq!(status, 400, "unknown fields are refused");
+    let (status, body) = post_json(
+        s.http("/json"),
+        json!({"domain": "web", "descriptors": [{"entries": [{"key": "user", "value": "x"}], "limit": {"requests_per_unit": 1, "unit": "SECOND"}}]}),
+    )
+    .await;
+    assert_eq!(
+        status, 200,
+        "snake_case names and enum names accepted: {body}"
+    );
+    assert_eq!(body["statuses"][0]["currentLimit"]["unit"], "SECOND");
+}

@@ -1,0 +1,148 @@
+//! Graceful shutdown: gRPC health goes NOT_SERVING first, and the real binary exits 0 on SIGTERM.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::start;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+const RULES: &str =
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+
+#[tokio::test]
+async fn health_flips_to_not_serving_before_the_server_stops() {
+    let s = start(&[("d.yaml", RULES)]).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in ["", "ratelimit"] {
+        let r = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status(), ServingStatus::Serving, "service {service:?}");
+    }
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status(),
+        ServingStatus::Serving
+    );
+    let stopping = tokio::spawn(s.server.shutdown());
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
+        .await
+        .expect("a health update");
+    // The update is NOT_SERVING, or the stream ends because the server closed after flipping.
+    if let Ok(Some(update)) = next {
+        assert_eq!(update.status(), ServingStatus::NotServing);
+    }
+    drop(watch);
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("shutdown finishes")
+        .unwrap();
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn sigterm_drains_and_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args(["serve", "--config"])
+        .arg(dir.path())
+        .args([
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-addr",
+            &format!("127.0.0.1:{http}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut child = Killed(child);
+    let started = Instant::now();
+    loop {
+        let ready = reqwest::get(format!("http://127.0.0.1:{http}/readyz")).await;
+        if ready.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "server not ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = child.0.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(exit.code(), Some(0));
+}
+
+#[tokio::test]
+async fn serve_refuses_to_start_on_invalid_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("d.yaml:4:") && stderr.contains("fortnight"),
+        "{stderr}"
+    );
+}
