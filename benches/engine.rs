@@ -48,7 +48,9 @@ fn engine(with_metrics: bool) -> Engine<MemoryStore> {
 }
 
 fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
     for keys in [1usize, 100_000] {
         let requests = requests(keys);
         for with_metrics in [false, true] {
@@ -56,7 +58,11 @@ fn bench(c: &mut Criterion) {
             let name = format!(
                 "engine/{}_keys/{}",
                 keys,
-                if with_metrics { "with_metrics" } else { "no_metrics" }
+                if with_metrics {
+                    "with_metrics"
+                } else {
+                    "no_metrics"
+                }
             );
             let mut i = 0;
             c.bench_function(&name, |b| {

@@ -75,6 +75,11 @@ impl Server {
     }
 }
 
+/// The tonic server settings every gRPC listener of ours uses (also the load benchmark's baseline).
+pub fn grpc_server() -> tonic::transport::Server {
+    tonic::transport::Server::builder().tcp_nodelay(true)
+}
+
 async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
     TcpListener::bind(addr)
         .await
@@ -141,8 +146,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
                         .await;
                 }
             };
-            let result = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
+            let result = grpc_server()
                 .add_service(health_service)
                 .add_service(RateLimitGrpc::server(engine))
                 .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drained)

@@ -234,11 +234,16 @@ async fn json_endpoint_rejects_bad_input_with_400() {
 #[tokio::test]
 async fn every_metric_the_grafana_dashboard_uses_is_exported() {
     let mut s = start(&[("web.yaml", RULES)]).await;
-    s.call(request("web", &[&[("user", "u")], &[("shadowed", "s")]])).await;
+    s.call(request("web", &[&[("user", "u")], &[("shadowed", "s")]]))
+        .await;
     s.call(request("web", &[&[("shadowed", "s")]])).await;
     s.call_err(request("", &[&[("user", "u")]])).await;
     let text = get(s.http("/metrics")).await.1;
-    let dashboard = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/grafana-dashboard.json")).unwrap();
+    let dashboard = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/grafana-dashboard.json"
+    ))
+    .unwrap();
     let mut names: Vec<&str> = dashboard
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .filter(|w| w.starts_with("ratelimit_"))
@@ -248,6 +253,9 @@ async fn every_metric_the_grafana_dashboard_uses_is_exported() {
     assert!(names.len() >= 10, "{names:?}");
     for name in names {
         let family = name.strip_suffix("_bucket").unwrap_or(name);
-        assert!(text.contains(&format!("# TYPE {family} ")), "{family} is not exported");
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "{family} is not exported"
+        );
     }
 }
