@@ -1,7 +1,7 @@
 //! Through Envoy, with ratelimit-server stopped: the shipped configs fail open
 //! (`failure_mode_deny: false`); the same config with `failure_mode_deny: true` fails closed.
 
-use crate::harness::{Envoy, Ports, RateLimit, envoy_or_skip, render};
+use crate::harness::{Envoy, RateLimit, envoy_or_skip, render};
 use crate::http;
 use crate::limits::{assert_limited, assert_passed};
 
@@ -27,17 +27,15 @@ async fn with_the_server_down_envoy_fails_open_or_closed_as_configured() {
     };
     let mut ratelimit = RateLimit::start(RULES).await;
     let grpc_port = ratelimit.grpc_addr.port();
-    let open_ports = Ports::fresh(grpc_port);
-    let open = Envoy::start(
-        &bin,
-        &render("per-api-key.yaml", open_ports, &[]),
-        open_ports,
-    )
+    let open = Envoy::start(&bin, grpc_port, |ports| {
+        render("per-api-key.yaml", ports, &[])
+    })
     .await;
-    let closed_ports = Ports::fresh(grpc_port);
     let deny = [("failure_mode_deny: false", "failure_mode_deny: true")];
-    let closed_config = render("per-api-key.yaml", closed_ports, &deny);
-    let closed = Envoy::start(&bin, &closed_config, closed_ports).await;
+    let closed = Envoy::start(&bin, grpc_port, |ports| {
+        render("per-api-key.yaml", ports, &deny)
+    })
+    .await;
 
     // Both Envoys ask the same server, so they share k1's counter.
     assert_passed(&get(&open, K1).await, LIMIT, 0);

@@ -1,13 +1,16 @@
 //! Runs the real thing: finds the `envoy` binary (or skips loudly), renders a shipped `envoy/*.yaml`
 //! with free ports, and starts Envoy and ratelimit-server; every process is killed on drop.
 
+use std::collections::hash_map::RandomState;
 use std::fs::File;
+use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Once};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use ratelimit_server::app::{self, Server};
@@ -25,6 +28,8 @@ const RATELIMIT_PORT: &str = "port_value: 8081";
 
 /// How long Envoy may take to report ready on its admin `/ready` endpoint.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Envoy starts tried before giving up on finding free ports.
+const PORT_ATTEMPTS: usize = 5;
 
 /// The repository root (where `envoy/` and `examples/` live).
 pub fn repo_root() -> PathBuf {
@@ -71,12 +76,34 @@ pub fn shout(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// Lowest port of the kernel's ephemeral range (source ports of outgoing connections).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// A port free right now on 127.0.0.1, from 20000 up to the ephemeral range: a port the kernel
+/// picked (bind to :0) could be handed out again as some connection's source port before Envoy
+/// binds it. Successive calls walk the range from a per-process random start.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind an ephemeral port")
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static START: OnceLock<u32> = OnceLock::new();
+    let start = *START.get_or_init(|| {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.finish() as u32
+    });
+    let (low, high) = (20000u32, u32::from(ephemeral_low()).max(20100));
+    for _ in 0..(high - low) {
+        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        let port = (low + n % (high - low)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}..{high}");
 }
 
 /// Ports one Envoy instance uses.
@@ -190,8 +217,21 @@ pub struct Envoy {
 }
 
 impl Envoy {
-    /// Writes the config, starts Envoy on it and waits until its admin `/ready` says LIVE.
-    pub async fn start(bin: &Path, config: &str, ports: Ports) -> Envoy {
+    /// Picks free ports, writes `render(ports)` as the config, starts Envoy on it and waits until
+    /// its admin `/ready` says LIVE. If another process took one of the ports first, tries again
+    /// with new ones.
+    pub async fn start(bin: &Path, ratelimit_port: u16, render: impl Fn(Ports) -> String) -> Envoy {
+        for _ in 0..PORT_ATTEMPTS {
+            let ports = Ports::fresh(ratelimit_port);
+            if let Some(envoy) = Envoy::try_start(bin, &render(ports), ports).await {
+                return envoy;
+            }
+        }
+        panic!("envoy could not bind its ports in {PORT_ATTEMPTS} attempts");
+    }
+
+    /// `None` if Envoy exited because a port was taken; panics on any other failure.
+    async fn try_start(bin: &Path, config: &str, ports: Ports) -> Option<Envoy> {
         let dir = tempfile::tempdir().expect("temp dir");
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, config).expect("write envoy config");
@@ -206,7 +246,12 @@ impl Envoy {
         let started = Instant::now();
         loop {
             if let Some(status) = process.exited() {
-                panic!("envoy exited before ready ({status}):\n{}", process.log());
+                let log = process.log();
+                if let Some(line) = log.lines().rfind(|l| l.contains("Address already in use")) {
+                    shout(&format!("envoy: a port was taken, retrying ({line})"));
+                    return None;
+                }
+                panic!("envoy exited before ready ({status}):\n{log}");
             }
             if let Ok(r) = http::get(ports.admin, "/ready", &[]).await
                 && r.status == 200
@@ -221,11 +266,11 @@ impl Envoy {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Envoy {
+        Some(Envoy {
             ports,
             process,
             _dir: dir,
-        }
+        })
     }
 
     pub fn log(&self) -> String {
@@ -297,12 +342,34 @@ impl Stack {
     pub async fn start(test: &str, config: &str, rules: &str) -> Option<Stack> {
         let bin = envoy_or_skip(test)?;
         let ratelimit = RateLimit::start(rules).await;
-        let ports = Ports::fresh(ratelimit.grpc_addr.port());
-        let envoy = Envoy::start(&bin, &render(config, ports, &[]), ports).await;
+        let envoy = Envoy::start(&bin, ratelimit.grpc_addr.port(), |ports| {
+            render(config, ports, &[])
+        })
+        .await;
         Some(Stack { ratelimit, envoy })
     }
 
     pub fn port(&self) -> u16 {
         self.envoy.ports.ingress
     }
+}
+
+/// The harness itself: losing a port race makes Envoy exit, and the start is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_start_retries_when_a_port_is_taken() {
+    let Some(bin) = envoy_or_skip("port_retry") else {
+        return;
+    };
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let attempts = AtomicU32::new(0);
+    let envoy = Envoy::start(&bin, free_port(), |mut ports| {
+        if attempts.fetch_add(1, Ordering::Relaxed) == 0 {
+            ports.ingress = taken_port;
+        }
+        render("per-ip.yaml", ports, &[])
+    })
+    .await;
+    assert_eq!(attempts.load(Ordering::Relaxed), 2);
+    assert_ne!(envoy.ports.ingress, taken_port);
 }
