@@ -1,5 +1,5 @@
 //! Cost of one decision in the memory store: key hashing + shard lock + algorithm, for 1 key and
-//! for 100k keys (round robin), per algorithm. `cargo bench --bench decision`.
+//! for 100k keys (round robin), for each of the four algorithms. `cargo bench --bench decision`.
 
 use std::hint::black_box;
 
@@ -15,12 +15,13 @@ fn params(algorithm: Algorithm) -> LimitParams {
         requests_per_unit: u32::MAX,
         period: NANOS_PER_SECOND,
         burst: u32::MAX,
+        max_delay: NANOS_PER_SECOND,
     }
 }
 
 fn decision(c: &mut Criterion) {
     let keys = KeyBuilder::new(1, 2);
-    for algorithm in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
+    for algorithm in Algorithm::ALL {
         for key_count in [1usize, 100_000] {
             let store = MemoryStore::new(1_000_000);
             let values: Vec<String> = (0..key_count)

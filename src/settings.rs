@@ -3,11 +3,55 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::config::Algorithm;
+use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
+use crate::limiter::LimitDefaults;
+
+/// What a limit that does not say gets; shared by `serve` and `explain`.
+#[derive(Debug, Clone, Args)]
+pub struct DefaultsArgs {
+    /// Algorithm of limits that name none: token_bucket, fixed_window, sliding_window or
+    /// leaky_bucket.
+    #[arg(long, env = "DEFAULT_ALGORITHM", default_value = "token_bucket", value_parser = parse_algorithm)]
+    pub default_algorithm: Algorithm,
+    /// Leaky bucket: longest wait for a turn when a limit sets no max_delay (250ms, 2s, 1m).
+    /// Envoy's rate-limit filter `timeout` must be longer.
+    #[arg(long, env = "DEFAULT_MAX_DELAY", default_value = "1s", value_parser = parse_max_delay)]
+    pub default_max_delay: Duration,
+}
+
+impl DefaultsArgs {
+    pub fn limit_defaults(&self) -> LimitDefaults {
+        LimitDefaults {
+            algorithm: self.default_algorithm,
+            max_delay: self.default_max_delay.as_nanos() as u64,
+        }
+    }
+}
+
+fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    Algorithm::parse(text).ok_or_else(|| {
+        format!(
+            "invalid algorithm '{text}' (expected one of: {})",
+            Algorithm::ALL.map(Algorithm::name).join(", ")
+        )
+    })
+}
+
+fn parse_max_delay(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d > MAX_DELAY_LIMIT {
+        return Err(format!(
+            "must be at most {}",
+            format_duration(MAX_DELAY_LIMIT)
+        ));
+    }
+    Ok(d)
+}
 
 /// `ratelimit-server serve` flags; each also reads the environment variable named.
 #[derive(Debug, Clone, Args)]
@@ -55,6 +99,8 @@ pub struct ServeSettings {
     /// Longest domain, key or value in bytes.
     #[arg(long, env = "MAX_STRING_LEN", default_value_t = 4096)]
     pub max_string_len: usize,
+    #[command(flatten)]
+    pub defaults: DefaultsArgs,
 }
 
 impl ServeSettings {
@@ -82,12 +128,32 @@ impl ServeSettings {
                 remaining: self.limit_remaining_header.clone(),
                 reset: self.limit_reset_header.clone(),
             }),
-            default_algorithm: Algorithm::TokenBucket,
+            defaults: self.defaults.limit_defaults(),
             bounds: RequestBounds {
                 max_descriptors: self.max_descriptors,
                 max_entries: self.max_entries,
                 max_string_len: self.max_string_len,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_reject_bad_values() {
+        assert_eq!(parse_algorithm("leaky_bucket"), Ok(Algorithm::LeakyBucket));
+        assert!(
+            parse_algorithm("leaky")
+                .unwrap_err()
+                .contains("sliding_window")
+        );
+        assert_eq!(parse_max_delay("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_max_delay("2h").is_err());
+        assert_eq!(parse_max_delay("61m").unwrap_err(), "must be at most 60m");
+        let s = ServeSettings::for_tests(PathBuf::from("x"));
+        assert_eq!(s.engine_settings().defaults, LimitDefaults::default());
     }
 }

@@ -138,8 +138,7 @@ fn headers(statuses: &[DescriptorStatus], names: &HeaderNames) -> Vec<HeaderValu
     let limited = statuses.iter().filter(|s| s.current_limit.is_some());
     let chosen = limited
         .clone()
-        .filter(|s| s.code == Code::OverLimit as i32)
-        .last()
+        .rfind(|s| s.code == Code::OverLimit as i32)
         .or_else(|| limited.min_by_key(|s| s.limit_remaining));
     let Some(status) = chosen else {
         return Vec::new();
