@@ -135,8 +135,13 @@ fn print_live(server: &str, live: &Value) {
         "rule" => {
             println!("  live on {server}: rule '{}'", s(&live["rule"]));
             for l in live["limits"].as_array().into_iter().flatten() {
+                let default = if l["algorithm_is_default"] == Value::Bool(true) {
+                    " (server default)"
+                } else {
+                    ""
+                };
                 println!(
-                    "     {} per {} {}(s), {}: {}",
+                    "     {} per {} {}(s), {}{default}: {}",
                     s(&l["requests_per_unit"]),
                     s(&l["unit_multiplier"]),
                     s(&l["unit"]),
