@@ -1,12 +1,13 @@
 //! Cost of one decision in the memory store: key hashing + shard lock + algorithm, for 1 key and
-//! for 100k keys (round robin), per algorithm. `cargo bench --bench decision`.
+//! for 100k keys (round robin), for each of the four algorithms; and the algorithm alone
+//! (`evaluate/<algorithm>`). `cargo bench --bench decision`.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ratelimit_server::clock::NANOS_PER_SECOND;
 use ratelimit_server::config::Algorithm;
-use ratelimit_server::limiter::LimitParams;
+use ratelimit_server::limiter::{self, LimitParams};
 use ratelimit_server::store::{Charge, KeyBuilder, MemoryStore};
 
 fn params(algorithm: Algorithm) -> LimitParams {
@@ -15,12 +16,13 @@ fn params(algorithm: Algorithm) -> LimitParams {
         requests_per_unit: u32::MAX,
         period: NANOS_PER_SECOND,
         burst: u32::MAX,
+        max_delay: NANOS_PER_SECOND,
     }
 }
 
 fn decision(c: &mut Criterion) {
     let keys = KeyBuilder::new(1, 2);
-    for algorithm in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
+    for algorithm in Algorithm::ALL {
         for key_count in [1usize, 100_000] {
             let store = MemoryStore::new(1_000_000);
             let values: Vec<String> = (0..key_count)
@@ -47,5 +49,22 @@ fn decision(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, decision);
+/// The algorithm alone: one `limiter::evaluate` on a state carried from call to call.
+fn evaluate(c: &mut Criterion) {
+    for algorithm in Algorithm::ALL {
+        let p = params(algorithm);
+        let mut state = None;
+        let mut now = 1_767_225_600 * NANOS_PER_SECOND;
+        c.bench_function(&format!("evaluate/{algorithm}"), |b| {
+            b.iter(|| {
+                now += 1;
+                let e = limiter::evaluate(black_box(&p), state, now, 1);
+                state = Some(e.charged);
+                black_box(e)
+            })
+        });
+    }
+}
+
+criterion_group!(benches, decision, evaluate);
 criterion_main!(benches);

@@ -33,6 +33,7 @@ fn fill(store: &MemoryStore, keys: &KeyBuilder, count: usize, now: u64, algorith
         requests_per_unit: 100,
         period: 60 * NANOS_PER_SECOND,
         burst: 100,
+        max_delay: 0,
     };
     let mut value = String::new();
     for i in 0..count {

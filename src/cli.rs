@@ -1,5 +1,7 @@
 //! The command line: `serve`, `check`, `explain` and `query`, each a thin call into the library.
 
+mod explain;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,9 +13,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::clock::SystemClock;
-use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
+use crate::policy::Policy;
 use crate::rules_dir::load_rules_dir;
-use crate::settings::ServeSettings;
+use crate::settings::{DefaultsArgs, ServeSettings};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,12 +37,19 @@ pub enum Command {
         /// The rules directory.
         dir: PathBuf,
     },
-    /// Show which rule each descriptor matches, and why.
+    /// Show which rule each descriptor matches and why, each limit's algorithm and effective
+    /// rate, burst and window, and (with --server) the current state of its key on a server.
     Explain {
         /// The rules directory.
         dir: PathBuf,
         #[arg(long)]
         domain: String,
+        /// A running server's admin HTTP address (e.g. http://127.0.0.1:8080): also show what
+        /// its live rules match and each limit's current state there.
+        #[arg(long)]
+        server: Option<String>,
+        #[command(flatten)]
+        defaults: DefaultsArgs,
         /// Descriptors as key=value[,key2=value2]; one argument per descriptor.
         #[arg(required = true)]
         descriptors: Vec<String>,
@@ -89,8 +98,19 @@ pub async fn run(cli: Cli) -> i32 {
         Command::Explain {
             dir,
             domain,
+            server,
+            defaults,
             descriptors,
-        } => explain(&dir, &domain, &descriptors),
+        } => {
+            explain::explain(
+                &dir,
+                &domain,
+                server.as_deref(),
+                &defaults.limit_defaults(),
+                &descriptors,
+            )
+            .await
+        }
         Command::Query {
             server,
             domain,
@@ -125,95 +145,6 @@ fn check(dir: &Path) -> i32 {
             1
         }
     }
-}
-
-fn describe_value(value: &NodeValue) -> String {
-    match value {
-        NodeValue::Exact(v) => format!("value '{v}'"),
-        NodeValue::Wildcard(p) => format!("wildcard '{}'", p.as_str()),
-        NodeValue::Any => "any value".into(),
-    }
-}
-
-fn explain(dir: &Path, domain: &str, descriptors: &[String]) -> i32 {
-    let configs = match load_rules_dir(dir) {
-        Ok(c) => c,
-        Err(errors) => {
-            eprintln!("{errors}");
-            return 1;
-        }
-    };
-    let policy = Policy::new(&configs);
-    let Some(rules) = policy.domain(domain) else {
-        println!("domain '{domain}' is not configured: every descriptor is allowed (OK, no limit)");
-        return 0;
-    };
-    for text in descriptors {
-        let entries = match parse_descriptor(text) {
-            Ok(e) => e,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return 2;
-            }
-        };
-        println!("descriptor {text}:");
-        let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        let outcome = rules.walk(pairs, |step| match step {
-            Step::Matched { index, node } => println!(
-                "  entry {index} ({}={}) matched key '{}' {} at line {}",
-                entries[index].0,
-                entries[index].1,
-                node.key,
-                describe_value(&node.value),
-                node.location.line
-            ),
-            Step::NoCandidate { index } => println!(
-                "  entry {index} ({}={}): no rule at this level has key '{}' with a matching value",
-                entries[index].0, entries[index].1, entries[index].0
-            ),
-            Step::TooLong { index } => println!(
-                "  entry {index}: the matched rule has no nested descriptors, so a longer descriptor matches nothing"
-            ),
-        });
-        match outcome {
-            Outcome::Rule(rule) => {
-                println!(
-                    "  => rule '{}'{}",
-                    rule.path,
-                    if rule.shadow_mode {
-                        " (shadow mode)"
-                    } else {
-                        ""
-                    }
-                );
-                match &rule.kind {
-                    RuleKind::Unlimited { .. } => println!("     unlimited"),
-                    RuleKind::Limited(limits) => {
-                        for l in limits {
-                            let l = &l.limit;
-                            println!(
-                                "     {} per {} {}(s), {}, burst {}{}",
-                                l.requests_per_unit,
-                                l.unit_multiplier,
-                                l.unit,
-                                l.algorithm,
-                                l.effective_burst(),
-                                l.name
-                                    .as_ref()
-                                    .map(|n| format!(", name '{n}'"))
-                                    .unwrap_or_default()
-                            );
-                        }
-                    }
-                }
-            }
-            Outcome::NoLimitOnNode => {
-                println!("  => matched an entry with no rate_limit: never limited")
-            }
-            Outcome::Unmatched => println!("  => no rule: OK, no limit"),
-        }
-    }
-    0
 }
 
 async fn query(server: &str, domain: &str, hits: u32, repeat: u32, descriptors: &[String]) -> i32 {

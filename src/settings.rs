@@ -7,8 +7,51 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::config::Algorithm;
+use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
+use crate::limiter::LimitDefaults;
+
+/// What a limit that does not say gets; shared by `serve` and `explain`.
+#[derive(Debug, Clone, Args)]
+pub struct DefaultsArgs {
+    /// Algorithm of limits that name none: token_bucket, fixed_window, sliding_window or
+    /// leaky_bucket.
+    #[arg(long, env = "DEFAULT_ALGORITHM", default_value = "token_bucket", value_parser = parse_algorithm)]
+    pub default_algorithm: Algorithm,
+    /// Leaky bucket: longest wait for a turn when a limit sets no max_delay (250ms, 2s, 1m).
+    /// Envoy's rate-limit filter `timeout` must be longer.
+    #[arg(long, env = "DEFAULT_MAX_DELAY", default_value = "1s", value_parser = parse_max_delay)]
+    pub default_max_delay: Duration,
+}
+
+impl DefaultsArgs {
+    pub fn limit_defaults(&self) -> LimitDefaults {
+        LimitDefaults {
+            algorithm: self.default_algorithm,
+            max_delay: self.default_max_delay.as_nanos() as u64,
+        }
+    }
+}
+
+fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    Algorithm::parse(text).ok_or_else(|| {
+        format!(
+            "invalid algorithm '{text}' (expected one of: {})",
+            Algorithm::ALL.map(Algorithm::name).join(", ")
+        )
+    })
+}
+
+fn parse_max_delay(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d > MAX_DELAY_LIMIT {
+        return Err(format!(
+            "must be at most {}",
+            format_duration(MAX_DELAY_LIMIT)
+        ));
+    }
+    Ok(d)
+}
 
 /// `ratelimit-server serve` flags; each also reads the environment variable named.
 #[derive(Debug, Clone, Args)]
@@ -59,6 +102,8 @@ pub struct ServeSettings {
     /// Longest domain, key or value in bytes.
     #[arg(long, env = "MAX_STRING_LEN", default_value_t = 4096)]
     pub max_string_len: usize,
+    #[command(flatten)]
+    pub defaults: DefaultsArgs,
 }
 
 impl ServeSettings {
@@ -86,7 +131,7 @@ impl ServeSettings {
                 remaining: self.limit_remaining_header.clone(),
                 reset: self.limit_reset_header.clone(),
             }),
-            default_algorithm: Algorithm::TokenBucket,
+            defaults: self.defaults.limit_defaults(),
             bounds: RequestBounds {
                 max_descriptors: self.max_descriptors,
                 max_entries: self.max_entries,
@@ -96,39 +141,22 @@ impl ServeSettings {
     }
 }
 
-/// Parses `250ms`, `10s`, `2m` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (text, 1.0)
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{text}' is not a duration (e.g. 250ms, 10s, 2m)"))?;
-    if !value.is_finite() || value < 0.0 {
-        return Err(format!("'{text}' is not a duration (e.g. 250ms, 10s, 2m)"));
-    }
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("'{text}': {e}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("soon").is_err());
+    fn defaults_parse_and_reject_bad_values() {
+        assert_eq!(parse_algorithm("leaky_bucket"), Ok(Algorithm::LeakyBucket));
+        assert!(
+            parse_algorithm("leaky")
+                .unwrap_err()
+                .contains("sliding_window")
+        );
+        assert_eq!(parse_max_delay("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_max_delay("2h").is_err());
+        assert_eq!(parse_max_delay("61m").unwrap_err(), "must be at most 60m");
+        let s = ServeSettings::for_tests(PathBuf::from("x"));
+        assert_eq!(s.engine_settings().defaults, LimitDefaults::default());
     }
 }

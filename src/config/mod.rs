@@ -1,6 +1,7 @@
 //! Rules files: the YAML model, strict validation with file:line:column errors, and the result
 //! (`DomainConfig`). Pure: takes file names and texts, never touches the file system or the clock.
 
+mod duration;
 mod error;
 mod model;
 mod parse;
@@ -9,6 +10,7 @@ mod yaml;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Algorithm, DescriptorConfig, DomainConfig, Limit, Location, RateLimitSpec, Unit};
 

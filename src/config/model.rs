@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// A time unit of a limit, as in envoyproxy/ratelimit. Month is 30 days and year 365 days, as there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,7 +67,7 @@ impl fmt::Display for Unit {
     }
 }
 
-/// The algorithm that decides a limit.
+/// The algorithm that decides a limit. (The discriminants are part of store keys: append only.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Algorithm {
     /// GCRA token bucket: `requests_per_unit` per window refill, capacity `burst`.
@@ -74,10 +75,21 @@ pub enum Algorithm {
     TokenBucket,
     /// The reference's epoch-aligned fixed window counter.
     FixedWindow,
+    /// Two-window weighted counter: the previous window's count, weighted by how much of it is
+    /// still inside the sliding window, plus the current count.
+    SlidingWindow,
+    /// A queue of `burst` requests drained at the rate: admitted requests are answered when their
+    /// turn comes (delayed, at most `max_delay`), so they leave evenly spaced.
+    LeakyBucket,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 2] = [Algorithm::TokenBucket, Algorithm::FixedWindow];
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::LeakyBucket,
+    ];
 
     pub fn parse(name: &str) -> Option<Algorithm> {
         Algorithm::ALL.into_iter().find(|a| a.name() == name)
@@ -87,6 +99,8 @@ impl Algorithm {
         match self {
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::LeakyBucket => "leaky_bucket",
         }
     }
 }
@@ -106,9 +120,14 @@ pub struct Limit {
     pub unit: Unit,
     /// Our extension: the window is `unit_multiplier` units long (default 1).
     pub unit_multiplier: u32,
-    pub algorithm: Algorithm,
-    /// Our extension: token bucket capacity (default `requests_per_unit`).
+    /// Our extension: the algorithm; `None` means the server's default (`--default-algorithm`).
+    pub algorithm: Option<Algorithm>,
+    /// Our extension: token bucket capacity / leaky bucket queue length (default
+    /// `requests_per_unit`).
     pub burst: Option<u32>,
+    /// Our extension, leaky bucket only: the longest a request may wait for its turn (default:
+    /// the server's `--default-max-delay`).
+    pub max_delay: Option<Duration>,
     /// Names of limits this one replaces when both match in one request.
     pub replaces: Vec<String>,
 }

@@ -1,12 +1,14 @@
 //! One ShouldRateLimit decision, transport-free: validate the request, match each descriptor
 //! against the live policy snapshot, drop replaced limits, charge the store all-or-nothing, and
-//! build the reference's response (statuses, overall code, optional headers). The gRPC service and
-//! the HTTP `/json` endpoint both call `Engine::should_rate_limit`.
+//! build the reference's response (statuses, overall code, optional headers), then, for leaky
+//! buckets, wait for the request's turn before answering. The gRPC service and the HTTP `/json`
+//! endpoint both call `Engine::should_rate_limit`.
 
 mod observe;
 mod plan;
 mod request;
 mod response;
+mod turn;
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 
 use crate::clock::Clock;
-use crate::config::Algorithm;
+use crate::limiter::LimitDefaults;
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::policy::Policy;
 use crate::store::{Charge, KeyBuilder, Store, StoreError};
@@ -31,8 +33,9 @@ pub struct EngineSettings {
     pub near_limit_ratio: f64,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED` and the header names.
     pub response_headers: Option<HeaderNames>,
-    /// Algorithm for request-supplied limit overrides.
-    pub default_algorithm: Algorithm,
+    /// Algorithm and leaky-bucket max delay for limits that do not say, and for request-supplied
+    /// limit overrides.
+    pub defaults: LimitDefaults,
     pub bounds: RequestBounds,
 }
 
@@ -42,7 +45,7 @@ impl Default for EngineSettings {
             shadow_mode: false,
             near_limit_ratio: 0.8,
             response_headers: None,
-            default_algorithm: Algorithm::TokenBucket,
+            defaults: LimitDefaults::default(),
             bounds: RequestBounds::default(),
         }
     }
@@ -135,6 +138,11 @@ impl<S: Store> Engine<S> {
         &self.keys
     }
 
+    /// The engine's clock reading (for `explain`).
+    pub fn now(&self) -> crate::clock::Nanos {
+        self.clock.now()
+    }
+
     /// Decides one request.
     pub async fn should_rate_limit(
         &self,
@@ -142,7 +150,7 @@ impl<S: Store> Engine<S> {
     ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
-        let plans = plan::plan(&live.policy, request, self.settings.default_algorithm)?;
+        let plans = plan::plan(&live.policy, request, &self.settings.defaults)?;
         let mut charges = Vec::new();
         for (descriptor, plan) in request.descriptors.iter().zip(&plans) {
             let entries = || {
@@ -179,6 +187,9 @@ impl<S: Store> Engine<S> {
                 &response,
                 &self.settings,
             );
+        }
+        if !self.settings.shadow_mode {
+            turn::wait(&*self.store, &*self.clock, &charges, &verdicts).await;
         }
         Ok(response)
     }

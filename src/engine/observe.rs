@@ -19,8 +19,8 @@ fn outcome(limit: &PlannedLimit<'_>, verdict: &Verdict, shadow: bool, ratio: f64
         };
     }
     let capacity = match limit.params.algorithm {
-        Algorithm::TokenBucket => limit.params.burst,
-        Algorithm::FixedWindow => limit.params.requests_per_unit,
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => limit.params.burst,
+        Algorithm::FixedWindow | Algorithm::SlidingWindow => limit.params.requests_per_unit,
     };
     let used = capacity.saturating_sub(verdict.outlook.remaining);
     let threshold = (f64::from(capacity) * ratio).floor() as u32;

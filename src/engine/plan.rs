@@ -7,8 +7,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 
 use super::InvalidRequest;
-use crate::config::{Algorithm, Unit};
-use crate::limiter::LimitParams;
+use crate::config::Unit;
+use crate::limiter::{LimitDefaults, LimitParams};
 use crate::policy::{Policy, Rule, RuleKind};
 
 /// One limit a descriptor is checked against.
@@ -63,7 +63,7 @@ fn override_unit(unit: i32) -> Option<Unit> {
 pub(super) fn plan<'p>(
     policy: &'p Policy,
     request: &RateLimitRequest,
-    default_algorithm: Algorithm,
+    defaults: &LimitDefaults,
 ) -> Result<Vec<Plan<'p>>, InvalidRequest> {
     let request_hits = u64::from(request.hits_addend.max(1));
     let domain = policy.domain(&request.domain);
@@ -89,10 +89,11 @@ pub(super) fn plan<'p>(
                 requests_per_unit: limit.requests_per_unit,
                 unit,
                 params: LimitParams {
-                    algorithm: default_algorithm,
+                    algorithm: defaults.algorithm,
                     requests_per_unit: limit.requests_per_unit,
                     period,
                     burst: limit.requests_per_unit,
+                    max_delay: defaults.max_delay,
                 },
                 slot: 0,
             }]);
@@ -116,7 +117,7 @@ pub(super) fn plan<'p>(
                             name: l.limit.name.as_deref().unwrap_or(""),
                             requests_per_unit: l.limit.requests_per_unit,
                             unit: l.limit.unit,
-                            params: l.params,
+                            params: l.params(defaults),
                             slot,
                         })
                         .collect(),

@@ -95,3 +95,46 @@ async fn a_new_policy_takes_effect_and_keeps_counters_of_unchanged_rules() {
         "5 - the 2 hits counted across the swap"
     );
 }
+
+const LEAKY: &str = "domain: d\ndescriptors:\n  - key: q\n    rate_limit: {unit: second, requests_per_unit: 2, algorithm: leaky_bucket, burst: 3, max_delay: 5s}\n";
+
+#[tokio::test]
+async fn a_caller_that_goes_away_while_queued_gives_its_turn_back() {
+    let e = engine(LEAKY);
+    let q = request(&[&[("q", "1")]]);
+    let first = e.should_rate_limit(&q).await.unwrap();
+    assert_eq!(first.statuses[0].limit_remaining, 2, "answered at once");
+    // The second waits 500 ms for its turn; the caller gives up after 20 ms.
+    let gave_up = tokio::time::timeout(
+        std::time::Duration::from_millis(20),
+        e.should_rate_limit(&q),
+    )
+    .await;
+    assert!(gave_up.is_err(), "still queued after 20 ms");
+    let mut check = q.clone();
+    check.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+    let r = e.should_rate_limit(&check).await.unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 2, "the turn was given back");
+}
+
+#[tokio::test]
+async fn global_shadow_mode_never_holds_an_answer() {
+    let configs =
+        crate::config::parse_files(&[("t.yaml".into(), LEAKY.to_owned())]).expect("valid rules");
+    let e = Engine::new(
+        Policy::new(&configs),
+        Arc::new(MemoryStore::new(1000)),
+        Arc::new(ManualClock::new(1_767_225_600 * NANOS_PER_SECOND)),
+        EngineSettings {
+            shadow_mode: true,
+            ..EngineSettings::default()
+        },
+    );
+    let q = request(&[&[("q", "1")]]);
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        e.should_rate_limit(&q).await.unwrap();
+    }
+    assert!(started.elapsed() < std::time::Duration::from_millis(400));
+}

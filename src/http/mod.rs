@@ -1,5 +1,7 @@
-//! The HTTP admin port (axum): `/metrics`, `/healthcheck`, `/readyz`, `/rlconfig` and `POST /json`.
+//! The HTTP admin port (axum): `/metrics`, `/healthcheck`, `/readyz`, `/rlconfig`, `/explain` and
+//! `POST /json`.
 
+mod explain;
 mod json;
 mod rlconfig;
 
@@ -33,6 +35,7 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/healthcheck", get(healthcheck))
         .route("/readyz", get(readyz))
         .route("/rlconfig", get(rlconfig::rlconfig))
+        .route("/explain", get(explain::explain))
         .route("/json", post(json::json))
         .with_state(admin)
 }

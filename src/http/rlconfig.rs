@@ -8,6 +8,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AdminState;
+use crate::config::format_duration;
+use crate::limiter::LimitDefaults;
 use crate::policy::{Policy, Rule, RuleKind};
 
 #[derive(Debug, Deserialize)]
@@ -15,22 +17,30 @@ pub(super) struct Format {
     format: Option<String>,
 }
 
-fn rule_json(rule: &Rule) -> Value {
+/// A rule's limits as served: the algorithm and max delay resolved with the server's defaults.
+fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
     let limits: Vec<Value> = match &rule.kind {
         RuleKind::Unlimited { .. } => Vec::new(),
         RuleKind::Limited(limits) => limits
             .iter()
-            .map(|l| {
-                let l = &l.limit;
-                json!({
+            .map(|rl| {
+                let l = &rl.limit;
+                let params = rl.params(defaults);
+                let mut v = json!({
                     "name": l.name,
                     "requests_per_unit": l.requests_per_unit,
                     "unit": l.unit.name(),
                     "unit_multiplier": l.unit_multiplier,
-                    "algorithm": l.algorithm.name(),
+                    "algorithm": params.algorithm.name(),
                     "burst": l.effective_burst(),
                     "replaces": l.replaces,
-                })
+                });
+                if params.algorithm == crate::config::Algorithm::LeakyBucket {
+                    v["max_delay"] = json!(format_duration(std::time::Duration::from_nanos(
+                        params.max_delay
+                    )));
+                }
+                v
             })
             .collect(),
     };
@@ -44,7 +54,7 @@ fn rule_json(rule: &Rule) -> Value {
 }
 
 /// One line per limit: `<domain>.<path>: unit=MINUTE requests_per_unit=3, shadow_mode: false, …`.
-pub fn text(policy: &Policy) -> String {
+pub fn text(policy: &Policy, defaults: &LimitDefaults) -> String {
     let mut out = String::new();
     for domain in policy.domains() {
         for rule in domain.rules() {
@@ -57,14 +67,14 @@ pub fn text(policy: &Policy) -> String {
                     ));
                 }
                 RuleKind::Limited(limits) => {
-                    for l in limits {
-                        let l = &l.limit;
+                    for rl in limits {
+                        let l = &rl.limit;
                         out.push_str(&format!(
                             "{full}: unit={} requests_per_unit={}, unit_multiplier: {}, algorithm: {}, burst: {}, shadow_mode: {}\n",
                             l.unit.name().to_uppercase(),
                             l.requests_per_unit,
                             l.unit_multiplier,
-                            l.algorithm,
+                            rl.params(defaults).algorithm,
                             l.effective_burst(),
                             rule.shadow_mode
                         ));
@@ -78,13 +88,14 @@ pub fn text(policy: &Policy) -> String {
 
 pub(super) async fn rlconfig(State(admin): AdminState, Query(format): Query<Format>) -> Response {
     let policy = admin.engine.policy();
+    let defaults = admin.engine.settings().defaults;
     if format.format.as_deref() == Some("text") {
-        return text(&policy).into_response();
+        return text(&policy, &defaults).into_response();
     }
     let domains: Vec<Value> = policy
         .domains()
         .iter()
-        .map(|d| json!({"domain": d.name, "rules": d.rules().into_iter().map(rule_json).collect::<Vec<_>>()}))
+        .map(|d| json!({"domain": d.name, "rules": d.rules().into_iter().map(|r| rule_json(r, &defaults)).collect::<Vec<_>>()}))
         .collect();
     Json(json!({"domains": domains, "last_load": admin.status.last_load()})).into_response()
 }

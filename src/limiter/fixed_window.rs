@@ -32,6 +32,7 @@ pub(super) fn evaluate(
         },
         after_charge: outlook(if allowed { after } else { count }),
         without_charge: outlook(count),
+        delay: 0,
     }
 }
 
@@ -56,6 +57,7 @@ mod tests {
             requests_per_unit: rpu,
             period: period_s * S,
             burst: rpu,
+            max_delay: 0,
         }
     }
 

@@ -1,11 +1,34 @@
 //! The rate-limiting algorithms as pure functions of (limit, state, now, hits). No clock, no I/O, no
 //! locking: a store holds the `State` and calls `evaluate` under its own lock.
 
+mod describe;
 mod fixed_window;
+mod leaky_bucket;
+mod sliding_window;
 mod token_bucket;
 
 use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::{Algorithm, Limit};
+
+pub use describe::human;
+
+/// What a limit that does not say gets: the server-wide `--default-algorithm` and
+/// `--default-max-delay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitDefaults {
+    pub algorithm: Algorithm,
+    /// Leaky bucket: the longest a request waits for its turn.
+    pub max_delay: Nanos,
+}
+
+impl Default for LimitDefaults {
+    fn default() -> Self {
+        LimitDefaults {
+            algorithm: Algorithm::TokenBucket,
+            max_delay: NANOS_PER_SECOND,
+        }
+    }
+}
 
 /// The numbers an algorithm needs, precomputed from a `Limit`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -14,23 +37,36 @@ pub struct LimitParams {
     pub requests_per_unit: u32,
     /// The window / refill period in nanoseconds (unit × multiplier).
     pub period: Nanos,
-    /// Token bucket capacity.
+    /// Token bucket capacity; leaky bucket queue length.
     pub burst: u32,
+    /// Leaky bucket: the longest wait for a turn (ignored by the other algorithms).
+    pub max_delay: Nanos,
 }
 
 impl LimitParams {
-    pub fn from_limit(limit: &Limit) -> Self {
+    /// The limit's numbers, with the server's defaults for what it leaves unsaid.
+    pub fn from_limit(limit: &Limit, defaults: &LimitDefaults) -> Self {
         LimitParams {
-            algorithm: limit.algorithm,
+            algorithm: limit.algorithm.unwrap_or(defaults.algorithm),
             requests_per_unit: limit.requests_per_unit,
             period: limit.period_seconds().saturating_mul(NANOS_PER_SECOND),
             burst: limit.effective_burst(),
+            max_delay: limit.max_delay.map_or(defaults.max_delay, |d| {
+                d.as_nanos().min(u128::from(u64::MAX)) as u64
+            }),
         }
+    }
+
+    /// Leaky bucket: time between two hits leaving the queue, `period / requests_per_unit`
+    /// (rounded down; the algorithm itself keeps it exactly).
+    pub fn drain_interval(&self) -> Option<Nanos> {
+        (self.requests_per_unit > 0).then(|| self.period / u64::from(self.requests_per_unit))
     }
 }
 
-/// Per-key state: two words whose meaning belongs to the algorithm (token bucket: theoretical arrival
-/// time; fixed window: window start and count). A key with no state behaves as a fresh key.
+/// Per-key state: two words whose meaning belongs to the algorithm (token and leaky bucket: a
+/// theoretical arrival / drain time; fixed window: window start and count; sliding window: window
+/// start and both windows' counts). A key with no state behaves as a fresh key.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct State {
     pub a: u64,
@@ -43,7 +79,7 @@ pub struct Outlook {
     /// Whole hits that would still pass now.
     pub remaining: u32,
     /// Time until the limit is fully available again (window end for fixed window; bucket full for
-    /// token bucket).
+    /// token bucket; both windows' counts gone for sliding window; queue empty for leaky bucket).
     pub reset_after: Nanos,
 }
 
@@ -58,6 +94,9 @@ pub struct Evaluation {
     pub after_charge: Outlook,
     /// The outlook if nothing is charged (denied, or another descriptor denied the request).
     pub without_charge: Outlook,
+    /// How long the answer must wait if charged: the request's turn in a leaky bucket's queue.
+    /// 0 for every other algorithm, and for anything not allowed.
+    pub delay: Nanos,
 }
 
 /// Decides whether `hits` fit the limit at `now`, given the key's current state.
@@ -65,13 +104,26 @@ pub fn evaluate(params: &LimitParams, state: Option<State>, now: Nanos, hits: u6
     match params.algorithm {
         Algorithm::TokenBucket => token_bucket::evaluate(params, state, now, hits),
         Algorithm::FixedWindow => fixed_window::evaluate(params, state, now, hits),
+        Algorithm::SlidingWindow => sliding_window::evaluate(params, state, now, hits),
+        Algorithm::LeakyBucket => leaky_bucket::evaluate(params, state, now, hits),
+    }
+}
+
+/// Gives back `hits` charged earlier whose answer was never delivered (the caller cancelled while
+/// waiting for its turn). Only a leaky bucket's queue slot is given back; the other algorithms
+/// count decisions, and keep the state as it is.
+pub fn refund(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
+    match params.algorithm {
+        Algorithm::LeakyBucket => leaky_bucket::refund(params, state, now, hits),
+        _ => *state,
     }
 }
 
 /// The instant from which `state` is equivalent to no state at all, so the key can be dropped.
 pub fn expires_at(params: &LimitParams, state: &State) -> Nanos {
     match params.algorithm {
-        Algorithm::TokenBucket => token_bucket::expires_at(state),
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => token_bucket::expires_at(state),
         Algorithm::FixedWindow => fixed_window::expires_at(params, state),
+        Algorithm::SlidingWindow => sliding_window::expires_at(params, state),
     }
 }

@@ -7,17 +7,18 @@ use crate::clock::Nanos;
 
 // Time is kept exactly in "scaled" units of 1/requests_per_unit nanoseconds, so one hit costs exactly
 // `period` scaled units and no rounding ever admits extra traffic or loses a token. The stored TAT is
-// `a` whole nanoseconds plus `b` scaled units (b < requests_per_unit).
+// `a` whole nanoseconds plus `b` scaled units (b < requests_per_unit). The leaky bucket keeps its
+// queue's drain time the same way and shares these helpers.
 
-fn scale(params: &LimitParams) -> u128 {
+pub(super) fn scale(params: &LimitParams) -> u128 {
     u128::from(params.requests_per_unit.max(1))
 }
 
-fn to_scaled(params: &LimitParams, state: &State) -> u128 {
+pub(super) fn to_scaled(params: &LimitParams, state: &State) -> u128 {
     u128::from(state.a) * scale(params) + u128::from(state.b).min(scale(params) - 1)
 }
 
-fn from_scaled(params: &LimitParams, tat: u128) -> State {
+pub(super) fn from_scaled(params: &LimitParams, tat: u128) -> State {
     State {
         a: clamp(tat / scale(params)),
         b: (tat % scale(params)) as u64,
@@ -25,7 +26,7 @@ fn from_scaled(params: &LimitParams, tat: u128) -> State {
 }
 
 /// Scaled units → nanoseconds, rounded up (a reset is never reported early).
-fn to_nanos(params: &LimitParams, scaled: u128) -> Nanos {
+pub(super) fn to_nanos(params: &LimitParams, scaled: u128) -> Nanos {
     clamp(scaled.div_ceil(scale(params)))
 }
 
@@ -61,6 +62,7 @@ pub(super) fn evaluate(
             charged: from_scaled(params, tat),
             after_charge: without_charge,
             without_charge,
+            delay: 0,
         };
     }
     Evaluation {
@@ -71,6 +73,7 @@ pub(super) fn evaluate(
             reset_after: to_nanos(params, new_tat - now_s),
         },
         without_charge,
+        delay: 0,
     }
 }
 
@@ -78,7 +81,7 @@ pub(super) fn expires_at(state: &State) -> Nanos {
     state.a.saturating_add(u64::from(state.b > 0))
 }
 
-fn clamp(v: u128) -> u64 {
+pub(super) fn clamp(v: u128) -> u64 {
     v.min(u128::from(u64::MAX)) as u64
 }
 
@@ -96,6 +99,7 @@ mod tests {
             requests_per_unit: rpu,
             period: period_s * S,
             burst,
+            max_delay: 0,
         }
     }
 

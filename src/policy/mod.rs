@@ -10,13 +10,20 @@ use std::collections::HashMap;
 pub use pattern::Pattern;
 
 use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, RateLimitSpec};
-use crate::limiter::LimitParams;
+use crate::limiter::{LimitDefaults, LimitParams};
 
-/// One compiled limit of a rule.
+/// One limit of a rule. The rules say nothing of the server's defaults (`--default-algorithm`,
+/// `--default-max-delay`), so the numbers the limiter uses are resolved per call with them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleLimit {
     pub limit: Limit,
-    pub params: LimitParams,
+}
+
+impl RuleLimit {
+    /// The limiter's numbers for this limit under the server's defaults.
+    pub fn params(&self, defaults: &LimitDefaults) -> LimitParams {
+        LimitParams::from_limit(&self.limit, defaults)
+    }
 }
 
 /// What a matched descriptor entry does.
@@ -172,7 +179,6 @@ fn compile(spec: &RateLimitSpec) -> RuleKind {
                 .iter()
                 .map(|limit| RuleLimit {
                     limit: limit.clone(),
-                    params: LimitParams::from_limit(limit),
                 })
                 .collect(),
         ),

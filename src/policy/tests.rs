@@ -9,8 +9,9 @@ fn limit(rpu: u32) -> RateLimitSpec {
         requests_per_unit: rpu,
         unit: Unit::Minute,
         unit_multiplier: 1,
-        algorithm: Algorithm::FixedWindow,
+        algorithm: Some(Algorithm::FixedWindow),
         burst: None,
+        max_delay: None,
         replaces: vec![],
     }])
 }

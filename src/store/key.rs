@@ -73,6 +73,7 @@ mod tests {
             requests_per_unit: rpu,
             period,
             burst: rpu,
+            max_delay: 0,
         }
     }
 

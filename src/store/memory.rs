@@ -129,15 +129,36 @@ impl MemoryStore {
         }
         evaluations
             .iter()
-            .map(|e| Verdict {
-                allowed: e.allowed,
-                outlook: if commit && e.allowed {
-                    e.after_charge
-                } else {
-                    e.without_charge
-                },
+            .map(|e| {
+                let charged = commit && e.allowed;
+                Verdict {
+                    allowed: e.allowed,
+                    outlook: if charged {
+                        e.after_charge
+                    } else {
+                        e.without_charge
+                    },
+                    charged,
+                    delay: if charged { e.delay } else { 0 },
+                }
             })
             .collect()
+    }
+
+    /// What `Store::refund` does for the memory store: each key's state is given back its charge
+    /// under the key's shard lock (a key that has since expired or been evicted is left alone).
+    pub fn refund_now(&self, charges: &[Charge], now: Nanos) {
+        for charge in charges {
+            let mut shard = self.lock(Self::shard_of(charge.key));
+            let Some(entry) = shard.get(&charge.key.0) else {
+                continue;
+            };
+            let state = limiter::refund(&charge.params, &entry.state, now, charge.hits);
+            if state != entry.state {
+                let expires_at = limiter::expires_at(&charge.params, &state);
+                self.write(&mut shard, charge.key, state, expires_at, now);
+            }
+        }
     }
 
     fn write(&self, shard: &mut Shard, key: StoreKey, state: State, expires_at: Nanos, now: Nanos) {
@@ -201,6 +222,10 @@ impl MemoryStore {
 impl Store for MemoryStore {
     async fn apply(&self, charges: &[Charge], now: Nanos) -> Result<Vec<Verdict>, StoreError> {
         Ok(self.apply_now(charges, now))
+    }
+
+    fn refund(&self, charges: &[Charge], now: Nanos) {
+        self.refund_now(charges, now)
     }
 }
 

@@ -30,6 +30,10 @@ pub struct Verdict {
     pub allowed: bool,
     /// The limit as the client now sees it (after the charge if the request was charged).
     pub outlook: Outlook,
+    /// Whether this charge was written (the whole request fit, and this charge did).
+    pub charged: bool,
+    /// How long the answer must wait for this charge's turn (leaky bucket; 0 when not charged).
+    pub delay: Nanos,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,4 +51,10 @@ pub trait Store: Send + Sync + 'static {
         charges: &[Charge],
         now: Nanos,
     ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send;
+
+    /// Gives back what `charges` took (they were charged, but their answers were never delivered:
+    /// the caller cancelled while waiting for its turn). Only leaky-bucket queue slots are given
+    /// back; see `limiter::refund`. Called from a drop guard, so it must not block or fail: a
+    /// remote store would send it from a task of its own.
+    fn refund(&self, charges: &[Charge], now: Nanos);
 }

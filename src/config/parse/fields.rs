@@ -24,6 +24,7 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "unit_multiplier",
     "algorithm",
     "burst",
+    "max_delay",
 ];
 pub(super) const REPLACES_FIELDS: &[&str] = &["name"];
 /// Fields of the reference (envoyproxy/ratelimit) whose semantics we do not implement.

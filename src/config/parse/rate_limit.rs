@@ -1,8 +1,9 @@
 //! The `rate_limit` map and the `rate_limits` list of a descriptor: unit, requests_per_unit,
-//! unlimited, name, replaces and our extensions (unit_multiplier, algorithm, burst).
+//! unlimited, name, replaces and our extensions (unit_multiplier, algorithm, burst, max_delay).
 
 use super::Ctx;
 use super::fields::{self, Level};
+use crate::config::duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::config::model::{Algorithm, Limit, RateLimitSpec, Unit};
 use crate::config::yaml::{Node, NodeKind};
 
@@ -52,6 +53,7 @@ struct Raw<'n> {
     unit_multiplier: Option<(&'n Node, &'n Node)>,
     algorithm: Option<(&'n Node, &'n Node)>,
     burst: Option<(&'n Node, &'n Node)>,
+    max_delay: Option<(&'n Node, &'n Node)>,
 }
 
 fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
@@ -74,6 +76,7 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
             "unit_multiplier" => raw.unit_multiplier = Some((k, v)),
             "algorithm" => raw.algorithm = Some((k, v)),
             "burst" => raw.burst = Some((k, v)),
+            "max_delay" => raw.max_delay = Some((k, v)),
             other => fields::unexpected_field(ctx, level, other, k),
         }
     }
@@ -118,6 +121,7 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
             ),
             (raw.algorithm, "should not specify algorithm when unlimited"),
             (raw.burst, "should not specify burst when unlimited"),
+            (raw.max_delay, "should not specify max_delay when unlimited"),
         ];
         let mut ok = replaces_ok;
         for (k, message) in others.into_iter().filter_map(|(f, m)| Some((f?.0, m))) {
@@ -182,20 +186,25 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
                     ),
                 );
             }
-            parsed
+            parsed.map(Some)
         }),
-        None => Some(Algorithm::default()),
+        None => Some(None),
     };
     let burst = match raw.burst {
         Some((_, v)) => fields::integer(ctx, "burst", v, 1, u32::MAX).map(Some),
         None => Some(None),
     };
-    let (unit, requests_per_unit, unit_multiplier, algorithm, burst) = (
+    let max_delay = match raw.max_delay {
+        Some((k, v)) => max_delay(ctx, k, v, algorithm),
+        None => Some(None),
+    };
+    let (unit, requests_per_unit, unit_multiplier, algorithm, burst, max_delay) = (
         unit?,
         requests_per_unit?,
         unit_multiplier?,
         algorithm?,
         burst?,
+        max_delay?,
     );
     let period = unit.seconds().checked_mul(u64::from(unit_multiplier));
     if period.is_none_or(|p| p > MAX_PERIOD_SECONDS) {
@@ -219,8 +228,51 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
         unit_multiplier,
         algorithm,
         burst,
+        max_delay,
         replaces,
     }]))
+}
+
+/// `max_delay`: a duration up to an hour, and only beside `algorithm: leaky_bucket` (written out,
+/// so a rules file means the same whatever the server's default algorithm). `algorithm` is `None`
+/// when it was invalid (already reported), `Some(None)` when not written.
+fn max_delay(
+    ctx: &mut Ctx,
+    key: &Node,
+    value: &Node,
+    algorithm: Option<Option<Algorithm>>,
+) -> Option<Option<std::time::Duration>> {
+    let text = fields::string(ctx, "max_delay", value)?;
+    let parsed = match parse_duration(&text) {
+        Ok(d) if d > MAX_DELAY_LIMIT => {
+            ctx.error(
+                &value.location,
+                format!(
+                    "'max_delay' must be at most {}, found {text}",
+                    format_duration(MAX_DELAY_LIMIT)
+                ),
+            );
+            return None;
+        }
+        Ok(d) => d,
+        Err(message) => {
+            ctx.error(&value.location, format!("'max_delay': {message}"));
+            return None;
+        }
+    };
+    let algorithm = algorithm?;
+    if algorithm != Some(Algorithm::LeakyBucket) {
+        ctx.error(
+            &key.location,
+            format!(
+                "'max_delay' is only valid with algorithm: leaky_bucket (this limit's algorithm \
+                 is {})",
+                algorithm.map_or("the server default".into(), |a| a.to_string())
+            ),
+        );
+        return None;
+    }
+    Some(Some(parsed))
 }
 
 /// A `replaces` list of `{name: <limit name>}` maps.

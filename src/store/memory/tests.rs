@@ -13,6 +13,7 @@ fn params(rpu: u32) -> LimitParams {
         requests_per_unit: rpu,
         period: 60 * S,
         burst: rpu,
+        max_delay: 0,
     }
 }
 
@@ -117,4 +118,54 @@ fn sweep_drops_expired_keys_only_and_fresh_state_is_not_stored() {
     assert_eq!(store.sweep(60 * S), 2, "the first window's keys expired");
     assert_eq!(store.stats().keys, 1);
     assert!(store.peek(StoreKey(4)).is_some());
+}
+
+/// A leaky bucket of 10 per second, queue 3, max delay 1 s.
+fn leaky(key: u128, hits: u64) -> Charge {
+    Charge {
+        key: StoreKey(key),
+        params: LimitParams {
+            algorithm: Algorithm::LeakyBucket,
+            requests_per_unit: 10,
+            period: S,
+            burst: 3,
+            max_delay: S,
+        },
+        hits,
+        enforced: true,
+    }
+}
+
+#[test]
+fn delays_are_reported_only_for_committed_charges() {
+    let store = MemoryStore::new(1000);
+    let ms = S / 1000;
+    let v = store.apply_now(&[leaky(1, 1)], 0);
+    assert_eq!((v[0].charged, v[0].delay), (true, 0));
+    let v = store.apply_now(&[leaky(1, 1)], 0);
+    assert_eq!((v[0].charged, v[0].delay), (true, 100 * ms));
+    // Another limit of the request denies it: the leaky charge is not taken, and not delayed.
+    store.apply_now(&[charge(2, 1, 1)], 0);
+    let v = store.apply_now(&[leaky(1, 1), charge(2, 1, 1)], 0);
+    assert!(v[0].allowed && !v[1].allowed);
+    assert_eq!((v[0].charged, v[0].delay), (false, 0));
+    let v = store.apply_now(&[leaky(1, 1)], 0);
+    assert_eq!(v[0].delay, 200 * ms, "the denied request took no turn");
+}
+
+#[test]
+fn a_refund_gives_back_the_leaky_turn_only() {
+    let store = MemoryStore::new(1000);
+    for _ in 0..3 {
+        assert!(store.apply_now(&[leaky(1, 1)], 0)[0].charged);
+    }
+    assert!(!store.apply_now(&[leaky(1, 1)], 0)[0].allowed, "queue full");
+    store.apply_now(&[charge(2, 5, 1)], 0);
+    store.refund_now(&[leaky(1, 1), charge(2, 5, 1)], 0);
+    let v = store.apply_now(&[leaky(1, 1), charge(2, 5, 0)], 0);
+    assert!(v[0].charged, "the turn was given back");
+    assert_eq!(v[1].outlook.remaining, 4, "a fixed window keeps its count");
+    // A refund for a key that is gone does nothing.
+    store.refund_now(&[leaky(9, 1)], 0);
+    assert!(store.peek(StoreKey(9)).is_none());
 }

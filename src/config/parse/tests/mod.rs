@@ -74,8 +74,9 @@ fn limit(unit: Unit, requests_per_unit: u32) -> Limit {
         requests_per_unit,
         unit,
         unit_multiplier: 1,
-        algorithm: Algorithm::TokenBucket,
+        algorithm: None,
         burst: None,
+        max_delay: None,
         replaces: vec![],
     }
 }
@@ -98,7 +99,7 @@ fn full_example_is_parsed_field_by_field() {
     let per_key = Limit {
         name: Some("per_key".into()),
         unit_multiplier: 5,
-        algorithm: Algorithm::FixedWindow,
+        algorithm: Some(Algorithm::FixedWindow),
         burst: Some(20),
         ..limit(Unit::Minute, 100)
     };
@@ -150,6 +151,38 @@ fn full_example_is_parsed_field_by_field() {
             column: 5
         }
     );
+}
+
+#[test]
+fn every_algorithm_and_max_delay_are_parsed() {
+    let text = "\
+domain: algos
+descriptors:
+  - key: s
+    rate_limit: {unit: minute, requests_per_unit: 100, unit_multiplier: 5, algorithm: sliding_window}
+  - key: l
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket, burst: 20, max_delay: 250ms}
+  - key: d
+    rate_limit: {unit: second, requests_per_unit: 10, algorithm: leaky_bucket}
+";
+    let configs = parse_files(&[(PathBuf::from("a.yaml"), text.to_string())])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let limits: Vec<Limit> = configs[0]
+        .descriptors
+        .iter()
+        .map(|d| match &d.rate_limit {
+            Some(RateLimitSpec::Limited(l)) => l[0].clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(limits[0].algorithm, Some(Algorithm::SlidingWindow));
+    assert_eq!(limits[0].period_seconds(), 300);
+    assert_eq!(limits[1].algorithm, Some(Algorithm::LeakyBucket));
+    assert_eq!(
+        (limits[1].burst, limits[1].max_delay),
+        (Some(20), Some(std::time::Duration::from_millis(250)))
+    );
+    assert_eq!(limits[2].max_delay, None, "the server default applies");
 }
 
 #[test]

@@ -32,7 +32,8 @@ fn unknown_rate_limit_field() {
         "6:7",
         &[
             "unknown field 'request_per_unit' under rate_limit (expected one of: unit, \
-             requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst)",
+             requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, \
+             max_delay)",
         ],
     );
 }
@@ -230,7 +231,10 @@ fn invalid_algorithm() {
     assert_error(
         &rl(&["unit: second", "requests_per_unit: 5", "algorithm: leaky"]),
         "7:18",
-        &["invalid algorithm 'leaky' (expected one of: token_bucket, fixed_window)"],
+        &[
+            "invalid algorithm 'leaky' (expected one of: token_bucket, fixed_window, \
+             sliding_window, leaky_bucket)",
+        ],
     );
 }
 
@@ -249,5 +253,81 @@ fn missing_fields_in_a_rate_limits_entry() {
         "domain: a\ndescriptors:\n  - key: k\n    rate_limits:\n      - {unit: second}\n",
         "5:9",
         &["missing required field 'requests_per_unit' under rate_limits"],
+    );
+}
+
+#[test]
+fn max_delay_without_leaky_bucket() {
+    assert_error(
+        &rl(&[
+            "unit: second",
+            "requests_per_unit: 5",
+            "algorithm: token_bucket",
+            "max_delay: 500ms",
+        ]),
+        "8:7",
+        &[
+            "'max_delay' is only valid with algorithm: leaky_bucket",
+            "is token_bucket",
+        ],
+    );
+    assert_error(
+        &rl(&["unit: second", "requests_per_unit: 5", "max_delay: 500ms"]),
+        "7:7",
+        &[
+            "only valid with algorithm: leaky_bucket",
+            "the server default",
+        ],
+    );
+}
+
+#[test]
+fn max_delay_not_a_duration() {
+    assert_error(
+        &rl(&[
+            "unit: second",
+            "requests_per_unit: 5",
+            "algorithm: leaky_bucket",
+            "max_delay: 2h",
+        ]),
+        "8:18",
+        &["'max_delay': '2h' is not a duration (write e.g. 250ms, 2s or 1m)"],
+    );
+}
+
+#[test]
+fn max_delay_longer_than_an_hour() {
+    assert_error(
+        &rl(&[
+            "unit: second",
+            "requests_per_unit: 5",
+            "algorithm: leaky_bucket",
+            "max_delay: 61m",
+        ]),
+        "8:18",
+        &["'max_delay' must be at most 60m, found 61m"],
+    );
+}
+
+#[test]
+fn max_delay_when_unlimited() {
+    assert_error(
+        &rl(&["unlimited: true", "max_delay: 1s"]),
+        "6:7",
+        &["should not specify max_delay when unlimited"],
+    );
+}
+
+#[test]
+fn max_delay_with_an_invalid_algorithm_reports_only_the_algorithm() {
+    assert_error(
+        &rl(&[
+            "unit: second",
+            "requests_per_unit: 5",
+            "algorithm: leaky",
+            "max_delay: 1s",
+        ]),
+        "7:18",
+        &["invalid algorithm 'leaky'"],
     );
 }

@@ -1,0 +1,225 @@
+//! `explain`: which rule each descriptor matches and why, each limit's algorithm and effective
+//! numbers, and with `--server` what a running server's live rules match and each limit's current
+//! state there (from its admin `GET /explain`).
+
+use std::path::Path;
+
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::parse_descriptor;
+use crate::limiter::LimitDefaults;
+use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
+use crate::rules_dir::load_rules_dir;
+
+fn describe_value(value: &NodeValue) -> String {
+    match value {
+        NodeValue::Exact(v) => format!("value '{v}'"),
+        NodeValue::Wildcard(p) => format!("wildcard '{}'", p.as_str()),
+        NodeValue::Any => "any value".into(),
+    }
+}
+
+pub(super) async fn explain(
+    dir: &Path,
+    domain: &str,
+    server: Option<&str>,
+    defaults: &LimitDefaults,
+    descriptors: &[String],
+) -> i32 {
+    let configs = match load_rules_dir(dir) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    let policy = Policy::new(&configs);
+    let rules = policy.domain(domain);
+    if rules.is_none() {
+        println!("domain '{domain}' is not configured: every descriptor is allowed (OK, no limit)");
+    }
+    for text in descriptors {
+        let entries = match parse_descriptor(text) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 2;
+            }
+        };
+        if let Some(rules) = rules {
+            println!("descriptor {text}:");
+            offline(rules, &entries, defaults);
+        }
+        if let Some(server) = server {
+            match fetch(server, domain, text).await {
+                Ok(live) => print_live(server, &live),
+                Err(e) => {
+                    eprintln!("error: {server}: {e}");
+                    return 1;
+                }
+            }
+        }
+    }
+    0
+}
+
+fn offline(rules: &crate::policy::DomainRules, entries: &[(String, String)], d: &LimitDefaults) {
+    let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let outcome = rules.walk(pairs, |step| match step {
+        Step::Matched { index, node } => println!(
+            "  entry {index} ({}={}) matched key '{}' {} at line {}",
+            entries[index].0,
+            entries[index].1,
+            node.key,
+            describe_value(&node.value),
+            node.location.line
+        ),
+        Step::NoCandidate { index } => println!(
+            "  entry {index} ({}={}): no rule at this level has key '{}' with a matching value",
+            entries[index].0, entries[index].1, entries[index].0
+        ),
+        Step::TooLong { index } => println!(
+            "  entry {index}: the matched rule has no nested descriptors, so a longer descriptor matches nothing"
+        ),
+    });
+    match outcome {
+        Outcome::Rule(rule) => {
+            let shadow = if rule.shadow_mode {
+                " (shadow mode)"
+            } else {
+                ""
+            };
+            println!("  => rule '{}'{shadow}", rule.path);
+            match &rule.kind {
+                RuleKind::Unlimited { .. } => println!("     unlimited"),
+                RuleKind::Limited(limits) => {
+                    for rl in limits {
+                        let l = &rl.limit;
+                        let params = rl.params(d);
+                        println!(
+                            "     {} per {} {}(s), {}{}{}: {}",
+                            l.requests_per_unit,
+                            l.unit_multiplier,
+                            l.unit,
+                            params.algorithm,
+                            if l.algorithm.is_none() {
+                                " (server default)"
+                            } else {
+                                ""
+                            },
+                            l.name
+                                .as_ref()
+                                .map(|n| format!(", name '{n}'"))
+                                .unwrap_or_default(),
+                            params.describe()
+                        );
+                    }
+                }
+            }
+        }
+        Outcome::NoLimitOnNode => {
+            println!("  => matched an entry with no rate_limit: never limited")
+        }
+        Outcome::Unmatched => println!("  => no rule: OK, no limit"),
+    }
+}
+
+fn print_live(server: &str, live: &Value) {
+    let s = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    match live["outcome"].as_str().unwrap_or("") {
+        "rule" => {
+            println!("  live on {server}: rule '{}'", s(&live["rule"]));
+            for l in live["limits"].as_array().into_iter().flatten() {
+                let default = if l["algorithm_is_default"] == Value::Bool(true) {
+                    " (server default)"
+                } else {
+                    ""
+                };
+                println!(
+                    "     {} per {} {}(s), {}{default}: {}",
+                    s(&l["requests_per_unit"]),
+                    s(&l["unit_multiplier"]),
+                    s(&l["unit"]),
+                    s(&l["algorithm"]),
+                    s(&l["effective"])
+                );
+                println!(
+                    "       now: remaining {}, reset in {}; state: {} (raw {})",
+                    s(&l["remaining"]),
+                    s(&l["reset_after"]),
+                    s(&l["state_meaning"]),
+                    s(&l["state"])
+                );
+            }
+        }
+        "unlimited" => println!("  live on {server}: rule '{}', unlimited", s(&live["rule"])),
+        "no_limit" => println!("  live on {server}: matched an entry with no rate_limit"),
+        "unknown_domain" => println!("  live on {server}: domain not configured there"),
+        _ => println!("  live on {server}: no rule"),
+    }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// `GET /explain` on the server's admin port: one HTTP/1.1 request, no client library needed.
+async fn fetch(server: &str, domain: &str, descriptor: &str) -> Result<Value, String> {
+    let authority = server
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    let request = format!(
+        "GET /explain?domain={}&descriptor={} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n",
+        encode(domain),
+        encode(descriptor)
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .await
+        .map_err(|e| e.to_string())?;
+    let response = String::from_utf8_lossy(&response);
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or("malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        let status = head.lines().next().unwrap_or_default();
+        return Err(format!("{status}: {body}"));
+    }
+    serde_json::from_str(body).map_err(|e| format!("bad JSON from /explain: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode;
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(encode("a=b,c=/v1 x"), "a%3Db%2Cc%3D%2Fv1%20x");
+        assert_eq!(encode("é"), "%C3%A9");
+    }
+}

@@ -1,0 +1,56 @@
+//! Waiting for a leaky bucket's turn: the answer of an admitted request is held until the latest
+//! turn among its enforced charges, on a timer (no thread, no lock held). If the caller goes away
+//! first (tonic drops the handler's future when the client cancels), a drop guard gives the queue
+//! turns back to the store.
+
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::config::Algorithm;
+use crate::store::{Charge, Store, Verdict};
+
+/// Gives back the leaky-bucket turns of a request unless disarmed.
+struct RefundOnDrop<'a, S: Store> {
+    store: &'a S,
+    clock: &'a dyn Clock,
+    charges: Vec<Charge>,
+}
+
+impl<S: Store> Drop for RefundOnDrop<'_, S> {
+    fn drop(&mut self) {
+        if !self.charges.is_empty() {
+            self.store.refund(&self.charges, self.clock.now());
+        }
+    }
+}
+
+/// Sleeps until the request's turn; refunds its turns if dropped before then.
+pub(super) async fn wait<S: Store>(
+    store: &S,
+    clock: &dyn Clock,
+    charges: &[Charge],
+    verdicts: &[Verdict],
+) {
+    let delay = charges
+        .iter()
+        .zip(verdicts)
+        .filter(|(c, _)| c.enforced)
+        .map(|(_, v)| v.delay)
+        .max()
+        .unwrap_or(0);
+    if delay == 0 {
+        return;
+    }
+    let mut guard = RefundOnDrop {
+        store,
+        clock,
+        charges: charges
+            .iter()
+            .zip(verdicts)
+            .filter(|(c, v)| v.charged && c.params.algorithm == Algorithm::LeakyBucket)
+            .map(|(c, _)| *c)
+            .collect(),
+    };
+    tokio::time::sleep(Duration::from_nanos(delay)).await;
+    guard.charges.clear();
+}

@@ -1,0 +1,111 @@
+//! Words for `explain`: what a limit's numbers mean under its algorithm, and what a key's state
+//! says. Pure formatting, no clock.
+
+use super::{LimitParams, State};
+use crate::clock::Nanos;
+use crate::config::{Algorithm, format_duration};
+
+/// A duration for people: exact when it is whole milliseconds, else milliseconds to 3 decimals.
+pub fn human(nanos: Nanos) -> String {
+    if nanos.is_multiple_of(1_000_000) || nanos < 1_000_000 {
+        format_duration(std::time::Duration::from_nanos(nanos))
+    } else {
+        format!("{:.3}ms", nanos as f64 / 1e6)
+    }
+}
+
+impl LimitParams {
+    /// The effective rate, burst and window, e.g. `refill 1 every 100ms, burst 10`.
+    pub fn describe(&self) -> String {
+        let window = human(self.period);
+        let interval = self.drain_interval().map_or("never".into(), human);
+        match self.algorithm {
+            Algorithm::TokenBucket => {
+                format!("refill 1 every {interval}, burst {}", self.burst)
+            }
+            Algorithm::FixedWindow => format!(
+                "{} per epoch-aligned window of {window}",
+                self.requests_per_unit
+            ),
+            Algorithm::SlidingWindow => format!(
+                "{} per sliding window of {window} (previous window weighted by its overlap)",
+                self.requests_per_unit
+            ),
+            Algorithm::LeakyBucket => format!(
+                "drain 1 every {interval}, queue {}, max delay {}",
+                self.burst,
+                human(self.max_delay)
+            ),
+        }
+    }
+
+    /// What a key's stored state says at `now`, e.g. `12 hits in the window that started 3s ago`.
+    pub fn describe_state(&self, state: Option<&State>, now: Nanos) -> String {
+        let Some(s) = state else {
+            return "no state: as fresh".into();
+        };
+        match self.algorithm {
+            Algorithm::TokenBucket => {
+                format!("bucket full again in {}", human(s.a.saturating_sub(now)))
+            }
+            Algorithm::LeakyBucket => format!(
+                "queue empty in {} (the next turn starts then)",
+                human(s.a.saturating_sub(now))
+            ),
+            Algorithm::FixedWindow => format!(
+                "{} hit(s) in the window that started {} ago",
+                s.b,
+                human(now.saturating_sub(s.a))
+            ),
+            Algorithm::SlidingWindow => format!(
+                "{} hit(s) in the window that started {} ago, {} in the one before",
+                s.b & u64::from(u32::MAX),
+                human(now.saturating_sub(s.a)),
+                s.b >> 32
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NANOS_PER_SECOND as S;
+
+    fn params(algorithm: Algorithm) -> LimitParams {
+        LimitParams {
+            algorithm,
+            requests_per_unit: 3,
+            period: S,
+            burst: 5,
+            max_delay: 2 * S,
+        }
+    }
+
+    #[test]
+    fn describes_each_algorithm() {
+        assert_eq!(
+            params(Algorithm::TokenBucket).describe(),
+            "refill 1 every 333.333ms, burst 5"
+        );
+        assert_eq!(
+            params(Algorithm::LeakyBucket).describe(),
+            "drain 1 every 333.333ms, queue 5, max delay 2s"
+        );
+        assert!(
+            params(Algorithm::FixedWindow)
+                .describe()
+                .contains("window of 1s")
+        );
+        let sliding = params(Algorithm::SlidingWindow);
+        let st = State {
+            a: 10 * S,
+            b: 4 << 32 | 2,
+        };
+        assert_eq!(
+            sliding.describe_state(Some(&st), 10 * S + S / 2),
+            "2 hit(s) in the window that started 500ms ago, 4 in the one before"
+        );
+        assert_eq!(sliding.describe_state(None, 0), "no state: as fresh");
+    }
+}

@@ -1,0 +1,305 @@
+//! Leaky bucket as a queue drained at a constant rate: one hit leaves every
+//! `period / requests_per_unit`. State is one instant, the time the queue will be empty (the
+//! "theoretical arrival time" of GCRA, kept exactly in the token bucket's scaled units). A request
+//! of `n` hits arriving at `now` takes the next free turn, `t = max(drain_time, now)`, and fits if
+//! the queue then holds at most `burst` hits' worth (the request included) and it waits at most
+//! `max_delay`. It is answered OK at `t`: the store commits at decision time, and the caller waits
+//! `delay = t − now` before answering, so the requests Envoy forwards leave evenly spaced however
+//! they arrived. A request that does not fit is denied at once.
+//!
+//! With the same `burst` a token bucket admits exactly the same requests; the difference is when
+//! they are answered: the token bucket lets a burst through at once, the leaky bucket smooths it.
+
+use super::token_bucket::{from_scaled, scale, to_nanos, to_scaled};
+use super::{Evaluation, LimitParams, Outlook, State};
+use crate::clock::Nanos;
+
+/// How many more single hits fit now, with the queue draining at `tat` (scaled units).
+fn fitting(params: &LimitParams, now_s: u128, tat: u128) -> u32 {
+    if params.requests_per_unit == 0 {
+        return 0;
+    }
+    let period = u128::from(params.period.max(1));
+    let by_length = (now_s + u128::from(params.burst) * period).saturating_sub(tat) / period;
+    let wait = tat - now_s;
+    let max_wait = u128::from(params.max_delay) * scale(params);
+    let by_delay = if wait <= max_wait {
+        (max_wait - wait) / period + 1
+    } else {
+        0
+    };
+    by_length.min(by_delay).min(u128::from(u32::MAX)) as u32
+}
+
+pub(super) fn evaluate(
+    params: &LimitParams,
+    state: Option<State>,
+    now: Nanos,
+    hits: u64,
+) -> Evaluation {
+    let period = u128::from(params.period.max(1));
+    let now_s = u128::from(now) * scale(params);
+    let tat = state.map_or(now_s, |s| to_scaled(params, &s)).max(now_s);
+    let outlook = |tat: u128| Outlook {
+        remaining: fitting(params, now_s, tat),
+        reset_after: to_nanos(params, tat - now_s),
+    };
+    let without_charge = outlook(tat);
+    let wait = tat - now_s;
+    let new_tat = tat + u128::from(hits) * period;
+    let allowed = hits == 0
+        || (params.requests_per_unit > 0
+            && new_tat - now_s <= u128::from(params.burst) * period
+            && wait <= u128::from(params.max_delay) * scale(params));
+    if !allowed || hits == 0 {
+        return Evaluation {
+            allowed,
+            charged: from_scaled(params, tat),
+            after_charge: without_charge,
+            without_charge,
+            delay: 0,
+        };
+    }
+    Evaluation {
+        allowed,
+        charged: from_scaled(params, new_tat),
+        after_charge: outlook(new_tat),
+        without_charge,
+        delay: to_nanos(params, wait),
+    }
+}
+
+/// Gives back the turn of `hits` that were queued but never answered: the drain time moves back
+/// by their cost (never before `now`). Requests queued behind keep their turns, so the queue has
+/// a hole where the cancelled one was; the next arrival takes the turn at the end.
+pub(super) fn refund(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
+    let now_s = u128::from(now) * scale(params);
+    let cost = u128::from(hits) * u128::from(params.period.max(1));
+    let tat = to_scaled(params, state).saturating_sub(cost).max(now_s);
+    from_scaled(params, tat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{evaluate as eval, expires_at, refund as give_back};
+    use super::*;
+    use crate::clock::NANOS_PER_SECOND as S;
+    use crate::config::Algorithm;
+    use proptest::prelude::*;
+
+    const MS: Nanos = 1_000_000;
+    const T0: Nanos = 1_767_225_600 * S;
+
+    fn params(rpu: u32, period_s: u64, burst: u32, max_delay: Nanos) -> LimitParams {
+        LimitParams {
+            algorithm: Algorithm::LeakyBucket,
+            requests_per_unit: rpu,
+            period: period_s * S,
+            burst,
+            max_delay,
+        }
+    }
+
+    #[test]
+    fn a_burst_is_queued_and_answered_one_interval_apart() {
+        let p = params(10, 1, 5, S);
+        let mut st = None;
+        let mut delays = Vec::new();
+        for _ in 0..7 {
+            let e = eval(&p, st, T0, 1);
+            if e.allowed {
+                st = Some(e.charged);
+                delays.push(e.delay);
+            }
+        }
+        assert_eq!(delays, [0, 100 * MS, 200 * MS, 300 * MS, 400 * MS]);
+        let full = eval(&p, st, T0, 1);
+        assert!(!full.allowed, "a full queue denies at once");
+        assert_eq!(full.delay, 0);
+        assert_eq!(
+            full.without_charge.reset_after,
+            500 * MS,
+            "queue empty then"
+        );
+        // 100 ms later one turn has drained: one more fits, at the end of the queue.
+        let later = eval(&p, st, T0 + 100 * MS, 1);
+        assert!(later.allowed);
+        assert_eq!(later.delay, 400 * MS);
+    }
+
+    #[test]
+    fn max_delay_caps_the_queue() {
+        let p = params(10, 1, 100, 250 * MS);
+        let mut st = None;
+        let mut admitted = 0;
+        for _ in 0..10 {
+            let e = eval(&p, st, T0, 1);
+            if e.allowed {
+                assert!(e.delay <= 250 * MS);
+                st = Some(e.charged);
+                admitted += 1;
+            }
+        }
+        assert_eq!(
+            admitted, 3,
+            "turns at 0, 100 and 200 ms; 300 ms is past max_delay"
+        );
+        assert_eq!(eval(&p, st, T0, 0).without_charge.remaining, 0);
+    }
+
+    #[test]
+    fn remaining_counts_what_still_fits() {
+        let p = params(10, 1, 5, S);
+        let e = eval(&p, None, T0, 0);
+        assert_eq!(e.without_charge.remaining, 5);
+        let e = eval(&p, None, T0, 2);
+        assert_eq!((e.after_charge.remaining, e.delay), (3, 0));
+        assert_eq!(e.after_charge.reset_after, 200 * MS);
+    }
+
+    #[test]
+    fn multi_hit_requests_take_as_many_turns() {
+        let p = params(10, 1, 5, S);
+        let e = eval(&p, None, T0, 3);
+        let e2 = eval(&p, Some(e.charged), T0, 2);
+        assert!(e2.allowed);
+        assert_eq!(e2.delay, 300 * MS);
+        assert!(!eval(&p, Some(e2.charged), T0, 1).allowed);
+        assert!(!eval(&p, None, T0, 6).allowed, "more than the queue holds");
+    }
+
+    #[test]
+    fn zero_hits_check_without_queueing_and_zero_rate_denies() {
+        let p = params(10, 1, 1, S);
+        let st = eval(&p, None, T0, 1).charged;
+        let check = eval(&p, Some(st), T0, 0);
+        assert!(check.allowed);
+        assert_eq!((check.delay, check.charged), (0, st));
+        let zero = params(0, 1, 1, S);
+        assert!(!eval(&zero, None, T0, 1).allowed);
+    }
+
+    #[test]
+    fn a_refund_frees_the_last_turn_and_leaves_a_hole() {
+        let p = params(10, 1, 3, S);
+        let a = eval(&p, None, T0, 1);
+        let b = eval(&p, Some(a.charged), T0, 1);
+        let c = eval(&p, Some(b.charged), T0, 1);
+        assert_eq!(c.delay, 200 * MS);
+        assert!(!eval(&p, Some(c.charged), T0, 1).allowed);
+        // b (turn at 100 ms) cancels: its turn is given back, c keeps its own.
+        let st = give_back(&p, &c.charged, T0 + 10 * MS, 1);
+        let d = eval(&p, Some(st), T0 + 10 * MS, 1);
+        assert!(d.allowed);
+        assert_eq!(d.delay, 190 * MS, "the end of the queue, not b's turn");
+        // Never before now.
+        let st = give_back(&p, &a.charged, T0 + 50 * MS, 5);
+        assert_eq!(expires_at(&p, &st), T0 + 50 * MS);
+    }
+
+    proptest! {
+        /// The answers of admitted requests are spaced by at least the previous request's hits ×
+        /// the drain interval, however the requests arrived; every delay respects max_delay.
+        #[test]
+        fn answers_leave_at_the_drain_rate(
+            rpu in 1u32..200,
+            period_s in 1u64..5,
+            burst in 1u32..50,
+            max_delay_ms in 0u64..5_000,
+            steps in proptest::collection::vec((0u64..300_000_000, 1u64..4), 1..200),
+        ) {
+            let p = params(rpu, period_s, burst, max_delay_ms * MS);
+            let mut now = T0 + 7;
+            let mut state = None;
+            let mut last: Option<(Nanos, u64)> = None;
+            for (gap, hits) in steps {
+                now += gap;
+                let e = eval(&p, state, now, hits);
+                if !e.allowed {
+                    continue;
+                }
+                state = Some(e.charged);
+                prop_assert!(e.delay <= p.max_delay);
+                let answer = now + e.delay;
+                if let Some((prev, prev_hits)) = last {
+                    let spacing = u128::from(prev_hits) * u128::from(p.period) / u128::from(rpu);
+                    prop_assert!(
+                        u128::from(answer - prev) >= spacing,
+                        "answers {} ns apart, drain needs {spacing}", answer - prev
+                    );
+                }
+                last = Some((answer, hits));
+            }
+        }
+
+        /// Like a token bucket of the same burst: admitted ≤ burst + rate × elapsed.
+        #[test]
+        fn never_admits_more_than_burst_plus_rate_times_elapsed(
+            rpu in 1u32..1000,
+            burst in 1u32..100,
+            steps in proptest::collection::vec((0u64..50_000_000, 1u64..5), 1..200),
+        ) {
+            let p = params(rpu, 1, burst, 3_600 * S);
+            let mut now = T0;
+            let mut state = None;
+            let mut admitted: u128 = 0;
+            for (gap, hits) in steps {
+                now += gap;
+                let e = eval(&p, state, now, hits);
+                if e.allowed {
+                    state = Some(e.charged);
+                    admitted += u128::from(hits);
+                }
+                let bound = u128::from(burst) + u128::from(now - T0) * u128::from(rpu) / u128::from(p.period);
+                prop_assert!(admitted <= bound, "admitted {admitted} > bound {bound}");
+            }
+        }
+
+        /// `remaining` is exact: that many single hits are queued, one more is not.
+        #[test]
+        fn remaining_is_exact(
+            rpu in 1u32..50,
+            burst in 1u32..30,
+            max_delay_ms in 0u64..3_000,
+            used in 0u32..40,
+            later in 0u64..2_000_000_000,
+        ) {
+            let p = params(rpu, 1, burst, max_delay_ms * MS);
+            let mut state = None;
+            for _ in 0..used {
+                let e = eval(&p, state, T0, 1);
+                if e.allowed { state = Some(e.charged); }
+            }
+            let now = T0 + later;
+            let remaining = eval(&p, state, now, 0).without_charge.remaining;
+            let mut passed = 0;
+            for _ in 0..=remaining {
+                let e = eval(&p, state, now, 1);
+                if e.allowed { state = Some(e.charged); passed += 1; }
+            }
+            prop_assert_eq!(passed, remaining);
+        }
+
+        /// Charging and then refunding the same hits at the same instant changes nothing a client
+        /// can see.
+        #[test]
+        fn a_refund_undoes_a_charge(
+            rpu in 1u32..100,
+            burst in 1u32..30,
+            used in 0u32..30,
+            hits in 1u64..5,
+        ) {
+            let p = params(rpu, 1, burst, 10 * S);
+            let mut state = None;
+            for _ in 0..used {
+                let e = eval(&p, state, T0, 1);
+                if e.allowed { state = Some(e.charged); }
+            }
+            let before = eval(&p, state, T0, 0).without_charge;
+            let e = eval(&p, state, T0, hits);
+            prop_assume!(e.allowed);
+            let back = give_back(&p, &e.charged, T0, hits);
+            prop_assert_eq!(eval(&p, Some(back), T0, 0).without_charge, before);
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! Sliding window as the two-window weighted counter: epoch-aligned windows of `period`, and the
+//! estimate of the last `period` is the previous window's count × the share of it still inside the
+//! sliding window + the current window's count. Two counters of state; smooth at window edges.
+//!
+//! State: `a` = start of the current window, `b` = previous count << 32 | current count. Counts
+//! never exceed `requests_per_unit` (a u32) because denied hits are not counted.
+//!
+//! Error against an exact sliding log (which admits at most `limit` in any interval shorter than
+//! `period`): over any interval of length `d < period`, this admits at most
+//! `limit × (1 + d / period)`. Proof sketch: such an interval spans at most the tail of one window
+//! (`x` hits, `x ≤ limit`) and the head of the next; the last admission in the head, at offset
+//! `e ≤ d`, needed `prev × (1 − e/period) + current ≤ limit` with `prev ≥ x`, so the head holds at
+//! most `limit − x + x·d/period`. So there is no 2× burst at an edge (`d → 0` gives `limit`), and
+//! the 2× of a whole period needs a full window's worth in the last instant of one window and
+//! another at the end of the next. It can also under-admit: it assumes the previous window's hits
+//! were spread evenly, so hits early in that window are forgotten later than a log would.
+
+use super::{Evaluation, LimitParams, Outlook, State};
+use crate::clock::Nanos;
+
+const COUNT_MASK: u64 = u32::MAX as u64;
+
+/// (window start, previous count, current count) as seen at `now`.
+fn counts(params: &LimitParams, state: Option<State>, now: Nanos) -> (Nanos, u64, u64) {
+    let period = params.period.max(1);
+    let start = now - now % period;
+    let (prev, cur) = match state {
+        Some(s) if s.a == start => (s.b >> 32, s.b & COUNT_MASK),
+        Some(s) if s.a.checked_add(period) == Some(start) => (s.b & COUNT_MASK, 0),
+        _ => (0, 0),
+    };
+    (start, prev, cur)
+}
+
+pub(super) fn evaluate(
+    params: &LimitParams,
+    state: Option<State>,
+    now: Nanos,
+    hits: u64,
+) -> Evaluation {
+    let period = params.period.max(1);
+    let (start, prev, cur) = counts(params, state, now);
+    let elapsed = now - start;
+    let limit = u128::from(params.requests_per_unit);
+    let p = u128::from(period);
+    // Everything is multiplied by `period` so the weighting is exact integer arithmetic.
+    let prev_weighted = u128::from(prev) * u128::from(period - elapsed);
+    let available = (limit * p).saturating_sub(prev_weighted);
+    let remaining = |cur: u64| -> u32 {
+        (available / p)
+            .saturating_sub(u128::from(cur))
+            .min(u128::from(u32::MAX)) as u32
+    };
+    let reset_after = |cur: u64| -> Nanos {
+        if cur > 0 {
+            start + 2 * period - now
+        } else if prev > 0 {
+            start + period - now
+        } else {
+            0
+        }
+    };
+    let outlook = |cur: u64| Outlook {
+        remaining: remaining(cur),
+        reset_after: reset_after(cur),
+    };
+    let allowed = prev_weighted + (u128::from(cur) + u128::from(hits)) * p <= limit * p;
+    let new_cur = if allowed { cur + hits } else { cur };
+    Evaluation {
+        allowed,
+        charged: State {
+            a: start,
+            b: (prev.min(COUNT_MASK) << 32) | new_cur.min(COUNT_MASK),
+        },
+        after_charge: outlook(new_cur),
+        without_charge: outlook(cur),
+        delay: 0,
+    }
+}
+
+pub(super) fn expires_at(params: &LimitParams, state: &State) -> Nanos {
+    let period = params.period.max(1);
+    if state.b & COUNT_MASK > 0 {
+        state.a.saturating_add(period.saturating_mul(2))
+    } else if state.b >> 32 > 0 {
+        state.a.saturating_add(period)
+    } else {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::evaluate as eval;
+    use super::*;
+    use crate::clock::NANOS_PER_SECOND as S;
+    use crate::config::Algorithm;
+    use proptest::prelude::*;
+
+    fn params(rpu: u32, period_s: u64) -> LimitParams {
+        LimitParams {
+            algorithm: Algorithm::SlidingWindow,
+            requests_per_unit: rpu,
+            period: period_s * S,
+            burst: rpu,
+            max_delay: 0,
+        }
+    }
+
+    /// Sends `requests` single hits at `now`, storing the state; returns how many passed.
+    fn drive(p: &LimitParams, state: &mut Option<State>, now: Nanos, requests: u32) -> u32 {
+        let mut admitted = 0;
+        for _ in 0..requests {
+            let e = eval(p, *state, now, 1);
+            if e.allowed {
+                *state = Some(e.charged);
+                admitted += 1;
+            }
+        }
+        admitted
+    }
+
+    const T0: Nanos = 1_767_225_600 * S; // a minute boundary
+
+    #[test]
+    fn counts_like_a_fixed_window_inside_the_first_window() {
+        let p = params(10, 60);
+        let mut st = None;
+        let e = eval(&p, st, T0 + 10 * S, 1);
+        assert!(e.allowed);
+        assert_eq!(e.after_charge.remaining, 9);
+        assert_eq!(
+            e.after_charge.reset_after,
+            110 * S,
+            "gone once it leaves the next window"
+        );
+        assert_eq!(drive(&p, &mut st, T0 + 10 * S, 20), 10);
+    }
+
+    #[test]
+    fn no_burst_at_the_window_edge() {
+        let p = params(10, 60);
+        let mut st = None;
+        assert_eq!(drive(&p, &mut st, T0 + 59 * S, 10), 10);
+        // A fixed window would admit 10 more right after the edge; here the previous window
+        // still weighs 59/60 of 10 = 9.83, so nothing passes.
+        assert_eq!(drive(&p, &mut st, T0 + 60 * S, 10), 0);
+        // Half way through, the previous window weighs 5: five pass.
+        assert_eq!(drive(&p, &mut st, T0 + 90 * S, 10), 5);
+    }
+
+    #[test]
+    fn the_documented_worst_case_is_reached_only_across_a_whole_period() {
+        let p = params(10, 60);
+        let mut st = None;
+        // 10 in the last nanosecond of one window, then 6 s before the end of the next the old 10
+        // still weigh 1: 19 hits 54 s apart, exactly the bound 10 × (1 + 54/60).
+        assert_eq!(drive(&p, &mut st, T0 + 60 * S - 1, 10), 10);
+        assert_eq!(
+            drive(&p, &mut st, T0 + 114 * S, 10),
+            9,
+            "10 × 6/60 = 1 still counted"
+        );
+        let d = 54 * S + 1;
+        assert!(19 * p.period <= 10 * p.period + 10 * d);
+    }
+
+    #[test]
+    fn state_rolls_over_and_expires() {
+        let p = params(4, 1);
+        let e = eval(&p, None, T0 + S / 2, 3);
+        assert_eq!(e.charged, State { a: T0, b: 3 });
+        assert_eq!(expires_at(&p, &e.charged), T0 + 2 * S);
+        // In the next window the 3 become the previous count.
+        let e2 = eval(&p, Some(e.charged), T0 + S, 0);
+        assert_eq!(
+            e2.charged,
+            State {
+                a: T0 + S,
+                b: 3 << 32
+            }
+        );
+        assert_eq!(expires_at(&p, &e2.charged), T0 + 2 * S);
+        assert_eq!(e2.without_charge.remaining, 1);
+        // Two windows later nothing is left.
+        let e3 = eval(&p, Some(e.charged), T0 + 2 * S, 0);
+        assert_eq!(e3.without_charge.remaining, 4);
+        assert_eq!(e3.without_charge.reset_after, 0);
+    }
+
+    #[test]
+    fn zero_requests_per_unit_denies_everything() {
+        let p = params(0, 1);
+        assert!(!eval(&p, None, T0, 1).allowed);
+        assert!(eval(&p, None, T0, 0).allowed);
+    }
+
+    #[test]
+    fn a_lowered_limit_never_underflows() {
+        let p = params(100, 1);
+        let st = eval(&p, None, T0, 100).charged;
+        let low = params(10, 1);
+        let e = eval(&low, Some(st), T0 + S + 1, 1);
+        assert!(!e.allowed);
+        assert_eq!(e.without_charge.remaining, 0);
+    }
+
+    proptest! {
+        /// In any interval of length d < period, admitted hits ≤ limit × (1 + d / period): the
+        /// documented error bound against an exact sliding log (which admits at most `limit`).
+        #[test]
+        fn never_exceeds_the_documented_bound(
+            rpu in 1u32..50,
+            period_s in 1u64..5,
+            steps in proptest::collection::vec((0u64..700_000_000, 0u64..4), 1..150),
+        ) {
+            let p = params(rpu, period_s);
+            let mut now = T0 + 123_456_789;
+            let mut state = None;
+            let mut admitted: Vec<(Nanos, u64)> = Vec::new();
+            for (gap, hits) in steps {
+                now += gap;
+                let e = eval(&p, state, now, hits);
+                if e.allowed {
+                    state = Some(e.charged);
+                    admitted.push((now, hits));
+                }
+            }
+            let limit = u128::from(rpu);
+            let period = u128::from(p.period);
+            for i in 0..admitted.len() {
+                let mut sum = 0u128;
+                for &(t, hits) in &admitted[i..] {
+                    let d = u128::from(t - admitted[i].0);
+                    if d >= period {
+                        break;
+                    }
+                    sum += u128::from(hits);
+                    prop_assert!(
+                        sum * period <= limit * period + limit * d,
+                        "{sum} hits within {d} ns (limit {limit} per {period} ns)"
+                    );
+                }
+            }
+        }
+
+        /// `remaining` is exact: that many single hits pass, one more does not.
+        #[test]
+        fn remaining_is_exact(
+            rpu in 1u32..40,
+            used in 0u32..50,
+            later in 0u64..3_000_000_000,
+        ) {
+            let p = params(rpu, 1);
+            let mut state = None;
+            drive(&p, &mut state, T0 + 400_000_000, used);
+            let now = T0 + 400_000_000 + later;
+            let remaining = eval(&p, state, now, 1).without_charge.remaining;
+            prop_assert_eq!(drive(&p, &mut state, now, remaining + 1), remaining);
+        }
+
+        /// Once the state has expired, the key is as good as new.
+        #[test]
+        fn expired_state_equals_no_state(rpu in 1u32..40, used in 1u32..40, at in 0u64..1_000_000_000) {
+            let p = params(rpu, 1);
+            let mut state = None;
+            drive(&p, &mut state, T0 + at, used);
+            let st = state.unwrap();
+            let when = expires_at(&p, &st);
+            prop_assert_eq!(eval(&p, Some(st), when, 1), eval(&p, None, when, 1));
+        }
+    }
+}
