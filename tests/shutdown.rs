@@ -146,3 +146,44 @@ async fn serve_refuses_to_start_on_invalid_rules() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn in_flight_requests_complete_during_shutdown() {
+    // A leaky bucket draining 2 per second holds the 2nd and 3rd answers 0.5 s and 1 s.
+    let rules = "domain: d\ndescriptors:\n  - key: q\n    rate_limit: {unit: second, requests_per_unit: 2, burst: 5, algorithm: leaky_bucket, max_delay: 2s}\n";
+    let s = start(&[("d.yaml", rules)]).await;
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let mut client = s.client.clone();
+            tokio::spawn(async move {
+                client
+                    .should_rate_limit(common::request("d", &[&[("q", "x")]]))
+                    .await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let draining = s.server.status.clone();
+    let stopping = tokio::spawn(s.server.shutdown());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        draining.is_draining(),
+        "health flipped while requests are still waiting"
+    );
+    assert!(
+        !stopping.is_finished(),
+        "shutdown waits for the held answers"
+    );
+    for call in calls {
+        let response = call
+            .await
+            .unwrap()
+            .expect("an in-flight call completes")
+            .into_inner();
+        assert_eq!(common::code(response.overall_code), common::Code::Ok);
+    }
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("shutdown finishes")
+        .unwrap();
+}
