@@ -10,6 +10,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use smallvec::SmallVec;
+
 use super::{Charge, Store, StoreError, StoreKey, Verdict};
 use crate::clock::Nanos;
 use crate::limiter::{self, State};
@@ -38,12 +40,22 @@ impl Hasher for KeyHasher {
             self.0 = self.0.rotate_left(8) ^ u64::from(b);
         }
     }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64;
+    fn write_u64(&mut self, v: u64) {
+        self.0 ^= v;
     }
 }
 
-type Shard = HashMap<u128, Entry, BuildHasherDefault<KeyHasher>>;
+/// A key as two words rather than a u128, so a map slot is 8-byte aligned (40 bytes, not 48).
+type MapKey = (u64, u64);
+
+fn map_key(key: StoreKey) -> MapKey {
+    (key.0 as u64, (key.0 >> 64) as u64)
+}
+
+type Shard = HashMap<MapKey, Entry, BuildHasherDefault<KeyHasher>>;
+
+/// Locks held by one request: a request's keys rarely span more than a few shards.
+type Guards<'a> = SmallVec<[(usize, MutexGuard<'a, Shard>); 4]>;
 
 /// Counts for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -58,6 +70,20 @@ pub struct MemoryStore {
     max_keys_per_shard: usize,
     evictions: AtomicU64,
     expired: AtomicU64,
+}
+
+/// The client's view of a charge: after it if it was charged, else as things stand.
+fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
+    Verdict {
+        allowed: e.allowed,
+        outlook: if charged {
+            e.after_charge
+        } else {
+            e.without_charge
+        },
+        charged,
+        delay: if charged { e.delay } else { 0 },
+    }
 }
 
 impl MemoryStore {
@@ -85,19 +111,22 @@ impl MemoryStore {
 
     /// The decision logic, synchronous: what `Store::apply` does for the memory store.
     pub fn apply_now(&self, charges: &[Charge], now: Nanos) -> Vec<Verdict> {
-        let mut shard_ids: Vec<usize> = charges.iter().map(|c| Self::shard_of(c.key)).collect();
+        if let [charge] = charges {
+            return vec![self.apply_one(charge, now)];
+        }
+        let mut shard_ids: SmallVec<[usize; 4]> =
+            charges.iter().map(|c| Self::shard_of(c.key)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
-            shard_ids.iter().map(|&s| (s, self.lock(s))).collect();
-        let shard = |guards: &mut Vec<(usize, MutexGuard<'_, Shard>)>, key: StoreKey| -> usize {
+        let mut guards: Guards<'_> = shard_ids.iter().map(|&s| (s, self.lock(s))).collect();
+        let shard = |guards: &mut Guards<'_>, key: StoreKey| -> usize {
             let id = Self::shard_of(key);
             guards.iter().position(|(s, _)| *s == id).unwrap_or(0)
         };
 
         // Phase 1: evaluate each charge as if the earlier ones of this request were charged.
-        let mut pending: Vec<(StoreKey, State, Nanos)> = Vec::with_capacity(charges.len());
-        let mut evaluations = Vec::with_capacity(charges.len());
+        let mut pending: SmallVec<[(StoreKey, State, Nanos); 4]> = SmallVec::new();
+        let mut evaluations: SmallVec<[limiter::Evaluation; 4]> = SmallVec::new();
         for charge in charges {
             let current = pending
                 .iter()
@@ -106,7 +135,7 @@ impl MemoryStore {
                 .map(|(_, s, _)| *s)
                 .or_else(|| {
                     let g = shard(&mut guards, charge.key);
-                    guards[g].1.get(&charge.key.0).map(|e| e.state)
+                    guards[g].1.get(&map_key(charge.key)).map(|e| e.state)
                 });
             let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
             if evaluation.allowed {
@@ -129,20 +158,20 @@ impl MemoryStore {
         }
         evaluations
             .iter()
-            .map(|e| {
-                let charged = commit && e.allowed;
-                Verdict {
-                    allowed: e.allowed,
-                    outlook: if charged {
-                        e.after_charge
-                    } else {
-                        e.without_charge
-                    },
-                    charged,
-                    delay: if charged { e.delay } else { 0 },
-                }
-            })
+            .map(|e| verdict(e, commit && e.allowed))
             .collect()
+    }
+
+    /// The common case, one charge: one shard, no bookkeeping. It is charged iff it fits.
+    fn apply_one(&self, charge: &Charge, now: Nanos) -> Verdict {
+        let mut shard = self.lock(Self::shard_of(charge.key));
+        let current = shard.get(&map_key(charge.key)).map(|e| e.state);
+        let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
+        if evaluation.allowed {
+            let expires_at = limiter::expires_at(&charge.params, &evaluation.charged);
+            self.write(&mut shard, charge.key, evaluation.charged, expires_at, now);
+        }
+        verdict(&evaluation, evaluation.allowed)
     }
 
     /// What `Store::refund` does for the memory store: each key's state is given back its charge
@@ -150,7 +179,7 @@ impl MemoryStore {
     pub fn refund_now(&self, charges: &[Charge], now: Nanos) {
         for charge in charges {
             let mut shard = self.lock(Self::shard_of(charge.key));
-            let Some(entry) = shard.get(&charge.key.0) else {
+            let Some(entry) = shard.get(&map_key(charge.key)) else {
                 continue;
             };
             let state = limiter::refund(&charge.params, &entry.state, now, charge.hits);
@@ -163,13 +192,17 @@ impl MemoryStore {
 
     fn write(&self, shard: &mut Shard, key: StoreKey, state: State, expires_at: Nanos, now: Nanos) {
         if expires_at <= now {
-            shard.remove(&key.0);
+            shard.remove(&map_key(key));
             return;
         }
-        if shard.len() >= self.max_keys_per_shard && !shard.contains_key(&key.0) {
+        if let Some(entry) = shard.get_mut(&map_key(key)) {
+            *entry = Entry { state, expires_at };
+            return;
+        }
+        if shard.len() >= self.max_keys_per_shard && !shard.contains_key(&map_key(key)) {
             self.make_room(shard, now);
         }
-        shard.insert(key.0, Entry { state, expires_at });
+        shard.insert(map_key(key), Entry { state, expires_at });
     }
 
     /// Drops expired keys of a full shard; if none, evicts the soonest-expiring of a sample.
@@ -200,6 +233,11 @@ impl MemoryStore {
             let before = shard.len();
             shard.retain(|_, e| e.expires_at > now);
             dropped += before - shard.len();
+            // Give memory back once a shard is mostly empty (the map never shrinks by itself).
+            if shard.capacity() > 1024 && shard.len() * 4 < shard.capacity() {
+                let len = shard.len();
+                shard.shrink_to(len * 2);
+            }
         }
         self.expired.fetch_add(dropped as u64, Ordering::Relaxed);
         dropped
@@ -207,7 +245,9 @@ impl MemoryStore {
 
     /// The stored state of a key, for `explain`.
     pub fn peek(&self, key: StoreKey) -> Option<State> {
-        self.lock(Self::shard_of(key)).get(&key.0).map(|e| e.state)
+        self.lock(Self::shard_of(key))
+            .get(&map_key(key))
+            .map(|e| e.state)
     }
 
     pub fn stats(&self) -> MemoryStoreStats {
