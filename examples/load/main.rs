@@ -37,6 +37,9 @@ struct Args {
     /// In-flight request levels.
     #[arg(long, value_delimiter = ',', default_value = "1,512")]
     inflight: Vec<usize>,
+    /// Runs per server and scenario, alternating no-op and real; the medians are reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     /// HTTP/2 connections the requests are spread over.
     #[arg(long, default_value_t = 4)]
     connections: usize,
@@ -226,6 +229,13 @@ async fn drive(
     }
 }
 
+/// The run with the median throughput (its latencies come with it).
+fn median(mut runs: Vec<Outcome>) -> Outcome {
+    runs.sort_by(|a, b| a.throughput.total_cmp(&b.throughput));
+    let middle = runs.len() / 2;
+    runs.swap_remove(middle)
+}
+
 fn us(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
@@ -256,15 +266,18 @@ async fn main() {
     for mix in &args.keys {
         let traffic = Arc::new(Traffic::new(mix));
         for &inflight in &args.inflight {
-            let mut results = Vec::new();
-            for kind in ["noop", "real"] {
-                // A fresh server per run, so every run starts from an empty store.
-                let (_server, addr) = spawn_server(kind, dir.path());
-                results.push((
-                    kind,
-                    drive(addr, traffic.clone(), inflight, args.connections, duration).await,
-                ));
+            let mut runs: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
+            for _ in 0..args.rounds.max(1) {
+                for (slot, kind) in ["noop", "real"].into_iter().enumerate() {
+                    // A fresh server per run, so every run starts from an empty store.
+                    let (_server, addr) = spawn_server(kind, dir.path());
+                    let outcome =
+                        drive(addr, traffic.clone(), inflight, args.connections, duration).await;
+                    runs[slot].push(outcome);
+                }
             }
+            let [noop_runs, real_runs] = runs;
+            let results = [("noop", median(noop_runs)), ("real", median(real_runs))];
             let base = &results[0].1;
             for (kind, r) in &results {
                 println!(
