@@ -256,8 +256,9 @@ async fn main() {
     std::fs::write(dir.path().join("load.yaml"), RULES).expect("write rules");
     let duration = Duration::from_secs_f64(args.duration);
     println!(
-        "# ratelimit-server load benchmark, {} s per run, {} connections",
-        args.duration, args.connections
+        "# ratelimit-server load benchmark: {} s per run after 1 s warm-up, {} connections, \
+         median of {} alternating runs per server",
+        args.duration, args.connections, args.rounds
     );
     println!(
         "| keys | in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio |"
