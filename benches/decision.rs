@@ -1,6 +1,7 @@
 //! Cost of one decision in the memory store: key hashing + shard lock + algorithm, for 1 key and
 //! for 100k keys (round robin), for each of the four algorithms; and the algorithm alone
-//! (`evaluate/<algorithm>`). `cargo bench --bench decision`.
+//! (`evaluate/<algorithm>`), and with two threads racing on the same store
+//! (`decision_2_threads/…`). `cargo bench --bench decision`.
 
 use std::hint::black_box;
 
@@ -49,6 +50,62 @@ fn decision(c: &mut Criterion) {
     }
 }
 
+/// Two threads deciding at once on the same store and keys: time per decision on each thread
+/// (wall time of `iters` decisions per thread), so contention on shard locks shows as a slowdown
+/// against the single-threaded figure.
+fn decision_two_threads(c: &mut Criterion) {
+    let keys = KeyBuilder::new(1, 2);
+    for algorithm in Algorithm::ALL {
+        for key_count in [1usize, 100_000] {
+            let store = std::sync::Arc::new(MemoryStore::new(1_000_000));
+            let p = params(algorithm);
+            let charges: std::sync::Arc<Vec<Charge>> = std::sync::Arc::new(
+                (0..key_count)
+                    .map(|i| Charge {
+                        key: keys.key(
+                            "edge",
+                            [(
+                                "remote_address",
+                                format!("10.0.{}.{}", i / 256, i % 256).as_str(),
+                            )],
+                            0,
+                            &p,
+                        ),
+                        params: p,
+                        hits: 1,
+                        enforced: true,
+                    })
+                    .collect(),
+            );
+            c.bench_function(
+                &format!("decision_2_threads/{algorithm}/{key_count}_keys"),
+                |b| {
+                    b.iter_custom(|iters| {
+                        let start = std::time::Instant::now();
+                        let threads: Vec<_> = (0..2u64)
+                            .map(|t| {
+                                let (store, charges) = (store.clone(), charges.clone());
+                                std::thread::spawn(move || {
+                                    let mut now = 1_767_225_600 * NANOS_PER_SECOND + t;
+                                    for i in 0..iters as usize {
+                                        now += 2;
+                                        let charge = charges[(i * 7 + t as usize) % charges.len()];
+                                        black_box(store.apply_now(black_box(&[charge]), now));
+                                    }
+                                })
+                            })
+                            .collect();
+                        for t in threads {
+                            t.join().expect("bench thread");
+                        }
+                        start.elapsed()
+                    })
+                },
+            );
+        }
+    }
+}
+
 /// The algorithm alone: one `limiter::evaluate` on a state carried from call to call.
 fn evaluate(c: &mut Criterion) {
     for algorithm in Algorithm::ALL {
@@ -66,5 +123,5 @@ fn evaluate(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, decision, evaluate);
+criterion_group!(benches, decision, decision_two_threads, evaluate);
 criterion_main!(benches);
