@@ -52,13 +52,7 @@ pub(super) fn evaluate(
             && new_tat - now_s <= u128::from(params.burst) * period
             && wait <= u128::from(params.max_delay) * scale(params));
     if !allowed || hits == 0 {
-        return Evaluation {
-            allowed,
-            charged: from_scaled(params, tat),
-            after_charge: without_charge,
-            without_charge,
-            delay: 0,
-        };
+        return Evaluation::uncharged(allowed, from_scaled(params, tat), without_charge);
     }
     Evaluation {
         allowed,

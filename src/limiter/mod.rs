@@ -99,6 +99,20 @@ pub struct Evaluation {
     pub delay: Nanos,
 }
 
+impl Evaluation {
+    /// An answer that charges nothing: the state stays as it is and the client sees `outlook`
+    /// whether or not the request goes ahead.
+    pub(super) fn uncharged(allowed: bool, state: State, outlook: Outlook) -> Evaluation {
+        Evaluation {
+            allowed,
+            charged: state,
+            after_charge: outlook,
+            without_charge: outlook,
+            delay: 0,
+        }
+    }
+}
+
 /// Decides whether `hits` fit the limit at `now`, given the key's current state.
 pub fn evaluate(params: &LimitParams, state: Option<State>, now: Nanos, hits: u64) -> Evaluation {
     match params.algorithm {

@@ -57,13 +57,7 @@ pub(super) fn evaluate(
         new_tat <= limit_at
     };
     if !allowed {
-        return Evaluation {
-            allowed,
-            charged: from_scaled(params, tat),
-            after_charge: without_charge,
-            without_charge,
-            delay: 0,
-        };
+        return Evaluation::uncharged(allowed, from_scaled(params, tat), without_charge);
     }
     Evaluation {
         allowed,
