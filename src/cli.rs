@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 
 use crate::clock::SystemClock;
 use crate::policy::Policy;
+use crate::policy::parse_descriptor;
 use crate::rules_dir::load_rules_dir;
 use crate::settings::{DefaultsArgs, ServeSettings};
 
@@ -71,17 +72,6 @@ pub enum Command {
         #[arg(required = true)]
         descriptors: Vec<String>,
     },
-}
-
-/// Parses `k=v,k2=v2` into entries. A value may be empty (`k=`); a missing `=` is an error.
-pub fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
-    text.split(',')
-        .map(|pair| {
-            pair.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| format!("'{pair}' is not key=value (in descriptor '{text}')"))
-        })
-        .collect()
 }
 
 /// Runs a command; returns the process exit code.

@@ -7,8 +7,8 @@ use std::path::Path;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::parse_descriptor;
 use crate::limiter::LimitDefaults;
+use crate::policy::parse_descriptor;
 use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
 use crate::rules_dir::load_rules_dir;
 

@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AdminState;
-use crate::cli::parse_descriptor;
 use crate::config::Algorithm;
 use crate::limiter::{self, human};
+use crate::policy::parse_descriptor;
 use crate::policy::{Outcome, RuleKind};
 
 #[derive(Debug, Deserialize)]

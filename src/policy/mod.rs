@@ -185,6 +185,18 @@ fn compile(spec: &RateLimitSpec) -> RuleKind {
     }
 }
 
+/// Parses a descriptor written as `k=v,k2=v2` (the CLI's and `/explain`'s form) into entries. A
+/// value may be empty (`k=`); a missing `=` is an error.
+pub fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(',')
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .ok_or_else(|| format!("'{pair}' is not key=value (in descriptor '{text}')"))
+        })
+        .collect()
+}
+
 /// One domain's rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainRules {

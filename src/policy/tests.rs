@@ -155,3 +155,20 @@ fn walk_traces_each_step() {
     assert!(matches!(steps[0], Step::Matched { index: 0, .. }));
     assert_eq!(steps[1], Step::NoCandidate { index: 1 });
 }
+
+#[test]
+fn descriptor_text_parses_pairs_and_rejects_missing_equals() {
+    assert_eq!(
+        parse_descriptor("a=1,b=,c=x=y").unwrap(),
+        [
+            ("a".into(), "1".into()),
+            ("b".into(), String::new()),
+            ("c".into(), "x=y".into())
+        ]
+    );
+    assert!(
+        parse_descriptor("a=1,b")
+            .unwrap_err()
+            .contains("'b' is not key=value")
+    );
+}
