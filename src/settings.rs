@@ -42,6 +42,13 @@ fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
     })
 }
 
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("'{text}' is not a ratio between 0 and 1")),
+    }
+}
+
 fn parse_max_delay(text: &str) -> Result<Duration, String> {
     let d = parse_duration(text)?;
     if d > MAX_DELAY_LIMIT {
@@ -69,7 +76,7 @@ pub struct ServeSettings {
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,
     /// Share of a limit past which hits count as near the limit (metrics).
-    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8)]
+    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
     pub near_limit_ratio: f64,
     /// Add RateLimit-Limit/Remaining/Reset headers to responses.
     #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
@@ -154,6 +161,8 @@ mod tests {
                 .contains("sliding_window")
         );
         assert_eq!(parse_max_delay("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_ratio("0.9"), Ok(0.9));
+        assert!(parse_ratio("1.5").is_err() && parse_ratio("NaN").is_err());
         assert!(parse_max_delay("2h").is_err());
         assert_eq!(parse_max_delay("61m").unwrap_err(), "must be at most 60m");
         let s = ServeSettings::for_tests(PathBuf::from("x"));
