@@ -5,6 +5,8 @@ mod describe;
 mod fixed_window;
 mod leaky_bucket;
 mod sliding_window;
+#[cfg(test)]
+mod testing;
 mod token_bucket;
 
 use crate::clock::{NANOS_PER_SECOND, Nanos};

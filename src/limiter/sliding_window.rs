@@ -95,6 +95,7 @@ mod tests {
     use super::*;
     use crate::clock::NANOS_PER_SECOND as S;
     use crate::config::Algorithm;
+    use crate::limiter::testing::drive;
     use proptest::prelude::*;
 
     fn params(rpu: u32, period_s: u64) -> LimitParams {
@@ -105,19 +106,6 @@ mod tests {
             burst: rpu,
             max_delay: 0,
         }
-    }
-
-    /// Sends `requests` single hits at `now`, storing the state; returns how many passed.
-    fn drive(p: &LimitParams, state: &mut Option<State>, now: Nanos, requests: u32) -> u32 {
-        let mut admitted = 0;
-        for _ in 0..requests {
-            let e = eval(p, *state, now, 1);
-            if e.allowed {
-                *state = Some(e.charged);
-                admitted += 1;
-            }
-        }
-        admitted
     }
 
     const T0: Nanos = 1_767_225_600 * S; // a minute boundary

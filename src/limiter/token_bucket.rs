@@ -85,6 +85,7 @@ mod tests {
     use super::*;
     use crate::clock::NANOS_PER_SECOND as S;
     use crate::config::Algorithm;
+    use crate::limiter::testing::drive;
     use proptest::prelude::*;
 
     fn params(rpu: u32, period_s: u64, burst: u32) -> LimitParams {
@@ -95,19 +96,6 @@ mod tests {
             burst,
             max_delay: 0,
         }
-    }
-
-    /// Runs `hits` one at a time at `now`, storing the state as a store would; returns admitted count.
-    fn drive(p: &LimitParams, state: &mut Option<State>, now: Nanos, requests: u32) -> u32 {
-        let mut admitted = 0;
-        for _ in 0..requests {
-            let e = eval(p, *state, now, 1);
-            if e.allowed {
-                *state = Some(e.charged);
-                admitted += 1;
-            }
-        }
-        admitted
     }
 
     #[test]
