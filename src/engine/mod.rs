@@ -22,7 +22,7 @@ use crate::clock::Clock;
 use crate::limiter::LimitDefaults;
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::policy::Policy;
-use crate::store::{Charge, KeyBuilder, Store, StoreError};
+use crate::store::{Charge, KeyBuilder, Store, StoreError, Verdicts};
 
 /// Server-wide behaviour, from settings.
 #[derive(Debug, Clone)]
@@ -171,7 +171,7 @@ impl<S: Store> Engine<S> {
             }
         }
         let verdicts = if charges.is_empty() {
-            Vec::new()
+            Verdicts::new()
         } else {
             self.store.apply(&charges, self.clock.now()).await?
         };

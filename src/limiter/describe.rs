@@ -55,12 +55,12 @@ impl LimitParams {
             Algorithm::FixedWindow => format!(
                 "{} hit(s) in the window that started {} ago",
                 s.b,
-                human(now.saturating_sub(s.a))
+                human(now.saturating_sub(s.a.saturating_sub(self.period)))
             ),
             Algorithm::SlidingWindow => format!(
                 "{} hit(s) in the window that started {} ago, {} in the one before",
                 s.b & u64::from(u32::MAX),
-                human(now.saturating_sub(s.a)),
+                human(now.saturating_sub(s.a.saturating_sub(self.period.saturating_mul(2)))),
                 s.b >> 32
             ),
         }
@@ -97,15 +97,22 @@ mod tests {
                 .describe()
                 .contains("window of 1s")
         );
-        let sliding = params(Algorithm::SlidingWindow);
-        let st = State {
-            a: 10 * S,
-            b: 4 << 32 | 2,
+        let sliding = LimitParams {
+            requests_per_unit: 10,
+            ..params(Algorithm::SlidingWindow)
         };
+        let before = crate::limiter::evaluate(&sliding, None, 9 * S, 4).charged;
+        let st = crate::limiter::evaluate(&sliding, Some(before), 10 * S, 2).charged;
         assert_eq!(
             sliding.describe_state(Some(&st), 10 * S + S / 2),
             "2 hit(s) in the window that started 500ms ago, 4 in the one before"
         );
         assert_eq!(sliding.describe_state(None, 0), "no state: as fresh");
+        let fixed = params(Algorithm::FixedWindow);
+        let st = crate::limiter::evaluate(&fixed, None, 10 * S + S / 4, 2).charged;
+        assert_eq!(
+            fixed.describe_state(Some(&st), 10 * S + S / 2),
+            "2 hit(s) in the window that started 500ms ago"
+        );
     }
 }

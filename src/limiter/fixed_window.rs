@@ -4,6 +4,8 @@
 use super::{Evaluation, LimitParams, Outlook, State};
 use crate::clock::Nanos;
 
+/// State: `a` = the end of the window counted in (its expiry), `b` = the hits counted in it. A
+/// window with no hits is stored as no state.
 pub(super) fn evaluate(
     params: &LimitParams,
     state: Option<State>,
@@ -12,35 +14,31 @@ pub(super) fn evaluate(
 ) -> Evaluation {
     let period = params.period.max(1);
     let start = now - now % period;
+    let end = start.saturating_add(period);
     let count = match state {
-        Some(s) if s.a == start => s.b,
+        Some(s) if s.a == end => s.b,
         _ => 0,
     };
     let limit = u64::from(params.requests_per_unit);
-    let reset_after = start + period - now;
+    let reset_after = end - now;
     let outlook = |used: u64| Outlook {
         remaining: limit.saturating_sub(used).min(u64::from(u32::MAX)) as u32,
         reset_after,
     };
     let after = count.saturating_add(hits);
     let allowed = after <= limit;
+    let kept = if allowed { after } else { count };
     Evaluation {
         allowed,
-        charged: State {
-            a: start,
-            b: if allowed { after } else { count },
+        charged: if kept == 0 {
+            State::default()
+        } else {
+            State { a: end, b: kept }
         },
-        after_charge: outlook(if allowed { after } else { count }),
+        after_charge: outlook(kept),
         without_charge: outlook(count),
         delay: 0,
     }
-}
-
-pub(super) fn expires_at(params: &LimitParams, state: &State) -> Nanos {
-    if state.b == 0 {
-        return 0; // an empty window is the same as no state
-    }
-    state.a.saturating_add(params.period)
 }
 
 #[cfg(test)]
@@ -96,7 +94,9 @@ mod tests {
     fn state_expires_at_window_end() {
         let p = params(5, 60);
         let e = eval(&p, None, 61 * S, 1);
-        assert_eq!(expires_at(&p, &e.charged), 120 * S);
+        assert_eq!(e.charged.expires_at(), 120 * S);
+        let empty = eval(&p, None, 61 * S, 0);
+        assert_eq!(empty.charged.expires_at(), 0, "an empty window is no state");
     }
 
     proptest! {

@@ -10,21 +10,25 @@
 //! With the same `burst` a token bucket admits exactly the same requests; the difference is when
 //! they are answered: the token bucket lets a burst through at once, the leaky bucket smooths it.
 
-use super::token_bucket::{from_scaled, scale, to_nanos, to_scaled};
-use super::{Evaluation, LimitParams, Outlook, State};
+use super::token_bucket::{offset_after, scale, state_at, to_nanos};
+use super::{Evaluation, LimitParams, Outlook, State, div};
 use crate::clock::Nanos;
 
-/// How many more single hits fit now, with the queue draining at `tat` (scaled units).
-fn fitting(params: &LimitParams, now_s: u128, tat: u128) -> u32 {
+// Drain times are offsets after now in scaled units, as in the token bucket.
+
+/// How many more single hits fit now, with the queue draining `tat` scaled units from now.
+fn fitting(params: &LimitParams, tat: u128) -> u32 {
     if params.requests_per_unit == 0 {
         return 0;
     }
     let period = u128::from(params.period.max(1));
-    let by_length = (now_s + u128::from(params.burst) * period).saturating_sub(tat) / period;
-    let wait = tat - now_s;
+    let by_length = div(
+        (u128::from(params.burst) * period).saturating_sub(tat),
+        period,
+    );
     let max_wait = u128::from(params.max_delay) * scale(params);
-    let by_delay = if wait <= max_wait {
-        (max_wait - wait) / period + 1
+    let by_delay = if tat <= max_wait {
+        div(max_wait - tat, period) + 1
     } else {
         0
     };
@@ -38,25 +42,25 @@ pub(super) fn evaluate(
     hits: u64,
 ) -> Evaluation {
     let period = u128::from(params.period.max(1));
-    let now_s = u128::from(now) * scale(params);
-    let tat = state.map_or(now_s, |s| to_scaled(params, &s)).max(now_s);
+    let tat = offset_after(params, state.as_ref(), now);
     let outlook = |tat: u128| Outlook {
-        remaining: fitting(params, now_s, tat),
-        reset_after: to_nanos(params, tat - now_s),
+        remaining: fitting(params, tat),
+        reset_after: to_nanos(params, tat),
     };
     let without_charge = outlook(tat);
-    let wait = tat - now_s;
+    // The request's turn comes when the queue ahead of it has drained.
+    let wait = tat;
     let new_tat = tat + u128::from(hits) * period;
     let allowed = hits == 0
         || (params.requests_per_unit > 0
-            && new_tat - now_s <= u128::from(params.burst) * period
+            && new_tat <= u128::from(params.burst) * period
             && wait <= u128::from(params.max_delay) * scale(params));
     if !allowed || hits == 0 {
-        return Evaluation::uncharged(allowed, from_scaled(params, tat), without_charge);
+        return Evaluation::uncharged(allowed, state_at(params, now, tat), without_charge);
     }
     Evaluation {
         allowed,
-        charged: from_scaled(params, new_tat),
+        charged: state_at(params, now, new_tat),
         after_charge: outlook(new_tat),
         without_charge,
         delay: to_nanos(params, wait),
@@ -67,15 +71,14 @@ pub(super) fn evaluate(
 /// by their cost (never before `now`). Requests queued behind keep their turns, so the queue has
 /// a hole where the cancelled one was; the next arrival takes the turn at the end.
 pub(super) fn refund(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
-    let now_s = u128::from(now) * scale(params);
     let cost = u128::from(hits) * u128::from(params.period.max(1));
-    let tat = to_scaled(params, state).saturating_sub(cost).max(now_s);
-    from_scaled(params, tat)
+    let tat = offset_after(params, Some(state), now).saturating_sub(cost);
+    state_at(params, now, tat)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{evaluate as eval, expires_at, refund as give_back};
+    use super::super::{evaluate as eval, refund as give_back};
     use super::*;
     use crate::clock::NANOS_PER_SECOND as S;
     use crate::config::Algorithm;
@@ -188,7 +191,7 @@ mod tests {
         assert_eq!(d.delay, 190 * MS, "the end of the queue, not b's turn");
         // Never before now.
         let st = give_back(&p, &a.charged, T0 + 50 * MS, 5);
-        assert_eq!(expires_at(&p, &st), T0 + 50 * MS);
+        assert_eq!(st.expires_at(), T0 + 50 * MS);
     }
 
     proptest! {

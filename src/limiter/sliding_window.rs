@@ -2,8 +2,9 @@
 //! estimate of the last `period` is the previous window's count × the share of it still inside the
 //! sliding window + the current window's count. Two counters of state; smooth at window edges.
 //!
-//! State: `a` = start of the current window, `b` = previous count << 32 | current count. Counts
-//! never exceed `requests_per_unit` (a u32) because denied hits are not counted.
+//! State: `a` = the end of the window after the current one, when both counts are forgotten (its
+//! expiry); `b` = previous count << 32 | current count. Counts never exceed `requests_per_unit` (a
+//! u32) because denied hits are not counted. Two empty counts are stored as no state.
 //!
 //! Error against an exact sliding log (which admits at most `limit` in any interval shorter than
 //! `period`): over any interval of length `d < period`, this admits at most
@@ -15,7 +16,7 @@
 //! another at the end of the next. It can also under-admit: it assumes the previous window's hits
 //! were spread evenly, so hits early in that window are forgotten later than a log would.
 
-use super::{Evaluation, LimitParams, Outlook, State};
+use super::{Evaluation, LimitParams, Outlook, State, div};
 use crate::clock::Nanos;
 
 const COUNT_MASK: u64 = u32::MAX as u64;
@@ -25,11 +26,16 @@ fn counts(params: &LimitParams, state: Option<State>, now: Nanos) -> (Nanos, u64
     let period = params.period.max(1);
     let start = now - now % period;
     let (prev, cur) = match state {
-        Some(s) if s.a == start => (s.b >> 32, s.b & COUNT_MASK),
-        Some(s) if s.a.checked_add(period) == Some(start) => (s.b & COUNT_MASK, 0),
+        Some(s) if Some(s.a) == forgotten_at(start, period) => (s.b >> 32, s.b & COUNT_MASK),
+        Some(s) if Some(s.a) == start.checked_add(period) => (s.b & COUNT_MASK, 0),
         _ => (0, 0),
     };
     (start, prev, cur)
+}
+
+/// When the counts of the window starting at `start` are forgotten: the end of the next window.
+fn forgotten_at(start: Nanos, period: Nanos) -> Option<Nanos> {
+    start.checked_add(period.checked_mul(2)?)
 }
 
 pub(super) fn evaluate(
@@ -47,7 +53,7 @@ pub(super) fn evaluate(
     let prev_weighted = u128::from(prev) * u128::from(period - elapsed);
     let available = (limit * p).saturating_sub(prev_weighted);
     let remaining = |cur: u64| -> u32 {
-        (available / p)
+        div(available, p)
             .saturating_sub(u128::from(cur))
             .min(u128::from(u32::MAX)) as u32
     };
@@ -68,24 +74,17 @@ pub(super) fn evaluate(
     let new_cur = if allowed { cur + hits } else { cur };
     Evaluation {
         allowed,
-        charged: State {
-            a: start,
-            b: (prev.min(COUNT_MASK) << 32) | new_cur.min(COUNT_MASK),
+        charged: if prev == 0 && new_cur == 0 {
+            State::default()
+        } else {
+            State {
+                a: forgotten_at(start, period).unwrap_or(u64::MAX),
+                b: (prev.min(COUNT_MASK) << 32) | new_cur.min(COUNT_MASK),
+            }
         },
         after_charge: outlook(new_cur),
         without_charge: outlook(cur),
         delay: 0,
-    }
-}
-
-pub(super) fn expires_at(params: &LimitParams, state: &State) -> Nanos {
-    let period = params.period.max(1);
-    if state.b & COUNT_MASK > 0 {
-        state.a.saturating_add(period.saturating_mul(2))
-    } else if state.b >> 32 > 0 {
-        state.a.saturating_add(period)
-    } else {
-        0
     }
 }
 
@@ -157,18 +156,25 @@ mod tests {
     fn state_rolls_over_and_expires() {
         let p = params(4, 1);
         let e = eval(&p, None, T0 + S / 2, 3);
-        assert_eq!(e.charged, State { a: T0, b: 3 });
-        assert_eq!(expires_at(&p, &e.charged), T0 + 2 * S);
+        assert_eq!(
+            e.charged,
+            State {
+                a: T0 + 2 * S,
+                b: 3
+            }
+        );
+        assert_eq!(e.charged.expires_at(), T0 + 2 * S);
         // In the next window the 3 become the previous count.
         let e2 = eval(&p, Some(e.charged), T0 + S, 0);
         assert_eq!(
             e2.charged,
             State {
-                a: T0 + S,
+                a: T0 + 3 * S,
                 b: 3 << 32
             }
         );
-        assert_eq!(expires_at(&p, &e2.charged), T0 + 2 * S);
+        // Only the previous window holds hits: expired from T0 + 2s, kept to T0 + 3s (no harm).
+        assert_eq!(e2.charged.expires_at(), T0 + 3 * S);
         assert_eq!(e2.without_charge.remaining, 1);
         // Two windows later nothing is left.
         let e3 = eval(&p, Some(e.charged), T0 + 2 * S, 0);
@@ -254,7 +260,7 @@ mod tests {
             let mut state = None;
             drive(&p, &mut state, T0 + at, used);
             let st = state.unwrap();
-            let when = expires_at(&p, &st);
+            let when = st.expires_at();
             prop_assert_eq!(eval(&p, Some(st), when, 1), eval(&p, None, when, 1));
         }
     }

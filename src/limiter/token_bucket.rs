@@ -2,32 +2,43 @@
 //! time (TAT). Each hit costs `period / requests_per_unit`; a request fits while the TAT it would push
 //! to stays within `burst` hits' cost of now. A full bucket is the absence of state.
 
-use super::{Evaluation, LimitParams, Outlook, State};
+use super::{Evaluation, LimitParams, Outlook, State, clamp, div, div_ceil};
 use crate::clock::Nanos;
 
 // Time is kept exactly in "scaled" units of 1/requests_per_unit nanoseconds, so one hit costs exactly
 // `period` scaled units and no rounding ever admits extra traffic or loses a token. The stored TAT is
-// `a` whole nanoseconds plus `b` scaled units (b < requests_per_unit). The leaky bucket keeps its
-// queue's drain time the same way and shares these helpers.
+// `a` whole nanoseconds minus `b` scaled units (0 ≤ b < requests_per_unit): `a` is the TAT rounded
+// up, the instant the bucket is full again, which is also when the state expires. The arithmetic
+// works on offsets from now (the TAT minus now), which fit in 64 bits unless a period is very long,
+// so it rarely needs a 128-bit division. The leaky bucket keeps its queue's drain time the same way
+// and shares these helpers.
 
 pub(super) fn scale(params: &LimitParams) -> u128 {
     u128::from(params.requests_per_unit.max(1))
 }
 
-pub(super) fn to_scaled(params: &LimitParams, state: &State) -> u128 {
-    u128::from(state.a) * scale(params) + u128::from(state.b).min(scale(params) - 1)
+/// How far the state's TAT lies after `now`, in scaled units (0 if it has passed).
+pub(super) fn offset_after(params: &LimitParams, state: Option<&State>, now: Nanos) -> u128 {
+    match state {
+        Some(s) if s.a > now => {
+            u128::from(s.a - now) * scale(params) - u128::from(s.b).min(scale(params) - 1)
+        }
+        _ => 0,
+    }
 }
 
-pub(super) fn from_scaled(params: &LimitParams, tat: u128) -> State {
+/// The state whose TAT lies `offset` scaled units after `now`.
+pub(super) fn state_at(params: &LimitParams, now: Nanos, offset: u128) -> State {
+    let whole = div_ceil(offset, scale(params));
     State {
-        a: clamp(tat / scale(params)),
-        b: (tat % scale(params)) as u64,
+        a: now.saturating_add(clamp(whole)),
+        b: (whole * scale(params) - offset) as u64,
     }
 }
 
 /// Scaled units → nanoseconds, rounded up (a reset is never reported early).
 pub(super) fn to_nanos(params: &LimitParams, scaled: u128) -> Nanos {
-    clamp(scaled.div_ceil(scale(params)))
+    clamp(div_ceil(scaled, scale(params)))
 }
 
 pub(super) fn evaluate(
@@ -37,18 +48,18 @@ pub(super) fn evaluate(
     hits: u64,
 ) -> Evaluation {
     let period = u128::from(params.period.max(1));
-    let now_s = u128::from(now) * scale(params);
-    let tat = state.map_or(now_s, |s| to_scaled(params, &s)).max(now_s);
-    let limit_at = now_s + u128::from(params.burst) * period;
+    // Offsets after now, in scaled units.
+    let tat = offset_after(params, state.as_ref(), now);
+    let limit_at = u128::from(params.burst) * period;
     let fitting = |tat: u128| -> u32 {
         if params.requests_per_unit == 0 {
             return 0;
         }
-        (limit_at.saturating_sub(tat) / period).min(u128::from(u32::MAX)) as u32
+        div(limit_at.saturating_sub(tat), period).min(u128::from(u32::MAX)) as u32
     };
     let without_charge = Outlook {
         remaining: fitting(tat),
-        reset_after: to_nanos(params, tat - now_s),
+        reset_after: to_nanos(params, tat),
     };
     let new_tat = tat + u128::from(hits) * period;
     let allowed = if params.requests_per_unit == 0 {
@@ -57,26 +68,18 @@ pub(super) fn evaluate(
         new_tat <= limit_at
     };
     if !allowed {
-        return Evaluation::uncharged(allowed, from_scaled(params, tat), without_charge);
+        return Evaluation::uncharged(allowed, state_at(params, now, tat), without_charge);
     }
     Evaluation {
         allowed,
-        charged: from_scaled(params, new_tat),
+        charged: state_at(params, now, new_tat),
         after_charge: Outlook {
             remaining: fitting(new_tat),
-            reset_after: to_nanos(params, new_tat - now_s),
+            reset_after: to_nanos(params, new_tat),
         },
         without_charge,
         delay: 0,
     }
-}
-
-pub(super) fn expires_at(state: &State) -> Nanos {
-    state.a.saturating_add(u64::from(state.b > 0))
-}
-
-pub(super) fn clamp(v: u128) -> u64 {
-    v.min(u128::from(u64::MAX)) as u64
 }
 
 #[cfg(test)]
@@ -125,7 +128,7 @@ mod tests {
         assert_eq!(drive(&p, &mut st, t0 + 350_000_000, 10), 3);
         // after a full period idle, the state has expired: the bucket is full.
         let st_now = st.unwrap();
-        assert!(expires_at(&st_now) <= t0 + 350_000_000 + S);
+        assert!(st_now.expires_at() <= t0 + 350_000_000 + S);
         assert_eq!(drive(&p, &mut st, t0 + 350_000_000 + S, 20), 10);
     }
 
@@ -208,10 +211,28 @@ mod tests {
             let p = params(rpu, 1, burst);
             let mut state = None;
             drive(&p, &mut state, 0, used);
-            let full_at = state.map_or(0, |s| expires_at(&s));
+            let full_at = state.map_or(0, |s| s.expires_at());
             let e = eval(&p, state, full_at, 1);
             prop_assert_eq!(e.without_charge.remaining, burst);
             prop_assert_eq!(e.without_charge.reset_after, 0);
+        }
+
+        /// A TAT survives being stored exactly, and the state expires when the TAT (rounded up to
+        /// a whole nanosecond) has passed.
+        #[test]
+        fn a_stored_tat_is_exact(
+            rpu in 1u32..=u32::MAX,
+            now in 0u64..u64::MAX / 2,
+            raw_offset in any::<u128>(),
+        ) {
+            // Up to a quarter of u64::MAX nanoseconds ahead (so `a` does not saturate), which is
+            // far beyond 64 bits of scaled units when rpu is large.
+            let offset = raw_offset % (u128::from(u64::MAX / 4) * u128::from(rpu));
+            let p = params(rpu, 1, 1);
+            let st = state_at(&p, now, offset);
+            prop_assert_eq!(offset_after(&p, Some(&st), now), offset);
+            let whole = offset.div_ceil(u128::from(rpu));
+            prop_assert_eq!(u128::from(st.expires_at()), u128::from(now) + whole);
         }
 
         /// `remaining` is exact: that many single hits pass, one more does not.

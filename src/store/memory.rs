@@ -1,18 +1,18 @@
-//! The in-memory store: keys spread over mutex-guarded shards of a hash map. A request locks the
+//! The in-memory store: keys spread over mutex-guarded shards of a hash table. A request locks the
 //! shards of all its keys (in shard order, so requests never deadlock), evaluates, charges all or
 //! nothing, and unlocks: exact under any concurrency. We shard by hand rather than use dashmap
 //! because dashmap cannot hold several shards at once, which all-or-nothing charging needs.
-//! Idle keys (state equal to "no state") are dropped by `sweep`; `max_keys` bounds memory by
+//! Idle keys (whose state has expired) are dropped by `sweep`; `max_keys` bounds memory by
 //! evicting the soonest-expiring of a few sampled keys when a shard is full.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use smallvec::SmallVec;
 
-use super::{Charge, Store, StoreError, StoreKey, Verdict};
+use super::{Charge, Store, StoreError, StoreKey, Verdict, Verdicts};
 use crate::clock::Nanos;
 use crate::limiter::{self, State};
 
@@ -20,39 +20,28 @@ const SHARDS: usize = 128;
 /// Keys looked at to choose one to evict when a shard is full.
 const EVICTION_SAMPLE: usize = 8;
 
+/// One key and its state: 32 bytes, aligned so a slot never straddles two cache lines (a lookup
+/// misses the cache at most once). Nothing else is kept: the state says when it expires.
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+#[repr(C, align(32))]
+struct Slot {
+    key: u128,
     state: State,
-    /// From this instant the state equals "no state" and may be dropped.
-    expires_at: Nanos,
 }
 
-/// Store keys are already uniform hashes: use their low bits as the hash.
-#[derive(Default)]
-struct KeyHasher(u64);
+const _: () = assert!(size_of::<Slot>() == 32 && align_of::<Slot>() == 32);
 
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 ^= v;
-    }
+/// Store keys are already uniform keyed hashes: the table hashes by their low 64 bits (the shard is
+/// chosen by the high ones).
+fn hash_of(key: u128) -> u64 {
+    key as u64
 }
 
-/// A key as two words rather than a u128, so a map slot is 8-byte aligned (40 bytes, not 48).
-type MapKey = (u64, u64);
-
-fn map_key(key: StoreKey) -> MapKey {
-    (key.0 as u64, (key.0 >> 64) as u64)
+fn slot_hash(slot: &Slot) -> u64 {
+    hash_of(slot.key)
 }
 
-type Shard = HashMap<MapKey, Entry, BuildHasherDefault<KeyHasher>>;
+type Shard = HashTable<Slot>;
 
 /// Locks held by one request: a request's keys rarely span more than a few shards.
 type Guards<'a> = SmallVec<[(usize, MutexGuard<'a, Shard>); 4]>;
@@ -86,11 +75,18 @@ fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
     }
 }
 
+/// A key's state in a locked shard.
+fn get(shard: &Shard, key: StoreKey) -> Option<State> {
+    shard
+        .find(hash_of(key.0), |s| s.key == key.0)
+        .map(|s| s.state)
+}
+
 impl MemoryStore {
     /// A store that holds at most about `max_keys` keys (rounded up to a multiple of the shard count).
     pub fn new(max_keys: usize) -> Self {
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
             max_keys_per_shard: max_keys.div_ceil(SHARDS).max(1),
             evictions: AtomicU64::new(0),
             expired: AtomicU64::new(0),
@@ -110,9 +106,11 @@ impl MemoryStore {
     }
 
     /// The decision logic, synchronous: what `Store::apply` does for the memory store.
-    pub fn apply_now(&self, charges: &[Charge], now: Nanos) -> Vec<Verdict> {
+    pub fn apply_now(&self, charges: &[Charge], now: Nanos) -> Verdicts {
         if let [charge] = charges {
-            return vec![self.apply_one(charge, now)];
+            let mut verdicts = Verdicts::new();
+            verdicts.push(self.apply_one(charge, now));
+            return verdicts;
         }
         let mut shard_ids: SmallVec<[usize; 4]> =
             charges.iter().map(|c| Self::shard_of(c.key)).collect();
@@ -125,22 +123,21 @@ impl MemoryStore {
         };
 
         // Phase 1: evaluate each charge as if the earlier ones of this request were charged.
-        let mut pending: SmallVec<[(StoreKey, State, Nanos); 4]> = SmallVec::new();
+        let mut pending: SmallVec<[(StoreKey, State); 4]> = SmallVec::new();
         let mut evaluations: SmallVec<[limiter::Evaluation; 4]> = SmallVec::new();
         for charge in charges {
             let current = pending
                 .iter()
                 .rev()
-                .find(|(k, _, _)| *k == charge.key)
-                .map(|(_, s, _)| *s)
+                .find(|(k, _)| *k == charge.key)
+                .map(|(_, s)| *s)
                 .or_else(|| {
                     let g = shard(&mut guards, charge.key);
-                    guards[g].1.get(&map_key(charge.key)).map(|e| e.state)
+                    get(&guards[g].1, charge.key)
                 });
             let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
             if evaluation.allowed {
-                let expires_at = limiter::expires_at(&charge.params, &evaluation.charged);
-                pending.push((charge.key, evaluation.charged, expires_at));
+                pending.push((charge.key, evaluation.charged));
             }
             evaluations.push(evaluation);
         }
@@ -151,9 +148,9 @@ impl MemoryStore {
 
         // Phase 2: charge everything, or nothing.
         if commit {
-            for (key, state, expires_at) in pending {
+            for (key, state) in pending {
                 let g = shard(&mut guards, key);
-                self.write(&mut guards[g].1, key, state, expires_at, now);
+                self.write(&mut guards[g].1, key, state, now);
             }
         }
         evaluations
@@ -162,16 +159,31 @@ impl MemoryStore {
             .collect()
     }
 
-    /// The common case, one charge: one shard, no bookkeeping. It is charged iff it fits.
+    /// The common case, one charge: one shard, one probe of its table. It is charged iff it fits.
     fn apply_one(&self, charge: &Charge, now: Nanos) -> Verdict {
         let mut shard = self.lock(Self::shard_of(charge.key));
-        let current = shard.get(&map_key(charge.key)).map(|e| e.state);
-        let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
-        if evaluation.allowed {
-            let expires_at = limiter::expires_at(&charge.params, &evaluation.charged);
-            self.write(&mut shard, charge.key, evaluation.charged, expires_at, now);
+        let key = charge.key.0;
+        match shard.entry(hash_of(key), |s| s.key == key, slot_hash) {
+            Entry::Occupied(mut slot) => {
+                let evaluation =
+                    limiter::evaluate(&charge.params, Some(slot.get().state), now, charge.hits);
+                if evaluation.allowed {
+                    if evaluation.charged.expires_at() <= now {
+                        slot.remove();
+                    } else {
+                        slot.get_mut().state = evaluation.charged;
+                    }
+                }
+                verdict(&evaluation, evaluation.allowed)
+            }
+            Entry::Vacant(_) => {
+                let evaluation = limiter::evaluate(&charge.params, None, now, charge.hits);
+                if evaluation.allowed {
+                    self.insert(&mut shard, key, evaluation.charged, now);
+                }
+                verdict(&evaluation, evaluation.allowed)
+            }
         }
-        verdict(&evaluation, evaluation.allowed)
     }
 
     /// What `Store::refund` does for the memory store: each key's state is given back its charge
@@ -179,36 +191,43 @@ impl MemoryStore {
     pub fn refund_now(&self, charges: &[Charge], now: Nanos) {
         for charge in charges {
             let mut shard = self.lock(Self::shard_of(charge.key));
-            let Some(entry) = shard.get(&map_key(charge.key)) else {
+            let Some(state) = get(&shard, charge.key) else {
                 continue;
             };
-            let state = limiter::refund(&charge.params, &entry.state, now, charge.hits);
-            if state != entry.state {
-                let expires_at = limiter::expires_at(&charge.params, &state);
-                self.write(&mut shard, charge.key, state, expires_at, now);
+            let refunded = limiter::refund(&charge.params, &state, now, charge.hits);
+            if refunded != state {
+                self.write(&mut shard, charge.key, refunded, now);
             }
         }
     }
 
-    fn write(&self, shard: &mut Shard, key: StoreKey, state: State, expires_at: Nanos, now: Nanos) {
-        if expires_at <= now {
-            shard.remove(&map_key(key));
+    /// Stores `state` as the key's (dropping the key if the state has already expired).
+    fn write(&self, shard: &mut Shard, key: StoreKey, state: State, now: Nanos) {
+        let key = key.0;
+        match shard.find_entry(hash_of(key), |s| s.key == key) {
+            Ok(mut slot) if state.expires_at() > now => slot.get_mut().state = state,
+            Ok(slot) => {
+                slot.remove();
+            }
+            Err(_) => self.insert(shard, key, state, now),
+        }
+    }
+
+    /// Adds a key that is not in the shard, making room first if the shard is full.
+    fn insert(&self, shard: &mut Shard, key: u128, state: State, now: Nanos) {
+        if state.expires_at() <= now {
             return;
         }
-        if let Some(entry) = shard.get_mut(&map_key(key)) {
-            *entry = Entry { state, expires_at };
-            return;
-        }
-        if shard.len() >= self.max_keys_per_shard && !shard.contains_key(&map_key(key)) {
+        if shard.len() >= self.max_keys_per_shard {
             self.make_room(shard, now);
         }
-        shard.insert(map_key(key), Entry { state, expires_at });
+        shard.insert_unique(hash_of(key), Slot { key, state }, slot_hash);
     }
 
     /// Drops expired keys of a full shard; if none, evicts the soonest-expiring of a sample.
     fn make_room(&self, shard: &mut Shard, now: Nanos) {
         let before = shard.len();
-        shard.retain(|_, e| e.expires_at > now);
+        shard.retain(|s| s.state.expires_at() > now);
         let dropped = before - shard.len();
         if dropped > 0 {
             self.expired.fetch_add(dropped as u64, Ordering::Relaxed);
@@ -217,10 +236,12 @@ impl MemoryStore {
         let victim = shard
             .iter()
             .take(EVICTION_SAMPLE)
-            .min_by_key(|(_, e)| e.expires_at)
-            .map(|(k, _)| *k);
-        if let Some(victim) = victim {
-            shard.remove(&victim);
+            .min_by_key(|s| s.state.expires_at())
+            .map(|s| s.key);
+        if let Some(victim) = victim
+            && let Ok(slot) = shard.find_entry(hash_of(victim), |s| s.key == victim)
+        {
+            slot.remove();
             self.evictions.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -231,12 +252,12 @@ impl MemoryStore {
         for id in 0..SHARDS {
             let mut shard = self.lock(id);
             let before = shard.len();
-            shard.retain(|_, e| e.expires_at > now);
+            shard.retain(|s| s.state.expires_at() > now);
             dropped += before - shard.len();
-            // Give memory back once a shard is mostly empty (the map never shrinks by itself).
+            // Give memory back once a shard is mostly empty (the table never shrinks by itself).
             if shard.capacity() > 1024 && shard.len() * 4 < shard.capacity() {
                 let len = shard.len();
-                shard.shrink_to(len * 2);
+                shard.shrink_to(len * 2, slot_hash);
             }
         }
         self.expired.fetch_add(dropped as u64, Ordering::Relaxed);
@@ -245,9 +266,7 @@ impl MemoryStore {
 
     /// The stored state of a key, for `explain`.
     pub fn peek(&self, key: StoreKey) -> Option<State> {
-        self.lock(Self::shard_of(key))
-            .get(&map_key(key))
-            .map(|e| e.state)
+        get(&self.lock(Self::shard_of(key)), key)
     }
 
     pub fn stats(&self) -> MemoryStoreStats {
@@ -260,7 +279,7 @@ impl MemoryStore {
 }
 
 impl Store for MemoryStore {
-    async fn apply(&self, charges: &[Charge], now: Nanos) -> Result<Vec<Verdict>, StoreError> {
+    async fn apply(&self, charges: &[Charge], now: Nanos) -> Result<Verdicts, StoreError> {
         Ok(self.apply_now(charges, now))
     }
 

@@ -7,6 +7,8 @@ mod memory;
 
 use std::future::Future;
 
+use smallvec::SmallVec;
+
 pub use key::{KeyBuilder, StoreKey};
 pub use memory::{MemoryStore, MemoryStoreStats};
 
@@ -36,6 +38,9 @@ pub struct Verdict {
     pub delay: Nanos,
 }
 
+/// One verdict per charge, in order. Inline up to four, so the common request allocates nothing.
+pub type Verdicts = SmallVec<[Verdict; 2]>;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("store unavailable: {0}")]
@@ -50,7 +55,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         charges: &[Charge],
         now: Nanos,
-    ) -> impl Future<Output = Result<Vec<Verdict>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Verdicts, StoreError>> + Send;
 
     /// Gives back what `charges` took (they were charged, but their answers were never delivered:
     /// the caller cancelled while waiting for its turn). Only leaky-bucket queue slots are given
