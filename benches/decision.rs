@@ -153,6 +153,36 @@ fn key(c: &mut Criterion) {
     });
 }
 
+/// The machine's own cost of one cache miss, as a baseline for the 100k-key figures: a chain of
+/// dependent reads in random order through 4 MiB, about the size of the store's table at 100k keys
+/// (32-byte slots at hashbrown's load factor) and twice this machine's L2. A 100k-key decision
+/// pays about one such read more than a 1-key decision; on a shared VM its cost moves with the
+/// neighbours' load, so compare the two in the same run.
+fn memory_latency(c: &mut Criterion) {
+    const LINES: usize = 4 * 1024 * 1024 / 64;
+    // next[i] = the line visited after line i: a random permutation of the lines, walked in order,
+    // so every read depends on the one before and the walk is one cycle through all of them.
+    let mut order: Vec<usize> = (0..LINES).collect();
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for i in (1..LINES).rev() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        order.swap(i, (seed % i as u64) as usize);
+    }
+    let mut next = vec![[0usize; 8]; LINES];
+    for w in 0..LINES {
+        next[order[w]][0] = order[(w + 1) % LINES];
+    }
+    let mut at = 0usize;
+    c.bench_function("memory_latency/random_read_4MiB", |b| {
+        b.iter(|| {
+            at = next[at][0];
+            black_box(at)
+        })
+    });
+}
+
 /// The algorithm alone: one `limiter::evaluate` on a state carried from call to call.
 fn evaluate(c: &mut Criterion) {
     for algorithm in Algorithm::ALL {
@@ -170,5 +200,12 @@ fn evaluate(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, decision, decision_two_threads, key, evaluate);
+criterion_group!(
+    benches,
+    decision,
+    decision_two_threads,
+    key,
+    evaluate,
+    memory_latency
+);
 criterion_main!(benches);

@@ -16,23 +16,19 @@ use crate::clock::Nanos;
 
 // Drain times are offsets after now in scaled units, as in the token bucket.
 
-/// How many more single hits fit now, with the queue draining `tat` scaled units from now.
+/// How many more single hits fit now, with the queue draining `tat` scaled units from now: as many
+/// as the queue has room for (`(burst × period − tat) / period`), and no more than can start within
+/// `max_delay` (`(max_wait − tat) / period + 1`). Both divide by `period`, so the smaller numerator
+/// gives the smaller count and one division does.
 fn fitting(params: &LimitParams, tat: u128) -> u32 {
-    if params.requests_per_unit == 0 {
+    let max_wait = u128::from(params.max_delay) * scale(params);
+    if params.requests_per_unit == 0 || tat > max_wait {
         return 0;
     }
     let period = u128::from(params.period.max(1));
-    let by_length = div(
-        (u128::from(params.burst) * period).saturating_sub(tat),
-        period,
-    );
-    let max_wait = u128::from(params.max_delay) * scale(params);
-    let by_delay = if tat <= max_wait {
-        div(max_wait - tat, period) + 1
-    } else {
-        0
-    };
-    by_length.min(by_delay).min(u128::from(u32::MAX)) as u32
+    let room = (u128::from(params.burst) * period).saturating_sub(tat);
+    let within_delay = max_wait - tat + period;
+    div(room.min(within_delay), period).min(u128::from(u32::MAX)) as u32
 }
 
 pub(super) fn evaluate(
