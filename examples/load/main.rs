@@ -264,6 +264,7 @@ async fn main() {
         "| keys | in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut failed = Vec::new();
     for mix in &args.keys {
         let traffic = Arc::new(Traffic::new(mix));
         for &inflight in &args.inflight {
@@ -291,7 +292,15 @@ async fn main() {
                     r.throughput / base.throughput,
                     us(&r.latency, 0.5) / us(&base.latency, 0.5),
                 );
+                if r.errors > 0 || r.throughput == 0.0 {
+                    failed.push(format!("{mix} keys, {inflight} in flight, {kind} server"));
+                }
             }
         }
+    }
+    // A run with errors or no answers measured nothing: say so, and fail (CI smoke-runs this).
+    if !failed.is_empty() {
+        eprintln!("load: errors or no answers in: {}", failed.join("; "));
+        std::process::exit(1);
     }
 }
