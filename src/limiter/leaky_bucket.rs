@@ -10,7 +10,7 @@
 //! With the same `burst` a token bucket admits exactly the same requests; the difference is when
 //! they are answered: the token bucket lets a burst through at once, the leaky bucket smooths it.
 
-use super::token_bucket::{offset_after, scale, state_at, to_nanos};
+use super::token_bucket::{offset_after, scale, tat_at};
 use super::{Evaluation, LimitParams, Outlook, State, div};
 use crate::clock::Nanos;
 
@@ -39,27 +39,30 @@ pub(super) fn evaluate(
 ) -> Evaluation {
     let period = u128::from(params.period.max(1));
     let tat = offset_after(params, state.as_ref(), now);
-    let outlook = |tat: u128| Outlook {
+    // The request's turn comes when the queue ahead of it has drained: `wait` from now.
+    let (current, wait) = tat_at(params, now, tat);
+    let without_charge = Outlook {
         remaining: fitting(params, tat),
-        reset_after: to_nanos(params, tat),
+        reset_after: wait,
     };
-    let without_charge = outlook(tat);
-    // The request's turn comes when the queue ahead of it has drained.
-    let wait = tat;
     let new_tat = tat + u128::from(hits) * period;
     let allowed = hits == 0
         || (params.requests_per_unit > 0
             && new_tat <= u128::from(params.burst) * period
-            && wait <= u128::from(params.max_delay) * scale(params));
+            && tat <= u128::from(params.max_delay) * scale(params));
     if !allowed || hits == 0 {
-        return Evaluation::uncharged(allowed, state_at(params, now, tat), without_charge);
+        return Evaluation::uncharged(allowed, current, without_charge);
     }
+    let (charged, until_charged) = tat_at(params, now, new_tat);
     Evaluation {
         allowed,
-        charged: state_at(params, now, new_tat),
-        after_charge: outlook(new_tat),
+        charged,
+        after_charge: Outlook {
+            remaining: fitting(params, new_tat),
+            reset_after: until_charged,
+        },
         without_charge,
-        delay: to_nanos(params, wait),
+        delay: wait,
     }
 }
 
@@ -69,7 +72,7 @@ pub(super) fn evaluate(
 pub(super) fn refund(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
     let cost = u128::from(hits) * u128::from(params.period.max(1));
     let tat = offset_after(params, Some(state), now).saturating_sub(cost);
-    state_at(params, now, tat)
+    tat_at(params, now, tat).0
 }
 
 #[cfg(test)]

@@ -27,18 +27,15 @@ pub(super) fn offset_after(params: &LimitParams, state: Option<&State>, now: Nan
     }
 }
 
-/// The state whose TAT lies `offset` scaled units after `now`.
-pub(super) fn state_at(params: &LimitParams, now: Nanos, offset: u128) -> State {
+/// A TAT `offset` scaled units after `now`: the state that stores it, and the time until it in
+/// whole nanoseconds, rounded up (a reset is never reported early). One division gives both.
+pub(super) fn tat_at(params: &LimitParams, now: Nanos, offset: u128) -> (State, Nanos) {
     let whole = div_ceil(offset, scale(params));
-    State {
+    let state = State {
         a: now.saturating_add(clamp(whole)),
         b: (whole * scale(params) - offset) as u64,
-    }
-}
-
-/// Scaled units → nanoseconds, rounded up (a reset is never reported early).
-pub(super) fn to_nanos(params: &LimitParams, scaled: u128) -> Nanos {
-    clamp(div_ceil(scaled, scale(params)))
+    };
+    (state, clamp(whole))
 }
 
 pub(super) fn evaluate(
@@ -57,9 +54,10 @@ pub(super) fn evaluate(
         }
         div(limit_at.saturating_sub(tat), period).min(u128::from(u32::MAX)) as u32
     };
+    let (current, until_current) = tat_at(params, now, tat);
     let without_charge = Outlook {
         remaining: fitting(tat),
-        reset_after: to_nanos(params, tat),
+        reset_after: until_current,
     };
     let new_tat = tat + u128::from(hits) * period;
     let allowed = if params.requests_per_unit == 0 {
@@ -68,14 +66,15 @@ pub(super) fn evaluate(
         new_tat <= limit_at
     };
     if !allowed {
-        return Evaluation::uncharged(allowed, state_at(params, now, tat), without_charge);
+        return Evaluation::uncharged(allowed, current, without_charge);
     }
+    let (charged, until_charged) = tat_at(params, now, new_tat);
     Evaluation {
         allowed,
-        charged: state_at(params, now, new_tat),
+        charged,
         after_charge: Outlook {
             remaining: fitting(new_tat),
-            reset_after: to_nanos(params, new_tat),
+            reset_after: until_charged,
         },
         without_charge,
         delay: 0,
@@ -229,10 +228,11 @@ mod tests {
             // far beyond 64 bits of scaled units when rpu is large.
             let offset = raw_offset % (u128::from(u64::MAX / 4) * u128::from(rpu));
             let p = params(rpu, 1, 1);
-            let st = state_at(&p, now, offset);
+            let (st, until) = tat_at(&p, now, offset);
             prop_assert_eq!(offset_after(&p, Some(&st), now), offset);
             let whole = offset.div_ceil(u128::from(rpu));
             prop_assert_eq!(u128::from(st.expires_at()), u128::from(now) + whole);
+            prop_assert_eq!(u128::from(until), whole);
         }
 
         /// `remaining` is exact: that many single hits pass, one more does not.
