@@ -13,6 +13,7 @@ use clap::Parser;
 use ratelimit_server::clock::NANOS_PER_SECOND;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::LimitParams;
+use ratelimit_server::settings::parse_algorithm;
 use ratelimit_server::store::{Charge, KeyBuilder, MemoryStore};
 
 #[derive(Debug, Parser)]
@@ -25,10 +26,6 @@ struct Args {
     keys: usize,
     #[arg(long, default_value_t = 1_000_000)]
     decisions: usize,
-}
-
-fn parse_algorithm(name: &str) -> Result<Algorithm, String> {
-    Algorithm::parse(name).ok_or_else(|| format!("unknown algorithm {name:?}"))
 }
 
 fn main() {

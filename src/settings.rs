@@ -33,7 +33,8 @@ impl DefaultsArgs {
     }
 }
 
-fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+/// An algorithm name from the command line; the error lists the valid ones.
+pub fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
     Algorithm::parse(text).ok_or_else(|| {
         format!(
             "invalid algorithm '{text}' (expected one of: {})",
