@@ -8,22 +8,22 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::clock::Clock;
 use crate::config::ConfigErrors;
 use crate::engine::Engine;
+use crate::health::HealthReporter;
+pub use crate::health::HEALTH_SERVICES;
 use crate::http::{self, Admin};
 use crate::metrics::Metrics;
+use crate::net::{self, Acceptor, ConnectionCaps, TransportArgs};
 use crate::policy::Policy;
 use crate::reload::{self, Reloader};
 use crate::service::RateLimitGrpc;
 use crate::settings::ServeSettings;
 use crate::status::{LoadReport, ServerStatus};
 use crate::store::MemoryStore;
-
-/// gRPC health service names we report: the whole server and the reference's "ratelimit".
-pub const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
 
 /// How often idle keys are dropped from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -48,16 +48,32 @@ pub struct Server {
     pub engine: Arc<Engine<MemoryStore>>,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
+    health: HealthReporter,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     drain_timeout: Duration,
+    shutdown_delay: Duration,
 }
 
 impl Server {
-    /// Flips health to NOT_SERVING, stops accepting, lets in-flight calls finish (for at most
-    /// `drain_timeout`; streams such as health watches are then cut), then returns.
+    /// Shuts down after the configured `SHUTDOWN_DELAY` (see [`Server::shutdown_after`]).
     pub async fn shutdown(self) {
+        let delay = self.shutdown_delay;
+        self.shutdown_after(delay).await;
+    }
+
+    /// Flips health to NOT_SERVING (gRPC health and HTTP `/healthcheck`) while still serving every
+    /// call for `delay`, so that load balancers see it; then ends health Watch streams, stops
+    /// accepting, lets in-flight calls finish (for at most `drain_timeout`; what is left is then
+    /// cut), and returns.
+    pub async fn shutdown_after(self, delay: Duration) {
         self.status.set_draining();
+        self.health.set(ServingStatus::NotServing);
+        if !delay.is_zero() {
+            tracing::info!(?delay, "health is NOT_SERVING; serving on until the shutdown delay ends");
+            tokio::time::sleep(delay).await;
+        }
+        self.health.close();
         let _ = self.shutdown.send(true);
         let drain_timeout = self.drain_timeout;
         for mut task in self.tasks {
@@ -75,15 +91,35 @@ impl Server {
     }
 }
 
-/// The tonic server settings every gRPC listener of ours uses (also the load benchmark's baseline).
-pub fn grpc_server() -> tonic::transport::Server {
-    tonic::transport::Server::builder().tcp_nodelay(true)
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let error = |source| StartError::Bind { addr, source };
+    let listener = TcpListener::bind(addr).await.map_err(error)?;
+    let bound = listener.local_addr().map_err(error)?;
+    Ok((listener, bound))
 }
 
-async fn bind(addr: SocketAddr) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { addr, source })
+/// Connection caps fitted to the descriptor limit, saying so when they had to be lowered.
+fn connection_caps(transport: &TransportArgs) -> ConnectionCaps {
+    let asked = (
+        transport.max_connections as usize,
+        transport.max_admin_connections as usize,
+    );
+    let fd_limit = net::fd_limit();
+    let caps = ConnectionCaps::fitted(asked.0, asked.1, fd_limit);
+    if (caps.grpc, caps.admin) != asked {
+        tracing::warn!(
+            fd_limit,
+            grpc = caps.grpc,
+            admin = caps.admin,
+            "connection caps lowered to fit the open-file limit (raise `ulimit -n` for more)"
+        );
+    }
+    caps
+}
+
+/// Resolves when `stop` turns true.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
@@ -111,45 +147,26 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         dir: settings.config.display().to_string(),
         errors,
     })?;
-    let grpc_listener = bind(settings.grpc_addr).await?;
-    let http_listener = bind(settings.http_addr).await?;
-    let grpc_addr = grpc_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            addr: settings.grpc_addr,
-            source,
-        })?;
-    let http_addr = http_listener
-        .local_addr()
-        .map_err(|source| StartError::Bind {
-            addr: settings.http_addr,
-            source,
-        })?;
+    let (grpc_listener, grpc_addr) = bind(settings.grpc_addr).await?;
+    let (http_listener, http_addr) = bind(settings.http_addr).await?;
+    let caps = connection_caps(&settings.transport);
+    let timeouts = settings.transport.timeouts();
     let (shutdown, shutdown_rx) = watch::channel(false);
     let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
-
-    let (health, health_service) = tonic_health::server::health_reporter();
-    for name in HEALTH_SERVICES {
-        health
-            .set_service_status(name, tonic_health::ServingStatus::Serving)
-            .await;
-    }
+    let (health, health_service) = HealthReporter::new();
     let grpc = {
-        let mut stop = shutdown_rx.clone();
-        let engine = engine.clone();
+        let acceptor = Acceptor::new(grpc_listener, caps.grpc, timeouts, "gRPC");
+        let t = &settings.transport;
+        let server = tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(t.grpc_keepalive_interval))
+            .http2_keepalive_timeout(Some(t.grpc_keepalive_timeout))
+            .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
+            .add_service(health_service)
+            .add_service(RateLimitGrpc::new(engine.clone(), t.call_limits()));
+        let stop = stopped(shutdown_rx.clone());
         tokio::spawn(async move {
-            let drained = async move {
-                let _ = stop.wait_for(|s| *s).await;
-                for name in HEALTH_SERVICES {
-                    health
-                        .set_service_status(name, tonic_health::ServingStatus::NotServing)
-                        .await;
-                }
-            };
-            let result = grpc_server()
-                .add_service(health_service)
-                .add_service(RateLimitGrpc::server(engine))
-                .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), drained)
+            let result = server
+                .serve_with_incoming_shutdown(acceptor.into_stream(), stop)
                 .await;
             if let Err(e) = result {
                 tracing::error!(error = %e, "gRPC server failed");
@@ -157,35 +174,21 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         })
     };
     let http = {
-        let mut stop = shutdown_rx.clone();
+        let acceptor = Acceptor::new(http_listener, caps.admin, timeouts, "admin");
         let admin = Arc::new(Admin {
             engine: engine.clone(),
             metrics,
             status: status.clone(),
         });
-        tokio::spawn(async move {
-            let result = axum::serve(http_listener, http::router(admin))
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        })
+        let header_timeout = settings.transport.handshake_timeout;
+        tokio::spawn(net::serve_http(
+            acceptor,
+            http::router(admin),
+            header_timeout,
+            stopped(shutdown_rx.clone()),
+        ))
     };
-    let sweeper = {
-        let mut stop = shutdown_rx;
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => { store.sweep(clock.now()); }
-                    _ = stop.wait_for(|s| *s) => break,
-                }
-            }
-        })
-    };
+    let sweeper = tokio::spawn(sweep(store, clock, shutdown_rx));
     tracing::info!(%grpc_addr, %http_addr, rules = %loaded.summary, "serving");
     Ok(Server {
         grpc_addr,
@@ -193,22 +196,48 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         engine,
         reloader,
         status,
+        health,
         shutdown,
         tasks: vec![grpc, http, sweeper, watcher],
         drain_timeout: settings.drain_timeout,
+        shutdown_delay: settings.shutdown_delay,
     })
+}
+
+/// Drops idle keys from memory every [`SWEEP_INTERVAL`] until `stop` turns true.
+async fn sweep(store: Arc<MemoryStore>, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => { store.sweep(clock.now()); }
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+/// Which signal asked the server to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    /// SIGTERM (an orchestrator): keep serving for `SHUTDOWN_DELAY` with health NOT_SERVING.
+    Terminate,
+    /// SIGINT (Ctrl-C at a terminal): stop without the delay.
+    Interrupt,
 }
 
 /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
 pub async fn run(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<(), StartError> {
     let server = start(settings, clock).await?;
-    wait_for_signal().await;
-    tracing::info!("shutting down: health NOT_SERVING, draining in-flight requests");
-    server.shutdown().await;
+    let signal = wait_for_signal().await;
+    let delay = match signal {
+        Signal::Terminate => settings.shutdown_delay,
+        Signal::Interrupt => Duration::ZERO,
+    };
+    tracing::info!(?signal, "shutting down: health NOT_SERVING, then draining in-flight requests");
+    server.shutdown_after(delay).await;
     Ok(())
 }
 
-async fn wait_for_signal() {
+async fn wait_for_signal() -> Signal {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -224,7 +253,7 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        _ = ctrl_c => Signal::Interrupt,
+        _ = term => Signal::Terminate,
     }
 }

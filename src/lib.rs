@@ -5,17 +5,19 @@
 //!   (matching tree), [`limiter`] (algorithms as functions of state, now and hits);
 //! - state: [`store`] (where limiter state lives);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
-//! - faces: [`service`] (gRPC), [`http`] (admin), [`reload`] and [`rules_dir`] (files);
+//! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files);
 //! - wiring: [`app`], [`settings`], [`status`], [`logging`], [`cli`].
 pub mod app;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod health;
 pub mod http;
 pub mod limiter;
 pub mod logging;
 pub mod metrics;
+pub mod net;
 pub mod policy;
 pub mod reload;
 pub mod rules_dir;

@@ -10,6 +10,7 @@ use clap::{ArgAction, Args};
 use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
 use crate::limiter::LimitDefaults;
+use crate::net::TransportArgs;
 
 /// What a limit that does not say gets; shared by `serve` and `explain`.
 #[derive(Debug, Clone, Args)]
@@ -47,6 +48,13 @@ fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
         _ => Err(format!("'{text}' is not a ratio between 0 and 1")),
+    }
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{text}' must be a whole number of at least 1")),
     }
 }
 
@@ -101,17 +109,23 @@ pub struct ServeSettings {
     /// On SIGTERM, how long in-flight calls may take to finish before connections are closed.
     #[arg(long, env = "DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// On SIGTERM, how long to keep serving while health says NOT_SERVING (so load balancers and
+    /// Kubernetes see it and stop sending) before the listeners close. SIGINT skips it.
+    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
     /// Most descriptors in one request.
-    #[arg(long, env = "MAX_DESCRIPTORS", default_value_t = 64)]
+    #[arg(long, env = "MAX_DESCRIPTORS", default_value_t = 64, value_parser = at_least_one)]
     pub max_descriptors: usize,
     /// Most entries in one descriptor.
-    #[arg(long, env = "MAX_ENTRIES", default_value_t = 32)]
+    #[arg(long, env = "MAX_ENTRIES", default_value_t = 32, value_parser = at_least_one)]
     pub max_entries: usize,
     /// Longest domain, key or value in bytes.
-    #[arg(long, env = "MAX_STRING_LEN", default_value_t = 4096)]
+    #[arg(long, env = "MAX_STRING_LEN", default_value_t = 4096, value_parser = at_least_one)]
     pub max_string_len: usize,
     #[command(flatten)]
     pub defaults: DefaultsArgs,
+    #[command(flatten)]
+    pub transport: TransportArgs,
 }
 
 impl ServeSettings {
@@ -127,6 +141,7 @@ impl ServeSettings {
         settings.config = config;
         settings.grpc_addr = "127.0.0.1:0".parse().expect("valid address");
         settings.http_addr = "127.0.0.1:0".parse().expect("valid address");
+        settings.shutdown_delay = Duration::ZERO;
         settings
     }
 
@@ -165,6 +180,8 @@ mod tests {
         assert_eq!(parse_ratio("0.9"), Ok(0.9));
         assert!(parse_ratio("1.5").is_err() && parse_ratio("NaN").is_err());
         assert!(parse_max_delay("2h").is_err());
+        assert!(at_least_one("0").is_err() && at_least_one("-3").is_err());
+        assert_eq!(at_least_one("64"), Ok(64));
         assert_eq!(parse_max_delay("61m").unwrap_err(), "must be at most 60m");
         let s = ServeSettings::for_tests(PathBuf::from("x"));
         assert_eq!(s.engine_settings().defaults, LimitDefaults::default());

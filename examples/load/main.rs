@@ -1,6 +1,10 @@
-//! Load benchmark: drives the real server and a no-op RateLimitService on the same tonic stack with
-//! the same traffic, in one run, and prints throughput and latency percentiles for each and their
-//! ratio. Each server runs in its own child process (this program re-executed with `--serve`).
+//! Load benchmark: drives the real server and a no-op RateLimitService with the same traffic, in one
+//! run, over a sweep of load shapes (connections × calls in flight), and prints throughput and
+//! latency percentiles for each, their ratios, and the worst shape. The no-op server is written as
+//! a tonic user would write one (`Server::builder().add_service(..).serve(addr)`), sharing no
+//! listener, socket or server setting with ours, so a transport mistake of ours shows up as a
+//! ratio instead of hiding on both sides. Each server runs in its own child process (this program
+//! re-executed with `--serve`).
 //!
 //! `cargo run --release --example load -- --duration 5` (see `--help`).
 
@@ -34,15 +38,19 @@ struct Args {
     /// Key mixes to run: 1, 100k-zipf, 1m-uniform.
     #[arg(long, value_delimiter = ',', default_value = "1,100k-zipf,1m-uniform")]
     keys: Vec<String>,
-    /// In-flight request levels.
-    #[arg(long, value_delimiter = ',', default_value = "1,512")]
-    inflight: Vec<usize>,
+    /// Load shapes, as CONNECTIONSxIN_FLIGHT (calls in flight in total, spread over the
+    /// connections). Envoy multiplexes a worker's calls on one connection: few in flight per
+    /// connection is the common production shape.
+    #[arg(long, value_delimiter = ',', default_value = "1x1,1x16,4x64,8x64,4x512")]
+    shapes: Vec<Shape>,
     /// Runs per server and scenario, alternating no-op and real; the medians are reported.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// HTTP/2 connections the requests are spread over.
-    #[arg(long, default_value_t = 4)]
-    connections: usize,
+    /// Measure this server binary (e.g. target/release/ratelimit-server, or an older build) as
+    /// the real server, started as `BIN serve --config … --grpc-addr … --http-addr …`, instead of
+    /// the server code linked into this program.
+    #[arg(long)]
+    server_bin: Option<std::path::PathBuf>,
     /// Internal: serve `real` or `noop` on this address and wait.
     #[arg(long, hide = true)]
     serve: Option<String>,
@@ -50,6 +58,32 @@ struct Args {
     addr: Option<SocketAddr>,
     #[arg(long, hide = true)]
     config: Option<std::path::PathBuf>,
+}
+
+/// How many connections, and how many calls in flight over all of them.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    connections: usize,
+    inflight: usize,
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Shape, String> {
+        let bad = || format!("'{s}' is not CONNECTIONSxIN_FLIGHT (e.g. 1x16)");
+        let (c, n) = s.split_once('x').ok_or_else(bad)?;
+        let (connections, inflight) = (c.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+        if connections == 0 || inflight == 0 {
+            return Err(bad());
+        }
+        Ok(Shape { connections, inflight })
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.connections, self.inflight)
+    }
 }
 
 /// A child server process, killed on drop.
@@ -67,11 +101,30 @@ fn free_addr() -> SocketAddr {
     l.local_addr().expect("addr")
 }
 
-fn spawn_server(kind: &str, config: &std::path::Path) -> (ServerProcess, SocketAddr) {
+fn spawn_server(
+    kind: &str,
+    config: &std::path::Path,
+    server_bin: Option<&std::path::Path>,
+) -> (ServerProcess, SocketAddr) {
     let addr = free_addr();
-    let child = Command::new(std::env::current_exe().expect("own path"))
-        .args(["--serve", kind, "--addr", &addr.to_string(), "--config"])
-        .arg(config)
+    let mut command = match server_bin {
+        Some(bin) if kind == "real" => {
+            let mut c = Command::new(bin);
+            c.args(["serve", "--grpc-addr", &addr.to_string()])
+                .args(["--http-addr", &free_addr().to_string(), "--config"])
+                .arg(config)
+                .env("LOG_LEVEL", "warn")
+                .stderr(Stdio::null());
+            c
+        }
+        _ => {
+            let mut c = Command::new(std::env::current_exe().expect("own path"));
+            c.args(["--serve", kind, "--addr", &addr.to_string(), "--config"])
+                .arg(config);
+            c
+        }
+    };
+    let child = command
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn server");
@@ -81,10 +134,9 @@ fn spawn_server(kind: &str, config: &std::path::Path) -> (ServerProcess, SocketA
 async fn serve(kind: &str, addr: SocketAddr, config: std::path::PathBuf) {
     use ratelimit_server::{app, clock::SystemClock, settings::ServeSettings};
     if kind == "noop" {
-        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
-        app::grpc_server()
+        tonic::transport::Server::builder()
             .add_service(noop::server())
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .serve(addr)
             .await
             .expect("noop server");
     } else {
@@ -151,10 +203,13 @@ struct Outcome {
 async fn drive(
     addr: SocketAddr,
     traffic: Arc<Traffic>,
-    inflight: usize,
-    connections: usize,
+    shape: Shape,
     duration: Duration,
 ) -> Outcome {
+    let Shape {
+        connections,
+        inflight,
+    } = shape;
     let mut channels = Vec::new();
     for _ in 0..connections.min(inflight).max(1) {
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
@@ -256,34 +311,41 @@ async fn main() {
     std::fs::write(dir.path().join("load.yaml"), RULES).expect("write rules");
     let duration = Duration::from_secs_f64(args.duration);
     println!(
-        "# ratelimit-server load benchmark: {} s per run after 1 s warm-up, {} connections, \
+        "# ratelimit-server load benchmark: {} s per run after 1 s warm-up, \
          median of {} alternating runs per server",
-        args.duration, args.connections, args.rounds
+        args.duration, args.rounds
     );
     println!(
-        "| keys | in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio |"
+        "| keys | connections x in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut failed = Vec::new();
+    let mut worst: Option<(String, f64, f64)> = None;
     for mix in &args.keys {
         let traffic = Arc::new(Traffic::new(mix));
-        for &inflight in &args.inflight {
+        for &shape in &args.shapes {
             let mut runs: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
             for _ in 0..args.rounds.max(1) {
                 for (slot, kind) in ["noop", "real"].into_iter().enumerate() {
                     // A fresh server per run, so every run starts from an empty store.
-                    let (_server, addr) = spawn_server(kind, dir.path());
+                    let (_server, addr) =
+                        spawn_server(kind, dir.path(), args.server_bin.as_deref());
                     let outcome =
-                        drive(addr, traffic.clone(), inflight, args.connections, duration).await;
+                        drive(addr, traffic.clone(), shape, duration).await;
                     runs[slot].push(outcome);
                 }
             }
             let [noop_runs, real_runs] = runs;
             let results = [("noop", median(noop_runs)), ("real", median(real_runs))];
-            let base = &results[0].1;
+            let (real, base) = (&results[1].1, &results[0].1);
+            let ratio = real.throughput / base.throughput;
+            if worst.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
+                let p50 = us(&real.latency, 0.5) / us(&base.latency, 0.5);
+                worst = Some((format!("{mix} keys, {shape}"), ratio, p50));
+            }
             for (kind, r) in &results {
                 println!(
-                    "| {mix} | {inflight} | {kind} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} |",
+                    "| {mix} | {shape} | {kind} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} |",
                     r.throughput,
                     us(&r.latency, 0.5),
                     us(&r.latency, 0.99),
@@ -293,10 +355,15 @@ async fn main() {
                     us(&r.latency, 0.5) / us(&base.latency, 0.5),
                 );
                 if r.errors > 0 || r.throughput == 0.0 {
-                    failed.push(format!("{mix} keys, {inflight} in flight, {kind} server"));
+                    failed.push(format!("{mix} keys, {shape}, {kind} server"));
                 }
             }
         }
+    }
+    if let Some((scenario, ratio, p50)) = worst {
+        println!(
+            "\nworst shape: {scenario}: {ratio:.2}x the no-op server's throughput, p50 {p50:.2}x"
+        );
     }
     // A run with errors or no answers measured nothing: say so, and fail (CI smoke-runs this).
     if !failed.is_empty() {

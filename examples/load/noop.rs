@@ -1,5 +1,5 @@
 //! The baseline: a RateLimitService that decides nothing and answers OK with a status of the same
-//! shape as the real server's, served by the same tonic stack (`app::grpc_server`).
+//! shape as the real server's, through envoy-types' generated server (none of our service code).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{

@@ -1,0 +1,95 @@
+//! gRPC health checking (`grpc.health.v1`): one serving status shared by every service name we
+//! answer for, and Watch streams that end when the server closes its listeners, so an open Watch
+//! never holds a shutdown for its whole drain timeout.
+
+use std::pin::Pin;
+
+use futures_util::{Stream, StreamExt};
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+
+/// Health service names we report: the whole server and the reference's "ratelimit".
+pub const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+
+/// Sets what the health service answers.
+#[derive(Debug, Clone)]
+pub struct HealthReporter {
+    status: watch::Sender<ServingStatus>,
+    closed: watch::Sender<bool>,
+}
+
+impl HealthReporter {
+    /// A reporter that starts SERVING, and the gRPC service it drives.
+    pub fn new() -> (HealthReporter, HealthServer<HealthService>) {
+        let (status, _) = watch::channel(ServingStatus::Serving);
+        let (closed, _) = watch::channel(false);
+        let reporter = HealthReporter { status, closed };
+        let service = HealthService {
+            reporter: reporter.clone(),
+        };
+        (reporter, HealthServer::new(service))
+    }
+
+    pub fn set(&self, status: ServingStatus) {
+        self.status.send_replace(status);
+    }
+
+    pub fn status(&self) -> ServingStatus {
+        *self.status.borrow()
+    }
+
+    /// Ends every Watch stream (after it has delivered the last status), now and from now on.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
+    }
+}
+
+pub struct HealthService {
+    reporter: HealthReporter,
+}
+
+fn known(request: &Request<HealthCheckRequest>) -> Result<(), Status> {
+    if HEALTH_SERVICES.contains(&request.get_ref().service.as_str()) {
+        Ok(())
+    } else {
+        Err(Status::not_found("service not registered"))
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(
+        &self,
+        request: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        known(&request)?;
+        Ok(Response::new(HealthCheckResponse {
+            status: self.reporter.status() as i32,
+        }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<HealthCheckRequest>,
+    ) -> Result<Response<WatchStream>, Status> {
+        known(&request)?;
+        let mut closed = self.reporter.closed.subscribe();
+        let updates = tokio_stream::wrappers::WatchStream::new(self.reporter.status.subscribe())
+            .map(|status| {
+                Ok(HealthCheckResponse {
+                    status: status as i32,
+                })
+            });
+        let stream = updates.take_until(async move {
+            let _ = closed.wait_for(|c| *c).await;
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,151 @@
+//! One accepted connection, guarded: it holds its listener's connection slot until it closes, and it
+//! fails (so the server closes it) when the peer has not sent its first bytes within the handshake
+//! timeout, or when nothing has been read or written for the idle timeout.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+
+/// Bytes a peer must send within the handshake timeout: the HTTP/2 connection preface is 24 bytes,
+/// and any HTTP/1 request line with its first header is longer.
+const HANDSHAKE_BYTES: u64 = 24;
+
+/// How long a connection may stay silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From accept until the peer has sent [`HANDSHAKE_BYTES`]; activity does not extend it.
+    pub handshake: Duration,
+    /// After the handshake: longest time with nothing read or written.
+    pub idle: Duration,
+}
+
+/// A connection that closes itself when its peer stays silent, and frees its slot when dropped.
+pub struct GuardedStream<S> {
+    inner: S,
+    timeouts: Timeouts,
+    deadline: Pin<Box<Sleep>>,
+    last_activity: Instant,
+    received: u64,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl<S> GuardedStream<S> {
+    pub fn new(inner: S, timeouts: Timeouts, slot: OwnedSemaphorePermit) -> Self {
+        let now = Instant::now();
+        GuardedStream {
+            inner,
+            timeouts,
+            deadline: Box::pin(tokio::time::sleep_until(now + timeouts.handshake)),
+            last_activity: now,
+            received: 0,
+            _slot: slot,
+        }
+    }
+
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Polled when the peer has nothing for us: `Ready` with an error once the connection has been
+    /// silent too long. The timer is moved forward lazily, when it fires, so activity costs no
+    /// timer update.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        loop {
+            if self.deadline.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if self.received < HANDSHAKE_BYTES {
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "peer sent no request within the handshake timeout",
+                ));
+            }
+            let next = self.last_activity + self.timeouts.idle;
+            if next <= Instant::now() {
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "connection idle for longer than the idle timeout",
+                ));
+            }
+            self.deadline.as_mut().reset(next);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let read = (buf.filled().len() - before) as u64;
+                if read > 0 {
+                    this.received = this.received.saturating_add(read);
+                    this.last_activity = Instant::now();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => this.poll_expired(cx).map(Err),
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, data);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            this.last_activity = Instant::now();
+        }
+        result
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if matches!(result, Poll::Ready(Ok(n)) if n > 0) {
+            this.last_activity = Instant::now();
+        }
+        result
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for GuardedStream<TcpStream> {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
