@@ -13,8 +13,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use crate::clock::Clock;
 use crate::config::ConfigErrors;
 use crate::engine::Engine;
-use crate::health::HealthReporter;
 pub use crate::health::HEALTH_SERVICES;
+use crate::health::HealthReporter;
 use crate::http::{self, Admin};
 use crate::metrics::Metrics;
 use crate::net::{self, Acceptor, ConnectionCaps, TransportArgs};
@@ -70,7 +70,10 @@ impl Server {
         self.status.set_draining();
         self.health.set(ServingStatus::NotServing);
         if !delay.is_zero() {
-            tracing::info!(?delay, "health is NOT_SERVING; serving on until the shutdown delay ends");
+            tracing::info!(
+                ?delay,
+                "health is NOT_SERVING; serving on until the shutdown delay ends"
+            );
             tokio::time::sleep(delay).await;
         }
         self.health.close();
@@ -232,7 +235,10 @@ pub async fn run(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<(), 
         Signal::Terminate => settings.shutdown_delay,
         Signal::Interrupt => Duration::ZERO,
     };
-    tracing::info!(?signal, "shutting down: health NOT_SERVING, then draining in-flight requests");
+    tracing::info!(
+        ?signal,
+        "shutting down: health NOT_SERVING, then draining in-flight requests"
+    );
     server.shutdown_after(delay).await;
     Ok(())
 }

@@ -32,7 +32,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve RateLimitService over gRPC and the admin endpoints over HTTP.
-    Serve(ServeSettings),
+    Serve(Box<ServeSettings>),
     /// Validate a rules directory; print every error; exit 1 on any.
     Check {
         /// The rules directory.

@@ -4,7 +4,7 @@
 
 use std::pin::Pin;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -80,16 +80,27 @@ impl Health for HealthService {
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<WatchStream>, Status> {
         known(&request)?;
-        let mut closed = self.reporter.closed.subscribe();
-        let updates = tokio_stream::wrappers::WatchStream::new(self.reporter.status.subscribe())
-            .map(|status| {
-                Ok(HealthCheckResponse {
-                    status: status as i32,
-                })
-            });
-        let stream = updates.take_until(async move {
-            let _ = closed.wait_for(|c| *c).await;
-        });
+        let status = self.reporter.status.subscribe();
+        let closed = self.reporter.closed.subscribe();
+        // The current status first; then each change; the end once closed, but never before a
+        // change made before the close (NOT_SERVING) has been sent.
+        let stream = futures_util::stream::unfold(
+            (status, closed, true),
+            |(mut status, mut closed, first)| async move {
+                if !first {
+                    tokio::select! {
+                        biased;
+                        changed = status.changed() => changed.ok()?,
+                        _ = closed.wait_for(|c| *c) => return None,
+                    }
+                }
+                let current = *status.borrow_and_update();
+                let response = HealthCheckResponse {
+                    status: current as i32,
+                };
+                Some((Ok(response), (status, closed, false)))
+            },
+        );
         Ok(Response::new(Box::pin(stream)))
     }
 }

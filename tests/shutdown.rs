@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::start;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -45,18 +46,58 @@ async fn health_flips_to_not_serving_before_the_server_stops() {
         ServingStatus::Serving
     );
     let stopping = tokio::spawn(s.server.shutdown());
-    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
+    let update = tokio::time::timeout(Duration::from_secs(5), watch.message())
         .await
-        .expect("a health update");
-    // The update is NOT_SERVING, or the stream ends because the server closed after flipping.
-    if let Ok(Some(update)) = next {
-        assert_eq!(update.status(), ServingStatus::NotServing);
-    }
+        .expect("a health update")
+        .expect("the watch stream carries the update")
+        .expect("an update before the stream ends");
+    assert_eq!(update.status(), ServingStatus::NotServing);
     drop(watch);
     tokio::time::timeout(Duration::from_secs(10), stopping)
         .await
         .expect("shutdown finishes")
         .unwrap();
+}
+
+/// An open Watch stream used to hold the shutdown for the whole drain timeout: it must end (after
+/// saying NOT_SERVING) when the server closes its listeners.
+#[tokio::test]
+async fn open_health_watches_end_at_shutdown_instead_of_holding_the_drain() {
+    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.drain_timeout = Duration::from_secs(3600);
+    })
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest { service: "".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status(),
+        ServingStatus::Serving
+    );
+    // The guard is far above any real shutdown: before the fix this waited out the hour.
+    tokio::time::timeout(Duration::from_secs(30), s.server.shutdown())
+        .await
+        .expect("shutdown is not held by an open Watch stream");
+    let mut seen = Vec::new();
+    while let Ok(Some(update)) = watch.message().await {
+        seen.push(update.status());
+    }
+    assert_eq!(seen, [ServingStatus::NotServing], "then the stream ended");
+}
+
+async fn client_channel(port: u16) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
 }
 
 fn free_port() -> u16 {
@@ -77,7 +118,9 @@ impl Drop for Killed {
 }
 
 #[tokio::test]
-async fn sigterm_drains_and_exits_zero() {
+/// SIGTERM: health says NOT_SERVING (HTTP 500) while the server keeps answering, new connections
+/// included, for SHUTDOWN_DELAY; then it drains and exits 0.
+async fn sigterm_keeps_serving_with_health_not_serving_for_the_delay_then_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
     let (grpc, http) = (free_port(), free_port());
@@ -90,6 +133,7 @@ async fn sigterm_drains_and_exits_zero() {
             "--http-addr",
             &format!("127.0.0.1:{http}"),
         ])
+        .env("SHUTDOWN_DELAY", "3s")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -113,6 +157,33 @@ async fn sigterm_drains_and_exits_zero() {
         .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
+        if health.is_ok_and(|r| r.status() == 500) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "health never said unhealthy");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Unhealthy, but still serving: a new connection gets its answer.
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
+        .await
+        .expect("the gRPC listener is still open during the shutdown delay");
+    let answer = client
+        .should_rate_limit(common::request("d", &[&[("k", "v")]]))
+        .await
+        .expect("calls are still answered during the shutdown delay")
+        .into_inner();
+    assert_eq!(common::code(answer.overall_code), common::Code::Ok);
+    let mut health = HealthClient::new(client_channel(grpc).await);
+    let status = health
+        .check(HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.status(), ServingStatus::NotServing);
     let exit = loop {
         if let Some(exit) = child.0.try_wait().unwrap() {
             break exit;

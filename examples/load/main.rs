@@ -41,7 +41,11 @@ struct Args {
     /// Load shapes, as CONNECTIONSxIN_FLIGHT (calls in flight in total, spread over the
     /// connections). Envoy multiplexes a worker's calls on one connection: few in flight per
     /// connection is the common production shape.
-    #[arg(long, value_delimiter = ',', default_value = "1x1,1x16,4x64,8x64,4x512")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1x1,1x16,4x64,8x64,4x512"
+    )]
     shapes: Vec<Shape>,
     /// Runs per server and scenario, alternating no-op and real; the medians are reported.
     #[arg(long, default_value_t = 3)]
@@ -72,11 +76,15 @@ impl std::str::FromStr for Shape {
     fn from_str(s: &str) -> Result<Shape, String> {
         let bad = || format!("'{s}' is not CONNECTIONSxIN_FLIGHT (e.g. 1x16)");
         let (c, n) = s.split_once('x').ok_or_else(bad)?;
-        let (connections, inflight) = (c.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+        let (connections, inflight) =
+            (c.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
         if connections == 0 || inflight == 0 {
             return Err(bad());
         }
-        Ok(Shape { connections, inflight })
+        Ok(Shape {
+            connections,
+            inflight,
+        })
     }
 }
 
@@ -124,10 +132,7 @@ fn spawn_server(
             c
         }
     };
-    let child = command
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn server");
+    let child = command.stdout(Stdio::null()).spawn().expect("spawn server");
     (ServerProcess(child), addr)
 }
 
@@ -330,8 +335,7 @@ async fn main() {
                     // A fresh server per run, so every run starts from an empty store.
                     let (_server, addr) =
                         spawn_server(kind, dir.path(), args.server_bin.as_deref());
-                    let outcome =
-                        drive(addr, traffic.clone(), shape, duration).await;
+                    let outcome = drive(addr, traffic.clone(), shape, duration).await;
                     runs[slot].push(outcome);
                 }
             }

@@ -10,6 +10,7 @@ mod settings;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -44,7 +45,11 @@ impl ConnectionCaps {
             return ConnectionCaps { grpc, admin };
         };
         let usable = limit.saturating_sub(RESERVED_FDS).max(8);
-        let fit = |share: u64, asked: usize| asked.min(usize::try_from(share).unwrap_or(usize::MAX)).max(1);
+        let fit = |share: u64, asked: usize| {
+            asked
+                .min(usize::try_from(share).unwrap_or(usize::MAX))
+                .max(1)
+        };
         ConnectionCaps {
             grpc: fit(usable * 3 / 4, grpc),
             admin: fit(usable / 8, admin),
@@ -70,6 +75,7 @@ pub struct Acceptor {
     slots: Arc<Semaphore>,
     timeouts: Timeouts,
     name: &'static str,
+    at_cap: AtomicBool,
 }
 
 impl Acceptor {
@@ -80,6 +86,7 @@ impl Acceptor {
             slots: Arc::new(Semaphore::new(cap.max(1))),
             timeouts,
             name,
+            at_cap: AtomicBool::new(false),
         }
     }
 
@@ -115,15 +122,23 @@ impl Acceptor {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return permit;
         }
-        tracing::warn!(
-            listener = self.name,
-            "connection cap reached; new connections wait until one closes"
-        );
-        self.slots
+        // Said once per episode at the cap, not once per waiting connection.
+        if !self.at_cap.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                listener = self.name,
+                "connection cap reached; new connections wait until one closes"
+            );
+        }
+        let permit = self
+            .slots
             .clone()
             .acquire_owned()
             .await
-            .expect("the semaphore is never closed")
+            .expect("the semaphore is never closed");
+        if self.slots.available_permits() > 0 && self.at_cap.swap(false, Ordering::Relaxed) {
+            tracing::info!(listener = self.name, "below the connection cap again");
+        }
+        permit
     }
 
     /// The accepted connections as an endless stream, for tonic's `serve_with_incoming_shutdown`

@@ -93,9 +93,21 @@ async fn a_listener_at_its_cap_accepts_again_when_a_connection_closes() {
 #[test]
 fn caps_fit_the_descriptor_limit() {
     let caps = ConnectionCaps::fitted(10_000, 1_000, Some(256));
-    assert_eq!(caps, ConnectionCaps { grpc: 144, admin: 24 });
+    assert_eq!(
+        caps,
+        ConnectionCaps {
+            grpc: 144,
+            admin: 24
+        }
+    );
     let caps = ConnectionCaps::fitted(10_000, 1_000, Some(1 << 20));
-    assert_eq!(caps, ConnectionCaps { grpc: 10_000, admin: 1_000 });
+    assert_eq!(
+        caps,
+        ConnectionCaps {
+            grpc: 10_000,
+            admin: 1_000
+        }
+    );
     assert_eq!(
         ConnectionCaps::fitted(5, 5, None),
         ConnectionCaps { grpc: 5, admin: 5 }

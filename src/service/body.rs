@@ -72,10 +72,10 @@ where
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    if let Err(status) = this.reserve(data.len()) {
-                        return Poll::Ready(Some(Err(status.into())));
-                    }
+                if let Some(data) = frame.data_ref()
+                    && let Err(status) = this.reserve(data.len())
+                {
+                    return Poll::Ready(Some(Err(status.into())));
                 }
                 Poll::Ready(Some(Ok(frame)))
             }

@@ -215,9 +215,9 @@ mod tests {
         let bounds = RequestBounds::default();
         for garbage in [
             &[0xffu8, 0xff, 0xff][..],
-            &[0x12, 0x10, 0x01][..],       // a descriptor longer than the message
+            &[0x12, 0x10, 0x01][..], // a descriptor longer than the message
             &[0x0a, 0x02, 0xc3, 0x28][..], // a domain that is not UTF-8
-            &[0x0b][..],                    // a group start
+            &[0x0b][..],             // a group start
         ] {
             assert_eq!(check_counts(garbage, &bounds), Ok(()));
             assert!(RateLimitRequest::decode(garbage).is_err(), "{garbage:?}");

@@ -30,8 +30,8 @@ pub const SHOULD_RATE_LIMIT_PATH: &str =
 /// Bounds on what one call may make the server hold before the request is decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallLimits {
-    /// Largest encoded RateLimitRequest; a larger one is refused (RESOURCE_EXHAUSTED) from its
-    /// length prefix, before its bytes are buffered.
+    /// Largest encoded RateLimitRequest; a larger one is refused (OUT_OF_RANGE, as tonic says it)
+    /// from its length prefix, before its bytes are buffered.
     pub max_request_bytes: usize,
     /// Request bytes buffered by all calls together; past it new bytes are refused
     /// (RESOURCE_EXHAUSTED) until calls in progress finish.
@@ -116,6 +116,8 @@ impl<S: Store> RateLimitGrpc<S> {
             m.requests.inc();
             let kind = match code {
                 Code::InvalidArgument => "invalid_argument",
+                // tonic refuses a message over the size bound with OUT_OF_RANGE.
+                Code::OutOfRange => "request_too_large",
                 Code::ResourceExhausted => "resource_exhausted",
                 Code::DeadlineExceeded | Code::Cancelled => "stalled_request",
                 _ => "transport",
@@ -164,10 +166,10 @@ where
                 handled: handled.clone(),
             };
             let response = grpc.unary(unary, request).await;
-            if !handled.load(Ordering::Relaxed) {
-                if let Some(code) = refused_code(&response) {
-                    this.count_refused(code);
-                }
+            if !handled.load(Ordering::Relaxed)
+                && let Some(code) = refused_code(&response)
+            {
+                this.count_refused(code);
             }
             Ok(response)
         })
