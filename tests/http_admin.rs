@@ -259,3 +259,61 @@ async fn every_metric_the_grafana_dashboard_uses_is_exported() {
         );
     }
 }
+
+/// The per-rule sample lines of one exposition.
+fn rule_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.starts_with("ratelimit_service_rate_limit_"))
+        .collect()
+}
+
+#[tokio::test]
+async fn per_rule_series_follow_the_live_rules() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    let text = get(s.http("/metrics")).await.1;
+    assert_eq!(rule_lines(&text), Vec::<&str>::new(), "no hits, no series");
+    s.call(request("web", &[&[("user", "u")]])).await;
+    s.call(request("web", &[&[("shadowed", "a")]])).await;
+    let text = get(s.http("/metrics")).await.1;
+    let user: Vec<&str> = rule_lines(&text)
+        .into_iter()
+        .filter(|l| l.contains(r#"{domain="web",rule="user"}"#))
+        .collect();
+    assert_eq!(user.len(), 5, "{user:?}");
+    assert_eq!(rule_lines(&text).len(), 10, "user and shadowed only");
+    // Reload without `user`; `shadowed` is kept (with a new limit) and keeps its counts.
+    let without_user = RULES
+        .replace("  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: fixed_window}\n", "")
+        .replace("requests_per_unit: 1,", "requests_per_unit: 7,");
+    assert!(!without_user.contains("key: user"));
+    std::fs::write(s.dir.path().join("web.yaml"), without_user).unwrap();
+    s.server.reloader.reload().expect("valid rules");
+    let text = get(s.http("/metrics")).await.1;
+    assert!(!text.contains(r#"rule="user""#), "{text}");
+    let shadowed = r#"domain="web",rule="shadowed""#;
+    let total = "ratelimit_service_rate_limit_total_hits";
+    assert_eq!(sample(&text, total, shadowed), 1);
+    s.call(request("web", &[&[("shadowed", "a")]])).await;
+    let text = get(s.http("/metrics")).await.1;
+    assert_eq!(sample(&text, total, shadowed), 2, "counted on, no reset");
+    assert_eq!(rule_lines(&text).len(), 5);
+}
+
+#[tokio::test]
+async fn detailed_metric_labels_are_bounded_in_length() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    for i in 0..300 {
+        let value = format!("{i:04}{}", "v".repeat(4092));
+        s.call(request("web", &[&[("tenant", &value)]])).await;
+    }
+    let text = get(s.http("/metrics")).await.1;
+    let lines = rule_lines(&text);
+    let longest = lines.iter().map(|l| l.len()).max().unwrap();
+    assert!(longest <= 400, "a sample line of {longest} bytes");
+    assert_eq!(lines.len(), 5 * 300, "distinct values stay distinct series");
+    assert!(
+        text.len() < 600_000,
+        "{} bytes for 300 values of 4 KiB",
+        text.len()
+    );
+}
