@@ -300,6 +300,31 @@ async fn per_rule_series_follow_the_live_rules() {
 }
 
 #[tokio::test]
+async fn huge_hits_addend_is_over_the_limit_and_never_turns_counters_down() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    let total = "ratelimit_service_rate_limit_total_hits";
+    let over = "ratelimit_service_rate_limit_over_limit";
+    let user = r#"domain="web",rule="user""#;
+    let mut last = (0, 0);
+    for hits in [u64::MAX, 1 << 63, 1 << 63, 1 << 32, u64::from(u32::MAX)] {
+        let mut r = request("web", &[&[("user", "big")]]);
+        r.descriptors[0].hits_addend = Some(UInt64Value { value: hits });
+        let response = s.call(r).await;
+        assert_eq!(code(response.overall_code), Code::OverLimit, "{hits} hits");
+        assert_eq!(response.statuses[0].limit_remaining, 0);
+        let text = get(s.http("/metrics")).await.1;
+        let now = (sample(&text, total, user), sample(&text, over, user));
+        assert!(
+            now.0 > last.0 && now.1 > last.1,
+            "{hits}: {now:?} after {last:?}"
+        );
+        last = now;
+    }
+    // Nothing was charged: the full quota is left.
+    assert_eq!(s.hit("web", &[("user", "big")]).await, (Code::Ok, 9));
+}
+
+#[tokio::test]
 async fn detailed_metric_labels_are_bounded_in_length() {
     let mut s = start(&[("web.yaml", RULES)]).await;
     for i in 0..300 {
