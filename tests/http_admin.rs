@@ -342,3 +342,57 @@ async fn detailed_metric_labels_are_bounded_in_length() {
         text.len()
     );
 }
+
+#[tokio::test]
+async fn rlconfig_refuses_an_unknown_format() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let (status, body) = get(s.http("/rlconfig?format=xml")).await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("'xml'") && body.contains("json, text"),
+        "{body}"
+    );
+    let (status, body) = get(s.http("/rlconfig?format=json")).await;
+    assert_eq!(status, 200);
+    assert!(serde_json::from_str::<Value>(&body).is_ok());
+}
+
+#[tokio::test]
+async fn json_endpoint_names_a_bad_hits_addend() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let entries = json!([{"key": "user", "value": "x"}]);
+    let cases = [
+        (
+            json!({"domain": "web", "hitsAddend": -1, "descriptors": [{"entries": entries}]}),
+            "hitsAddend must be a whole number from 0 to 4294967295, not -1",
+        ),
+        (
+            json!({"domain": "web", "hitsAddend": 4294967296u64, "descriptors": [{"entries": entries}]}),
+            "hitsAddend must be a whole number from 0 to 4294967295, not 4294967296",
+        ),
+        (
+            json!({"domain": "web", "descriptors": [{"entries": entries, "hitsAddend": 1.5}]}),
+            "descriptors[0].hitsAddend must be a whole number from 0 to 18446744073709551615, not 1.5",
+        ),
+        (
+            json!({"domain": "web", "descriptors": [{"entries": entries, "hits_addend": "two"}]}),
+            r#"descriptors[0].hitsAddend must be a whole number from 0 to 18446744073709551615, not "two""#,
+        ),
+        (
+            json!({"domain": "web", "descriptors": [{"entries": entries, "limit": {"requestsPerUnit": 1, "unit": 1.5}}]}),
+            "descriptors[0].limit.unit must be one of",
+        ),
+    ];
+    for (body, message) in cases {
+        let (status, answer) = post_json(s.http("/json"), body.clone()).await;
+        assert_eq!(status, 400, "{body}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.starts_with(message), "{body}: {error}");
+    }
+    let (status, _) = post_json(
+        s.http("/json"),
+        json!({"domain": "web", "hitsAddend": "2", "descriptors": [{"entries": entries, "hitsAddend": 3}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "numbers and numeric strings are accepted");
+}
