@@ -1,73 +1,36 @@
 //! Every Prometheus metric, defined once, named as envoyproxy/ratelimit's Prometheus sink names them
-//! so dashboards carry over. Per-rule counters are resolved when a policy is installed, so the hot
-//! path only increments atomics; request values appear in labels only for `detailed_metric` rules,
-//! and then under a cap.
+//! so dashboards carry over. Per-rule series follow the live rules: a rule gets its five series on
+//! its first hit, keeps them across reloads that keep it, and loses them when a reload removes it;
+//! the hot path of a hit rule only adds to atomics. Request values appear in labels only for
+//! `detailed_metric` rules, bounded in number and length.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+mod families;
+mod label;
+mod rules;
+mod series;
+#[cfg(test)]
+mod tests;
 
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
 
+pub use label::{MAX_LABEL_LEN, detailed_label};
+pub use rules::{DetailedBudget, OVERFLOW_SUFFIX, OVERRIDE_RULE, PolicyMetrics, RuleSeries};
+pub use series::{Counts, HitOutcome};
+
 use crate::policy::Policy;
-
-/// The label value used for a detailed series past the cap, and for request-supplied overrides.
-pub const OVERFLOW_SUFFIX: &str = "_overflow";
-pub const OVERRIDE_RULE: &str = "override";
-
-/// The five per-rule counters, incremented by hits.
-#[derive(Debug, Clone)]
-pub struct RuleCounters {
-    pub total_hits: IntCounter,
-    pub over_limit: IntCounter,
-    pub near_limit: IntCounter,
-    pub within_limit: IntCounter,
-    pub shadow_mode: IntCounter,
-}
-
-/// How one limited descriptor ended, for its rule's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HitOutcome {
-    Within,
-    Near,
-    Over,
-    /// Over the limit, but the rule is in shadow mode (counted as over and as shadow).
-    OverShadowed,
-}
-
-impl RuleCounters {
-    pub fn record(&self, outcome: HitOutcome, hits: u64) {
-        self.total_hits.inc_by(hits);
-        match outcome {
-            HitOutcome::Within => self.within_limit.inc_by(hits),
-            HitOutcome::Near => {
-                self.near_limit.inc_by(hits);
-                self.within_limit.inc_by(hits);
-            }
-            HitOutcome::Over => self.over_limit.inc_by(hits),
-            HitOutcome::OverShadowed => {
-                self.over_limit.inc_by(hits);
-                self.shadow_mode.inc_by(hits);
-            }
-        }
-    }
-}
-
-/// Per-rule counters of one policy, indexed by `Rule::id`.
-#[derive(Debug, Clone, Default)]
-pub struct PolicyMetrics {
-    pub rules: Vec<Option<RuleCounters>>,
-}
 
 pub struct Metrics {
     registry: Registry,
-    total_hits: IntCounterVec,
-    over_limit: IntCounterVec,
-    near_limit: IntCounterVec,
-    within_limit: IntCounterVec,
-    shadow_mode: IntCounterVec,
+    /// The live policy's series table, read by the exporter.
+    live: Arc<ArcSwap<PolicyMetrics>>,
+    /// Serialises `install`, so each table carries over from the one before it.
+    installing: Mutex<()>,
     pub global_shadow_mode: IntCounter,
     pub config_load_success: IntCounter,
     pub config_load_error: IntCounter,
@@ -77,8 +40,6 @@ pub struct Metrics {
     pub store_keys: IntGauge,
     pub store_evictions: IntCounter,
     pub store_errors: IntCounter,
-    detailed_cap: usize,
-    detailed_seen: Mutex<HashSet<(String, String)>>,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -101,7 +62,11 @@ impl Metrics {
     /// A fresh registry. `detailed_cap` bounds the number of distinct detailed-metric series.
     pub fn new(detailed_cap: usize) -> Metrics {
         let r = Registry::new();
-        let rule = ["domain", "rule"];
+        let live = Arc::new(ArcSwap::from_pointee(PolicyMetrics::new(Arc::new(
+            DetailedBudget::new(detailed_cap),
+        ))));
+        r.register(Box::new(families::RuleFamilies::new(live.clone())))
+            .expect("metric registered once");
         let response_time = HistogramVec::new(
             HistogramOpts::new(
                 "ratelimit_service_response_time_seconds",
@@ -121,36 +86,6 @@ impl Metrics {
         r.register(Box::new(store_keys.clone()))
             .expect("metric registered once");
         Metrics {
-            total_hits: counter_vec(
-                &r,
-                "ratelimit_service_rate_limit_total_hits",
-                "Hits on a rule",
-                &rule,
-            ),
-            over_limit: counter_vec(
-                &r,
-                "ratelimit_service_rate_limit_over_limit",
-                "Hits over the limit",
-                &rule,
-            ),
-            near_limit: counter_vec(
-                &r,
-                "ratelimit_service_rate_limit_near_limit",
-                "Hits past NEAR_LIMIT_RATIO of the limit",
-                &rule,
-            ),
-            within_limit: counter_vec(
-                &r,
-                "ratelimit_service_rate_limit_within_limit",
-                "Hits within the limit",
-                &rule,
-            ),
-            shadow_mode: counter_vec(
-                &r,
-                "ratelimit_service_rate_limit_shadow_mode",
-                "Over-limit hits let through by shadow mode",
-                &rule,
-            ),
             global_shadow_mode: counter(
                 &r,
                 "ratelimit_service_global_shadow_mode",
@@ -187,54 +122,22 @@ impl Metrics {
             ),
             store_errors: counter(&r, "ratelimit_store_errors", "Store operations that failed"),
             registry: r,
-            detailed_cap,
-            detailed_seen: Mutex::new(HashSet::new()),
+            live,
+            installing: Mutex::new(()),
         }
     }
 
-    /// The counters of one (domain, rule) series.
-    pub fn rule_counters(&self, domain: &str, rule: &str) -> RuleCounters {
-        let labels = [domain, rule];
-        RuleCounters {
-            total_hits: self.total_hits.with_label_values(&labels),
-            over_limit: self.over_limit.with_label_values(&labels),
-            near_limit: self.near_limit.with_label_values(&labels),
-            within_limit: self.within_limit.with_label_values(&labels),
-            shadow_mode: self.shadow_mode.with_label_values(&labels),
-        }
-    }
-
-    /// Counters for a detailed-metric series (`rule` holds request values); past the cap, the
-    /// rule's overflow series.
-    pub fn detailed_counters(
-        &self,
-        domain: &str,
-        rule_path: &str,
-        detailed: String,
-    ) -> RuleCounters {
-        let mut seen = self
-            .detailed_seen
+    /// Makes `policy`'s series table the live one and returns it for the engine: rules `policy`
+    /// keeps (same domain and path) keep their series and counts; the series of the others are no
+    /// longer exported.
+    pub fn install(&self, policy: &Policy) -> Arc<PolicyMetrics> {
+        let _serial = self
+            .installing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = (domain.to_owned(), detailed);
-        if seen.contains(&key) || seen.len() < self.detailed_cap {
-            let counters = self.rule_counters(domain, &key.1);
-            seen.insert(key);
-            counters
-        } else {
-            self.rule_counters(domain, &format!("{rule_path}{OVERFLOW_SUFFIX}"))
-        }
-    }
-
-    /// Resolves the counters of every rule of a policy, once per reload.
-    pub fn for_policy(&self, policy: &Policy) -> PolicyMetrics {
-        let mut rules = vec![None; policy.rule_count()];
-        for domain in policy.domains() {
-            for rule in domain.rules() {
-                rules[rule.id] = Some(self.rule_counters(&domain.name, &rule.path));
-            }
-        }
-        PolicyMetrics { rules }
+        let table = Arc::new(PolicyMetrics::carry_over(&self.live.load(), policy));
+        self.live.store(table.clone());
+        table
     }
 
     /// The Prometheus text exposition of every metric.

@@ -374,3 +374,45 @@ async fn the_clock_is_the_servers_manual_clock() {
     let s = server().await;
     assert_eq!(ratelimit_server::clock::Clock::now(&s.clock), START);
 }
+
+#[tokio::test]
+async fn remaining_is_what_the_key_has_now_when_nothing_was_charged() {
+    let mut s = server().await;
+    // Four hits of one key in one request, against 3 per minute: the fourth does not fit, so
+    // nothing is charged, and every status that fits reports the 3 the key still has.
+    let q: &[(&str, &str)] = &[("fixed", "q")];
+    let r = s.call(request("api", &[q; 4])).await;
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    let statuses: Vec<(Code, u32)> = r
+        .statuses
+        .iter()
+        .map(|s| (code(s.code), s.limit_remaining))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (Code::Ok, 3),
+            (Code::Ok, 3),
+            (Code::Ok, 3),
+            (Code::OverLimit, 0)
+        ]
+    );
+    assert_eq!(
+        s.hit("api", &[("fixed", "q")]).await,
+        (Code::Ok, 2),
+        "nothing was taken"
+    );
+    // A charged request reports what is left after each charge, in descriptor order.
+    let r = s.call(request("api", &[q; 2])).await;
+    assert_eq!(code(r.overall_code), Code::Ok);
+    let remaining: Vec<u32> = r.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!(remaining, [1, 0]);
+    assert_eq!(
+        code(
+            s.call(request("api", &[&[("fixed", "q")]]))
+                .await
+                .overall_code
+        ),
+        Code::OverLimit
+    );
+}

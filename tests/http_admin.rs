@@ -259,3 +259,140 @@ async fn every_metric_the_grafana_dashboard_uses_is_exported() {
         );
     }
 }
+
+/// The per-rule sample lines of one exposition.
+fn rule_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.starts_with("ratelimit_service_rate_limit_"))
+        .collect()
+}
+
+#[tokio::test]
+async fn per_rule_series_follow_the_live_rules() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    let text = get(s.http("/metrics")).await.1;
+    assert_eq!(rule_lines(&text), Vec::<&str>::new(), "no hits, no series");
+    s.call(request("web", &[&[("user", "u")]])).await;
+    s.call(request("web", &[&[("shadowed", "a")]])).await;
+    let text = get(s.http("/metrics")).await.1;
+    let user: Vec<&str> = rule_lines(&text)
+        .into_iter()
+        .filter(|l| l.contains(r#"{domain="web",rule="user"}"#))
+        .collect();
+    assert_eq!(user.len(), 5, "{user:?}");
+    assert_eq!(rule_lines(&text).len(), 10, "user and shadowed only");
+    // Reload without `user`; `shadowed` is kept (with a new limit) and keeps its counts.
+    let without_user = RULES
+        .replace("  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: fixed_window}\n", "")
+        .replace("requests_per_unit: 1,", "requests_per_unit: 7,");
+    assert!(!without_user.contains("key: user"));
+    std::fs::write(s.dir.path().join("web.yaml"), without_user).unwrap();
+    s.server.reloader.reload().expect("valid rules");
+    let text = get(s.http("/metrics")).await.1;
+    assert!(!text.contains(r#"rule="user""#), "{text}");
+    let shadowed = r#"domain="web",rule="shadowed""#;
+    let total = "ratelimit_service_rate_limit_total_hits";
+    assert_eq!(sample(&text, total, shadowed), 1);
+    s.call(request("web", &[&[("shadowed", "a")]])).await;
+    let text = get(s.http("/metrics")).await.1;
+    assert_eq!(sample(&text, total, shadowed), 2, "counted on, no reset");
+    assert_eq!(rule_lines(&text).len(), 5);
+}
+
+#[tokio::test]
+async fn huge_hits_addend_is_over_the_limit_and_never_turns_counters_down() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    let total = "ratelimit_service_rate_limit_total_hits";
+    let over = "ratelimit_service_rate_limit_over_limit";
+    let user = r#"domain="web",rule="user""#;
+    let mut last = (0, 0);
+    for hits in [u64::MAX, 1 << 63, 1 << 63, 1 << 32, u64::from(u32::MAX)] {
+        let mut r = request("web", &[&[("user", "big")]]);
+        r.descriptors[0].hits_addend = Some(UInt64Value { value: hits });
+        let response = s.call(r).await;
+        assert_eq!(code(response.overall_code), Code::OverLimit, "{hits} hits");
+        assert_eq!(response.statuses[0].limit_remaining, 0);
+        let text = get(s.http("/metrics")).await.1;
+        let now = (sample(&text, total, user), sample(&text, over, user));
+        assert!(
+            now.0 > last.0 && now.1 > last.1,
+            "{hits}: {now:?} after {last:?}"
+        );
+        last = now;
+    }
+    // Nothing was charged: the full quota is left.
+    assert_eq!(s.hit("web", &[("user", "big")]).await, (Code::Ok, 9));
+}
+
+#[tokio::test]
+async fn detailed_metric_labels_are_bounded_in_length() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    for i in 0..300 {
+        let value = format!("{i:04}{}", "v".repeat(4092));
+        s.call(request("web", &[&[("tenant", &value)]])).await;
+    }
+    let text = get(s.http("/metrics")).await.1;
+    let lines = rule_lines(&text);
+    let longest = lines.iter().map(|l| l.len()).max().unwrap();
+    assert!(longest <= 400, "a sample line of {longest} bytes");
+    assert_eq!(lines.len(), 5 * 300, "distinct values stay distinct series");
+    assert!(
+        text.len() < 600_000,
+        "{} bytes for 300 values of 4 KiB",
+        text.len()
+    );
+}
+
+#[tokio::test]
+async fn rlconfig_refuses_an_unknown_format() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let (status, body) = get(s.http("/rlconfig?format=xml")).await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("'xml'") && body.contains("json, text"),
+        "{body}"
+    );
+    let (status, body) = get(s.http("/rlconfig?format=json")).await;
+    assert_eq!(status, 200);
+    assert!(serde_json::from_str::<Value>(&body).is_ok());
+}
+
+#[tokio::test]
+async fn json_endpoint_names_a_bad_hits_addend() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let entries = json!([{"key": "user", "value": "x"}]);
+    let cases = [
+        (
+            json!({"domain": "web", "hitsAddend": -1, "descriptors": [{"entries": entries}]}),
+            "hitsAddend must be a whole number from 0 to 4294967295, not -1",
+        ),
+        (
+            json!({"domain": "web", "hitsAddend": 4294967296u64, "descriptors": [{"entries": entries}]}),
+            "hitsAddend must be a whole number from 0 to 4294967295, not 4294967296",
+        ),
+        (
+            json!({"domain": "web", "descriptors": [{"entries": entries, "hitsAddend": 1.5}]}),
+            "descriptors[0].hitsAddend must be a whole number from 0 to 18446744073709551615, not 1.5",
+        ),
+        (
+            json!({"domain": "web", "descriptors": [{"entries": entries, "hits_addend": "two"}]}),
+            r#"descriptors[0].hitsAddend must be a whole number from 0 to 18446744073709551615, not "two""#,
+        ),
+        (
+            json!({"domain": "web", "descriptors": [{"entries": entries, "limit": {"requestsPerUnit": 1, "unit": 1.5}}]}),
+            "descriptors[0].limit.unit must be one of",
+        ),
+    ];
+    for (body, message) in cases {
+        let (status, answer) = post_json(s.http("/json"), body.clone()).await;
+        assert_eq!(status, 400, "{body}");
+        let error = answer["error"].as_str().unwrap();
+        assert!(error.starts_with(message), "{body}: {error}");
+    }
+    let (status, _) = post_json(
+        s.http("/json"),
+        json!({"domain": "web", "hitsAddend": "2", "descriptors": [{"entries": entries, "hitsAddend": 3}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "numbers and numeric strings are accepted");
+}

@@ -60,10 +60,10 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
-/// The rules in force and their resolved metric counters, swapped together.
+/// The rules in force and their metric series, swapped together.
 struct Live {
     policy: Arc<Policy>,
-    counters: PolicyMetrics,
+    counters: Arc<PolicyMetrics>,
 }
 
 /// The rate limiter: live policy + store + clock (+ metrics).
@@ -86,7 +86,7 @@ impl<S: Store> Engine<S> {
         Engine {
             live: ArcSwap::from_pointee(Live {
                 policy: Arc::new(policy),
-                counters: PolicyMetrics::default(),
+                counters: Arc::default(),
             }),
             store,
             keys: KeyBuilder::random(),
@@ -113,7 +113,7 @@ impl<S: Store> Engine<S> {
         let counters = self
             .metrics
             .as_ref()
-            .map(|m| m.for_policy(&policy))
+            .map(|m| m.install(&policy))
             .unwrap_or_default();
         self.live.store(Arc::new(Live { policy, counters }));
     }

@@ -1,4 +1,5 @@
 //! Metrics of one decision: per-rule hit counters (within, near, over, shadow) and global shadow mode.
+//! The series of a rule are created on its first hit (see `metrics::PolicyMetrics`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -6,7 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use super::EngineSettings;
 use super::plan::{Plan, PlannedLimit};
 use crate::config::Algorithm;
-use crate::metrics::{HitOutcome, Metrics, OVERRIDE_RULE, PolicyMetrics, RuleCounters};
+use crate::metrics::{HitOutcome, Metrics, PolicyMetrics};
 use crate::store::Verdict;
 
 /// Near the limit: after this request, more than `ratio` of the capacity is used.
@@ -45,28 +46,22 @@ pub(super) fn record(
             continue;
         };
         let outcome = outcome(limit, verdict, plan.shadow_mode, settings.near_limit_ratio);
-        let dynamic: RuleCounters;
-        let rule_counters = match plan.rule {
-            Some(rule) if rule.detailed_metric => {
-                let detailed = descriptor
-                    .entries
-                    .iter()
-                    .map(|e| format!("{}_{}", e.key, e.value))
-                    .collect::<Vec<_>>()
-                    .join(".");
-                dynamic = metrics.detailed_counters(&request.domain, &rule.path, detailed);
-                &dynamic
+        let entries = descriptor
+            .entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()));
+        match plan.rule {
+            Some(rule) => {
+                if let Some(series) = counters.rule(&request.domain, rule) {
+                    series.record(outcome, plan.hits, entries);
+                }
             }
-            Some(rule) => match counters.rules.get(rule.id).and_then(Option::as_ref) {
-                Some(c) => c,
-                None => continue,
-            },
             None => {
-                dynamic = metrics.rule_counters(&request.domain, OVERRIDE_RULE);
-                &dynamic
+                if let Some(counts) = counters.override_counts(&request.domain) {
+                    counts.record(outcome, plan.hits);
+                }
             }
-        };
-        rule_counters.record(outcome, plan.hits);
+        }
     }
     let over = response
         .statuses

@@ -60,6 +60,11 @@ fn override_unit(unit: i32) -> Option<Unit> {
     }
 }
 
+/// The most hits one descriptor charges: more than any limit (`u32` per unit, or burst) can allow,
+/// so a larger `hits_addend` gets the same answer (over the limit), and counts as this many in the
+/// per-rule metrics (which therefore cannot overflow in fewer than 2^32 requests).
+pub(super) const MAX_HITS: u64 = 1 << 32;
+
 pub(super) fn plan<'p>(
     policy: &'p Policy,
     request: &RateLimitRequest,
@@ -69,7 +74,10 @@ pub(super) fn plan<'p>(
     let domain = policy.domain(&request.domain);
     let mut plans = Vec::with_capacity(request.descriptors.len());
     for (index, descriptor) in request.descriptors.iter().enumerate() {
-        let hits = descriptor.hits_addend.map_or(request_hits, |h| h.value);
+        let hits = descriptor
+            .hits_addend
+            .map_or(request_hits, |h| h.value)
+            .min(MAX_HITS);
         let mut plan = Plan {
             kind: Kind::NoLimit,
             hits,

@@ -138,3 +138,40 @@ async fn global_shadow_mode_never_holds_an_answer() {
     }
     assert!(started.elapsed() < std::time::Duration::from_millis(400));
 }
+
+#[tokio::test]
+async fn hits_beyond_any_limit_are_over_it_and_the_largest_limit_still_fits_exactly() {
+    for algorithm in [
+        "fixed_window",
+        "token_bucket",
+        "sliding_window",
+        "leaky_bucket",
+    ] {
+        let e = engine(&format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: 4294967295, algorithm: {algorithm}}}\n"
+        ));
+        let mut r = request(&[&[("a", "1")]]);
+        for hits in [u64::MAX, 1 << 63, 1 << 32] {
+            r.descriptors[0].hits_addend =
+                Some(envoy_types::pb::google::protobuf::UInt64Value { value: hits });
+            let answer = e.should_rate_limit(&r).await.unwrap();
+            assert_eq!(
+                answer.overall_code,
+                Code::OverLimit as i32,
+                "{algorithm}: {hits} hits"
+            );
+        }
+        if algorithm == "leaky_bucket" {
+            continue; // a full queue would hold the answer for a second
+        }
+        r.descriptors[0].hits_addend = Some(envoy_types::pb::google::protobuf::UInt64Value {
+            value: u64::from(u32::MAX),
+        });
+        let answer = e.should_rate_limit(&r).await.unwrap();
+        assert_eq!(
+            (answer.overall_code, answer.statuses[0].limit_remaining),
+            (Code::Ok as i32, 0),
+            "{algorithm}: the whole limit at once, after the refused ones took nothing"
+        );
+    }
+}

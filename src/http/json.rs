@@ -64,55 +64,72 @@ struct JsonOverride {
     unit: Option<EnumValue>,
 }
 
-/// proto3 JSON writes 64-bit integers as strings; accept both.
+/// A proto3-JSON integer: a JSON number or, as proto3 JSON writes 64-bit integers, a string.
+/// Checked after parsing (not by serde), so a bad value gets a message naming its field.
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Number {
-    Int(u64),
-    Text(String),
-}
+#[serde(transparent)]
+struct Number(Value);
 
 impl Number {
-    fn get(&self, field: &str) -> Result<u64, String> {
-        match self {
-            Number::Int(n) => Ok(*n),
-            Number::Text(t) => t
-                .parse()
-                .map_err(|_| format!("{field}: '{t}' is not a non-negative integer")),
-        }
+    fn get(&self, field: &str, max: u64) -> Result<u64, String> {
+        let n = match &self.0 {
+            Value::Number(n) => n.as_u64(),
+            Value::String(t) => t.parse::<u64>().ok(),
+            _ => None,
+        };
+        n.filter(|n| *n <= max).ok_or_else(|| {
+            format!(
+                "{field} must be a whole number from 0 to {max}, not {}",
+                self.0
+            )
+        })
     }
 }
 
+/// A proto3-JSON enum: its name or its number.
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum EnumValue {
-    Number(i32),
-    Name(String),
-}
+#[serde(transparent)]
+struct EnumValue(Value);
 
 fn u32_field(n: &Option<Number>, field: &str) -> Result<u32, String> {
     match n {
         None => Ok(0),
-        Some(n) => {
-            u32::try_from(n.get(field)?).map_err(|_| format!("{field} does not fit in 32 bits"))
-        }
+        // `get` bounds the value by u32::MAX.
+        Some(n) => Ok(n.get(field, u64::from(u32::MAX))? as u32),
     }
+}
+
+fn unit(value: &Option<EnumValue>, field: &str) -> Result<i32, String> {
+    let Some(EnumValue(value)) = value else {
+        return Ok(0);
+    };
+    let known = match value {
+        Value::String(name) => RateLimitUnit::from_str_name(name).map(|u| u as i32),
+        Value::Number(n) => n
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .filter(|n| RateLimitUnit::try_from(*n).is_ok()),
+        _ => None,
+    };
+    known.ok_or_else(|| {
+        format!(
+            "{field} must be one of UNKNOWN, SECOND, MINUTE, HOUR, DAY, MONTH, YEAR (or 0 to 6), not {value}"
+        )
+    })
 }
 
 fn to_request(json: JsonRequest) -> Result<RateLimitRequest, String> {
     let mut descriptors = Vec::with_capacity(json.descriptors.len());
-    for d in json.descriptors {
+    for (index, d) in json.descriptors.into_iter().enumerate() {
+        let field = |name: &str| format!("descriptors[{index}].{name}");
         let limit = match d.limit {
             None => None,
             Some(o) => Some(RateLimitOverride {
-                requests_per_unit: u32_field(&o.requests_per_unit, "requestsPerUnit")?,
-                unit: match o.unit {
-                    None => 0,
-                    Some(EnumValue::Number(n)) => n,
-                    Some(EnumValue::Name(name)) => RateLimitUnit::from_str_name(&name)
-                        .ok_or_else(|| format!("unknown unit '{name}'"))?
-                        as i32,
-                },
+                requests_per_unit: u32_field(
+                    &o.requests_per_unit,
+                    &field("limit.requestsPerUnit"),
+                )?,
+                unit: unit(&o.unit, &field("limit.unit"))?,
             }),
         };
         descriptors.push(RateLimitDescriptor {
@@ -128,7 +145,7 @@ fn to_request(json: JsonRequest) -> Result<RateLimitRequest, String> {
             hits_addend: match d.hits_addend {
                 None => None,
                 Some(n) => Some(UInt64Value {
-                    value: n.get("hitsAddend")?,
+                    value: n.get(&field("hitsAddend"), u64::MAX)?,
                 }),
             },
             is_negative_hits: d.is_negative_hits,

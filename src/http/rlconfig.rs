@@ -1,8 +1,10 @@
-//! `GET /rlconfig`: the live rules as JSON (or, with `?format=text`, one line per limit as the
-//! reference prints them), plus the last rules load.
+//! `GET /rlconfig`: the live rules as JSON (`?format=json`, the default) or, with `?format=text`,
+//! one line per limit as the reference prints them, plus the last rules load. Any other format is
+//! refused with 400.
 
 use axum::Json;
 use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -89,8 +91,16 @@ pub fn text(policy: &Policy, defaults: &LimitDefaults) -> String {
 pub(super) async fn rlconfig(State(admin): AdminState, Query(format): Query<Format>) -> Response {
     let policy = admin.engine.policy();
     let defaults = admin.engine.settings().defaults;
-    if format.format.as_deref() == Some("text") {
-        return text(&policy, &defaults).into_response();
+    match format.format.as_deref() {
+        None | Some("json") => {}
+        Some("text") => return text(&policy, &defaults).into_response(),
+        Some(other) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                format!("unknown format '{other}': accepted formats are json, text\n"),
+            )
+                .into_response();
+        }
     }
     let domains: Vec<Value> = policy
         .domains()

@@ -125,16 +125,19 @@ impl MemoryStore {
         // Phase 1: evaluate each charge as if the earlier ones of this request were charged.
         let mut pending: SmallVec<[(StoreKey, State); 4]> = SmallVec::new();
         let mut evaluations: SmallVec<[limiter::Evaluation; 4]> = SmallVec::new();
+        // Whether each charge was evaluated on top of an earlier charge of the same key.
+        let mut stacked: SmallVec<[bool; 4]> = SmallVec::new();
         for charge in charges {
-            let current = pending
+            let earlier = pending
                 .iter()
                 .rev()
                 .find(|(k, _)| *k == charge.key)
-                .map(|(_, s)| *s)
-                .or_else(|| {
-                    let g = shard(&mut guards, charge.key);
-                    get(&guards[g].1, charge.key)
-                });
+                .map(|(_, s)| *s);
+            stacked.push(earlier.is_some());
+            let current = earlier.or_else(|| {
+                let g = shard(&mut guards, charge.key);
+                get(&guards[g].1, charge.key)
+            });
             let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
             if evaluation.allowed {
                 pending.push((charge.key, evaluation.charged));
@@ -151,6 +154,20 @@ impl MemoryStore {
             for (key, state) in pending {
                 let g = shard(&mut guards, key);
                 self.write(&mut guards[g].1, key, state, now);
+            }
+        } else {
+            // Nothing was taken: a key repeated in the request shows what it has now, not what
+            // it would have had after the earlier (uncharged) charges of this request.
+            for ((charge, evaluation), _) in charges
+                .iter()
+                .zip(evaluations.iter_mut())
+                .zip(&stacked)
+                .filter(|(_, stacked)| **stacked)
+            {
+                let g = shard(&mut guards, charge.key);
+                let stored = get(&guards[g].1, charge.key);
+                evaluation.without_charge =
+                    limiter::evaluate(&charge.params, stored, now, charge.hits).without_charge;
             }
         }
         evaluations

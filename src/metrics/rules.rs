@@ -1,0 +1,257 @@
+//! The per-rule series of one policy: a slot per rule (by `Rule::id`) and per domain (for request
+//! overrides) that is filled on the rule's first hit, so a rule no request has hit costs no series.
+//! A new policy's table takes over the filled slots of rules it keeps (same domain and path), so
+//! their counts carry on across reloads, and simply lacks the others: the series of a removed rule
+//! vanish with the old table. `detailed_metric` rules keep one series per distinct (bounded) label,
+//! at most `DETAILED_METRICS_CAP` across the server, released when the rule goes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use super::label;
+use super::series::{Counts, HitOutcome};
+use crate::policy::{Policy, Rule};
+
+/// Where a `detailed_metric` rule counts hits past the cap: `<rule path>_overflow`.
+pub const OVERFLOW_SUFFIX: &str = "_overflow";
+/// The `rule` label of request-supplied limit overrides.
+pub const OVERRIDE_RULE: &str = "override";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the data whole (a push or an insert), so a poisoned lock is
+    // still consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How many detailed series exist, server-wide, against the cap.
+#[derive(Debug)]
+pub struct DetailedBudget {
+    cap: usize,
+    live: AtomicUsize,
+}
+
+impl DetailedBudget {
+    pub fn new(cap: usize) -> Self {
+        DetailedBudget {
+            cap,
+            live: AtomicUsize::new(0),
+        }
+    }
+
+    fn try_take(&self) -> bool {
+        self.live
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.cap).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.live.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Detailed series alive now.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+}
+
+/// The series of a `detailed_metric` rule: one per distinct request label, then the overflow one.
+#[derive(Debug)]
+struct Detailed {
+    by_label: Mutex<HashMap<String, Arc<Counts>>>,
+    overflow: OnceLock<Counts>,
+    budget: Arc<DetailedBudget>,
+}
+
+impl Drop for Detailed {
+    fn drop(&mut self) {
+        let held = lock(&self.by_label).len();
+        self.budget.give_back(held);
+    }
+}
+
+/// The series of one hit rule.
+#[derive(Debug)]
+pub struct RuleSeries {
+    domain: String,
+    path: String,
+    /// The rule's own series (not exported for detailed rules, which count per request label).
+    counts: Counts,
+    detailed: Option<Detailed>,
+}
+
+/// One exported series: (domain, rule label) and its counts.
+pub(super) type Row<'a> = (&'a str, std::borrow::Cow<'a, str>, [u64; 5]);
+
+impl RuleSeries {
+    fn new(domain: &str, rule: &Rule, budget: &Arc<DetailedBudget>) -> Self {
+        RuleSeries {
+            domain: domain.to_owned(),
+            path: rule.path.clone(),
+            counts: Counts::default(),
+            detailed: rule.detailed_metric.then(|| Detailed {
+                by_label: Mutex::new(HashMap::new()),
+                overflow: OnceLock::new(),
+                budget: budget.clone(),
+            }),
+        }
+    }
+
+    /// Counts `hits` with `outcome`. For a detailed rule, under the series of the request's
+    /// entries (`entries` is only read then), or past the cap, under the rule's overflow series.
+    pub fn record<'e>(
+        &self,
+        outcome: HitOutcome,
+        hits: u64,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) {
+        let Some(detailed) = &self.detailed else {
+            self.counts.record(outcome, hits);
+            return;
+        };
+        let label = label::detailed_label(entries);
+        let mut by_label = lock(&detailed.by_label);
+        if let Some(counts) = by_label.get(&label) {
+            counts.record(outcome, hits);
+        } else if detailed.budget.try_take() {
+            let counts = Arc::new(Counts::default());
+            counts.record(outcome, hits);
+            by_label.insert(label, counts);
+        } else {
+            drop(by_label);
+            detailed
+                .overflow
+                .get_or_init(Counts::default)
+                .record(outcome, hits);
+        }
+    }
+
+    /// The rows this rule exports.
+    pub(super) fn rows<'a>(&'a self, out: &mut Vec<Row<'a>>) {
+        let Some(detailed) = &self.detailed else {
+            out.push((
+                &self.domain,
+                self.path.as_str().into(),
+                self.counts.values(),
+            ));
+            return;
+        };
+        for (label, counts) in lock(&detailed.by_label).iter() {
+            out.push((&self.domain, label.clone().into(), counts.values()));
+        }
+        if let Some(overflow) = detailed.overflow.get() {
+            let label = format!("{}{OVERFLOW_SUFFIX}", self.path);
+            out.push((&self.domain, label.into(), overflow.values()));
+        }
+    }
+}
+
+/// The series slots of one policy.
+#[derive(Debug)]
+pub struct PolicyMetrics {
+    /// By `Rule::id`: empty until the rule's first hit.
+    rules: Vec<OnceLock<Arc<RuleSeries>>>,
+    /// By domain: request-supplied limit overrides.
+    overrides: HashMap<String, OnceLock<Arc<Counts>>>,
+    /// The filled rule slots, so exporting and carrying over need not walk every rule.
+    hit: Mutex<Vec<Arc<RuleSeries>>>,
+    budget: Arc<DetailedBudget>,
+}
+
+impl Default for PolicyMetrics {
+    fn default() -> Self {
+        PolicyMetrics::new(Arc::new(DetailedBudget::new(0)))
+    }
+}
+
+impl PolicyMetrics {
+    pub fn new(budget: Arc<DetailedBudget>) -> Self {
+        PolicyMetrics {
+            rules: Vec::new(),
+            overrides: HashMap::new(),
+            hit: Mutex::new(Vec::new()),
+            budget,
+        }
+    }
+
+    /// The table for `policy`, taking over from `old` the series of every rule `policy` keeps:
+    /// same domain and path, and still (or still not) `detailed_metric`.
+    pub fn carry_over(old: &PolicyMetrics, policy: &Policy) -> PolicyMetrics {
+        let old_hits = lock(&old.hit).clone();
+        let mut by_name: HashMap<(&str, &str), &Arc<RuleSeries>> = old_hits
+            .iter()
+            .map(|s| ((s.domain.as_str(), s.path.as_str()), s))
+            .collect();
+        let mut rules: Vec<OnceLock<Arc<RuleSeries>>> =
+            (0..policy.rule_count()).map(|_| OnceLock::new()).collect();
+        let mut hit = Vec::new();
+        let mut overrides = HashMap::new();
+        for domain in policy.domains() {
+            let slot = OnceLock::new();
+            if let Some(counts) = old.overrides.get(&domain.name).and_then(OnceLock::get) {
+                let _ = slot.set(counts.clone());
+            }
+            overrides.insert(domain.name.clone(), slot);
+            if by_name.is_empty() {
+                continue;
+            }
+            for rule in domain.rules() {
+                let key = (domain.name.as_str(), rule.path.as_str());
+                let same_kind = by_name
+                    .get(&key)
+                    .is_some_and(|s| s.detailed.is_some() == rule.detailed_metric);
+                // Removed once taken: two rules of one path (if a policy ever had them) would
+                // otherwise share, and export twice, one series.
+                if same_kind
+                    && let Some(series) = by_name.remove(&key)
+                    && let Some(slot) = rules.get_mut(rule.id)
+                {
+                    let _ = slot.set(series.clone());
+                    hit.push(series.clone());
+                }
+            }
+        }
+        PolicyMetrics {
+            rules,
+            overrides,
+            hit: Mutex::new(hit),
+            budget: old.budget.clone(),
+        }
+    }
+
+    /// The series of `rule` (of `domain`), created on its first hit.
+    pub fn rule(&self, domain: &str, rule: &Rule) -> Option<&RuleSeries> {
+        let slot = self.rules.get(rule.id)?;
+        let series = slot.get_or_init(|| {
+            let series = Arc::new(RuleSeries::new(domain, rule, &self.budget));
+            lock(&self.hit).push(series.clone());
+            series
+        });
+        Some(series)
+    }
+
+    /// The series of request-supplied overrides in `domain`, created on its first hit.
+    pub fn override_counts(&self, domain: &str) -> Option<&Counts> {
+        let slot = self.overrides.get(domain)?;
+        Some(slot.get_or_init(|| Arc::new(Counts::default())))
+    }
+
+    /// Every series to export, unsorted (labels may repeat; the exporter adds them up).
+    pub(super) fn rows<'a>(&'a self, hit: &'a [Arc<RuleSeries>], out: &mut Vec<Row<'a>>) {
+        for series in hit {
+            series.rows(out);
+        }
+        for (domain, slot) in &self.overrides {
+            if let Some(counts) = slot.get() {
+                out.push((domain, OVERRIDE_RULE.into(), counts.values()));
+            }
+        }
+    }
+
+    /// The filled rule slots now.
+    pub(super) fn hit_series(&self) -> Vec<Arc<RuleSeries>> {
+        lock(&self.hit).clone()
+    }
+}

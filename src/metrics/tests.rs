@@ -1,0 +1,187 @@
+//! Per-rule series against policies built from YAML: created on first hit, carried over by
+//! (domain, path), gone with their rule, and counters that never go down.
+
+use super::*;
+use crate::policy::Rule;
+
+fn policy(yaml: &str) -> Policy {
+    let configs =
+        crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
+    Policy::new(&configs)
+}
+
+fn rule<'p>(policy: &'p Policy, path: &str) -> &'p Rule {
+    policy
+        .domain("d")
+        .and_then(|d| d.rules().into_iter().find(|r| r.path == path))
+        .expect("rule exists")
+}
+
+/// The per-rule sample lines of the exposition.
+fn rule_lines(metrics: &Metrics) -> Vec<String> {
+    metrics
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("ratelimit_service_rate_limit_"))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn total(metrics: &Metrics, rule: &str) -> Option<u64> {
+    let prefix =
+        format!("ratelimit_service_rate_limit_total_hits{{domain=\"d\",rule=\"{rule}\"}} ");
+    metrics.encode().lines().find_map(|l| {
+        l.strip_prefix(&prefix)
+            .map(|v| v.parse::<f64>().unwrap() as u64)
+    })
+}
+
+const AB: &str = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+const A: &str =
+    "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+
+fn hit(table: &PolicyMetrics, policy: &Policy, path: &str, hits: u64) {
+    table
+        .rule("d", rule(policy, path))
+        .expect("slot")
+        .record(HitOutcome::Within, hits, []);
+}
+
+#[test]
+fn a_rule_has_no_series_until_hit_then_five() {
+    let m = Metrics::new(10);
+    let p = policy(AB);
+    let table = m.install(&p);
+    assert!(rule_lines(&m).is_empty(), "{:?}", rule_lines(&m));
+    hit(&table, &p, "a", 2);
+    let lines = rule_lines(&m);
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    assert!(lines.iter().all(|l| l.contains(r#"rule="a""#)));
+    assert_eq!(total(&m, "a"), Some(2));
+}
+
+#[test]
+fn a_reload_keeps_the_counts_of_kept_rules_and_drops_the_series_of_removed_ones() {
+    let m = Metrics::new(10);
+    let old = policy(AB);
+    let table = m.install(&old);
+    hit(&table, &old, "a", 3);
+    hit(&table, &old, "b", 1);
+    // `a` changed its limit but kept its path: the same rule as far as its series go.
+    let new = policy(A);
+    let new_table = m.install(&new);
+    assert_eq!(total(&m, "a"), Some(3));
+    assert_eq!(total(&m, "b"), None, "b was removed");
+    hit(&new_table, &new, "a", 1);
+    assert_eq!(total(&m, "a"), Some(4));
+    // A request still running on the old snapshot counts into the kept series and cannot
+    // bring back the removed one.
+    hit(&table, &old, "a", 1);
+    hit(&table, &old, "b", 1);
+    assert_eq!(total(&m, "a"), Some(5));
+    assert_eq!(total(&m, "b"), None);
+    assert_eq!(rule_lines(&m).len(), 5);
+    // Back again: `b` starts from nothing (its old series were gone, so no counter goes down).
+    let again = policy(AB);
+    let t = m.install(&again);
+    assert_eq!(total(&m, "b"), None, "not hit yet under the new policy");
+    hit(&t, &again, "b", 1);
+    assert_eq!(total(&m, "b"), Some(1));
+    assert_eq!(total(&m, "a"), Some(5));
+}
+
+const DETAILED: &str = "domain: d\ndescriptors:\n  - key: t\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+
+#[test]
+fn detailed_series_are_capped_and_released_with_their_rule() {
+    let m = Metrics::new(2);
+    let p = policy(DETAILED);
+    let table = m.install(&p);
+    let series = table.rule("d", rule(&p, "t")).unwrap();
+    for value in ["x", "y", "z", "w"] {
+        series.record(HitOutcome::Within, 1, [("t", value)]);
+    }
+    assert_eq!(total(&m, "t_x"), Some(1));
+    assert_eq!(total(&m, "t_y"), Some(1));
+    assert_eq!(total(&m, "t_z"), None);
+    assert_eq!(total(&m, "t_overflow"), Some(2));
+    assert_eq!(
+        total(&m, "t"),
+        None,
+        "a detailed rule counts per request label only"
+    );
+    // The rule goes: its series go, and so does their share of the cap.
+    let empty = policy("domain: d\n");
+    m.install(&empty);
+    drop(table);
+    assert!(rule_lines(&m).is_empty(), "{:?}", rule_lines(&m));
+    let t = m.install(&p);
+    let series = t.rule("d", rule(&p, "t")).unwrap();
+    for value in ["z", "w"] {
+        series.record(HitOutcome::Within, 1, [("t", value)]);
+    }
+    assert_eq!(total(&m, "t_z"), Some(1), "the cap was given back");
+    assert_eq!(total(&m, "t_w"), Some(1));
+}
+
+#[test]
+fn detailed_labels_are_bounded_in_length() {
+    let m = Metrics::new(1000);
+    let p = policy(DETAILED);
+    let table = m.install(&p);
+    let series = table.rule("d", rule(&p, "t")).unwrap();
+    for i in 0..50 {
+        let value = format!("{i:04}{}", "v".repeat(4092));
+        series.record(HitOutcome::Within, 1, [("t", value.as_str())]);
+    }
+    let lines = rule_lines(&m);
+    assert_eq!(lines.len(), 5 * 50, "distinct values stay distinct");
+    let longest = lines.iter().map(String::len).max().unwrap();
+    assert!(longest < MAX_LABEL_LEN + 80, "{longest} bytes");
+}
+
+#[test]
+fn overrides_count_per_domain_and_go_with_their_domain() {
+    let m = Metrics::new(10);
+    let p = policy(A);
+    let table = m.install(&p);
+    assert!(
+        table.override_counts("other").is_none(),
+        "only live domains"
+    );
+    table
+        .override_counts("d")
+        .unwrap()
+        .record(HitOutcome::Over, 1);
+    assert!(
+        m.encode()
+            .contains(r#"over_limit{domain="d",rule="override"} 1"#)
+    );
+    let t = m.install(&p);
+    assert!(
+        m.encode()
+            .contains(r#"over_limit{domain="d",rule="override"} 1"#),
+        "kept"
+    );
+    drop(t);
+    m.install(&policy("domain: e\n"));
+    assert!(!m.encode().contains("override"), "domain d is gone");
+}
+
+#[test]
+fn counters_saturate_instead_of_wrapping() {
+    let counts = Counts::default();
+    let mut last = [0; 5];
+    for hits in [u64::MAX, 1 << 63, 1 << 63, 5] {
+        for outcome in [HitOutcome::Near, HitOutcome::OverShadowed] {
+            counts.record(outcome, hits);
+            let now = counts.values();
+            assert!(
+                now.iter().zip(last).all(|(n, l)| *n >= l),
+                "{now:?} < {last:?}"
+            );
+            last = now;
+        }
+    }
+    assert_eq!(last, [u64::MAX; 5]);
+}
