@@ -203,11 +203,26 @@ async fn closed_by_server(stream: &mut TcpStream) {
 async fn silent_and_half_open_connections_are_closed_on_both_ports() {
     let s = common::start_with(&[("d.yaml", RULES)], |settings| {
         settings.transport.handshake_timeout = Duration::from_millis(200);
+        settings.transport.grpc_keepalive_interval = Duration::from_millis(200);
+        settings.transport.grpc_keepalive_timeout = Duration::from_millis(200);
     })
     .await;
+    // A complete handshake (preface and an empty SETTINGS frame), then a peer that answers
+    // nothing, not even the keepalive pings: half-open.
+    let mut half_open = TcpStream::connect(s.server.grpc_addr).await.unwrap();
+    half_open
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
     let mut silent_grpc = TcpStream::connect(s.server.grpc_addr).await.unwrap();
     let mut half_preface = TcpStream::connect(s.server.grpc_addr).await.unwrap();
     half_preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    // The whole connection preface, then no SETTINGS frame: the HTTP/2 handshake never completes.
+    let mut preface_only = TcpStream::connect(s.server.grpc_addr).await.unwrap();
+    preface_only
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
     let mut partial_headers = TcpStream::connect(s.server.http_addr).await.unwrap();
     partial_headers
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
@@ -215,6 +230,8 @@ async fn silent_and_half_open_connections_are_closed_on_both_ports() {
         .unwrap();
     closed_by_server(&mut silent_grpc).await;
     closed_by_server(&mut half_preface).await;
+    closed_by_server(&mut preface_only).await;
+    closed_by_server(&mut half_open).await;
     closed_by_server(&mut partial_headers).await;
 }
 

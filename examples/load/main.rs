@@ -321,11 +321,12 @@ async fn main() {
         args.duration, args.rounds
     );
     println!(
-        "| keys | connections x in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio |"
+        "| keys | connections x in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio | p999 ratio |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut failed = Vec::new();
     let mut worst: Option<(String, f64, f64)> = None;
+    let mut worst_tail: Option<(String, f64)> = None;
     for mix in &args.keys {
         let traffic = Arc::new(Traffic::new(mix));
         for &shape in &args.shapes {
@@ -347,9 +348,13 @@ async fn main() {
                 let p50 = us(&real.latency, 0.5) / us(&base.latency, 0.5);
                 worst = Some((format!("{mix} keys, {shape}"), ratio, p50));
             }
+            let tail = us(&real.latency, 0.999) / us(&base.latency, 0.999);
+            if worst_tail.as_ref().is_none_or(|(_, t)| tail > *t) {
+                worst_tail = Some((format!("{mix} keys, {shape}"), tail));
+            }
             for (kind, r) in &results {
                 println!(
-                    "| {mix} | {shape} | {kind} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} |",
+                    "| {mix} | {shape} | {kind} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} |",
                     r.throughput,
                     us(&r.latency, 0.5),
                     us(&r.latency, 0.99),
@@ -357,6 +362,7 @@ async fn main() {
                     r.errors,
                     r.throughput / base.throughput,
                     us(&r.latency, 0.5) / us(&base.latency, 0.5),
+                    us(&r.latency, 0.999) / us(&base.latency, 0.999),
                 );
                 if r.errors > 0 || r.throughput == 0.0 {
                     failed.push(format!("{mix} keys, {shape}, {kind} server"));
@@ -368,6 +374,9 @@ async fn main() {
         println!(
             "\nworst shape: {scenario}: {ratio:.2}x the no-op server's throughput, p50 {p50:.2}x"
         );
+    }
+    if let Some((scenario, tail)) = worst_tail {
+        println!("worst tail: {scenario}: p999 {tail:.2}x the no-op server's");
     }
     // A run with errors or no answers measured nothing: say so, and fail (CI smoke-runs this).
     if !failed.is_empty() {

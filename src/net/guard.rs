@@ -13,9 +13,10 @@ use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-/// Bytes a peer must send within the handshake timeout: the HTTP/2 connection preface is 24 bytes,
-/// and any HTTP/1 request line with its first header is longer.
-const HANDSHAKE_BYTES: u64 = 24;
+/// Bytes a peer must send within the handshake timeout: the HTTP/2 connection preface (24 bytes)
+/// and the header of the SETTINGS frame that must follow it (9), without which the handshake never
+/// completes and no keepalive ping is ever sent; an HTTP/1 request line with a header is longer.
+const HANDSHAKE_BYTES: u64 = 33;
 
 /// How long a connection may stay silent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,7 +48,7 @@ async fn a_peer_that_trickles_bytes_does_not_extend_the_handshake() {
             Ok(n) => received += n,
             Err(e) => break e,
         }
-        assert!(received < 24, "the guard let the trickle through");
+        assert!(received < 33, "the guard let the trickle through");
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert!(err.to_string().contains("handshake"), "{err}");
@@ -60,8 +60,8 @@ async fn after_the_handshake_a_silent_connection_is_closed_as_idle() {
     let addr = acceptor.local_addr().unwrap();
     let mut client = TcpStream::connect(addr).await.unwrap();
     let (mut server_side, _) = acceptor.accept().await;
-    client.write_all(&[b'x'; 24]).await.unwrap();
-    let mut buf = [0u8; 24];
+    client.write_all(&[b'x'; 33]).await.unwrap();
+    let mut buf = [0u8; 33];
     server_side.read_exact(&mut buf).await.unwrap();
     let err = server_side.read(&mut buf).await.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
