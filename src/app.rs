@@ -30,7 +30,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("invalid rules in {dir}:\n{errors}")]
+    #[error("invalid rules in {dir}:\n{errors}\nno rules are in force; refusing to start")]
     Rules { dir: String, errors: ConfigErrors },
     #[error("cannot watch the rules directory: {0}")]
     Watch(#[from] notify::Error),
@@ -141,6 +141,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
     let reloader = Arc::new(Reloader::new(
         settings.config.clone(),
+        settings.rules_files.caps(),
         engine.clone(),
         metrics.clone(),
         status.clone(),

@@ -15,8 +15,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use crate::clock::SystemClock;
 use crate::policy::Policy;
 use crate::policy::parse_descriptor;
-use crate::rules_dir::load_rules_dir;
-use crate::settings::{DefaultsArgs, ServeSettings};
+use crate::rules_dir::{SizeCaps, no_rules_warning, parse_rules, read_rules_dir};
+use crate::settings::{DefaultsArgs, RulesFilesArgs, ServeSettings};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,6 +37,8 @@ pub enum Command {
     Check {
         /// The rules directory.
         dir: PathBuf,
+        #[command(flatten)]
+        rules_files: RulesFilesArgs,
     },
     /// Show which rule each descriptor matches and why, each limit's algorithm and effective
     /// rate, burst and window, and (with --server) the current state of its key on a server.
@@ -84,7 +86,7 @@ pub async fn run(cli: Cli) -> i32 {
                 1
             }
         },
-        Command::Check { dir } => check(&dir),
+        Command::Check { dir, rules_files } => check(&dir, rules_files.caps()),
         Command::Explain {
             dir,
             domain,
@@ -111,8 +113,16 @@ pub async fn run(cli: Cli) -> i32 {
     }
 }
 
-fn check(dir: &Path) -> i32 {
-    match load_rules_dir(dir) {
+fn check(dir: &Path, caps: SizeCaps) -> i32 {
+    let loaded = read_rules_dir(dir, caps)
+        .map_err(|e| crate::config::ConfigErrors(vec![e.into()]))
+        .and_then(|files| {
+            if files.is_empty() {
+                eprintln!("warning: {}", no_rules_warning(dir));
+            }
+            parse_rules(files)
+        });
+    match loaded {
         Ok(configs) => {
             let rules: usize = Policy::new(&configs)
                 .domains()

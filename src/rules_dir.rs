@@ -1,15 +1,42 @@
 //! Reading a rules directory from disk: finds every `*.yaml`/`*.yml` file under it (recursively,
-//! following symlinks, skipping dot entries) and reads it. The I/O side of `config`, which owns
-//! parsing and validation.
+//! following symlinks, skipping dot entries) and reads it, within size caps checked before
+//! reading. The I/O side of `config`, which owns decoding, parsing and validation.
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, ConfigError, ConfigErrors, DomainConfig};
 
 /// Deepest directory nesting walked below the rules directory.
 pub const MAX_DEPTH: usize = 16;
+
+/// How many bytes of rules files are read: per file and for the whole directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeCaps {
+    pub max_file_bytes: u64,
+    pub max_total_bytes: u64,
+}
+
+impl Default for SizeCaps {
+    fn default() -> Self {
+        SizeCaps {
+            max_file_bytes: 8 << 20,
+            max_total_bytes: 32 << 20,
+        }
+    }
+}
+
+/// Every rules file (path, bytes), sorted by path.
+pub type RulesFiles = Vec<(PathBuf, Vec<u8>)>;
+
+/// The warning for a directory without rules files (logged on load, printed by `check`).
+pub fn no_rules_warning(dir: &Path) -> String {
+    format!(
+        "no rules files in {}: every request is allowed",
+        dir.display()
+    )
+}
 
 /// Why a rules directory could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +49,26 @@ pub enum RulesDirError {
     ReadFile { path: PathBuf, source: io::Error },
     #[error("{}: directories nested deeper than {MAX_DEPTH} levels", path.display())]
     TooDeep { path: PathBuf },
+    #[error(
+        "{}: the file is {size} bytes, over the {limit}-byte cap per rules file \
+         (MAX_FILE_BYTES, --max-file-bytes)",
+        path.display()
+    )]
+    FileTooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error(
+        "{}: with this file the rules files add up to {total} bytes, over the {limit}-byte cap \
+         (MAX_TOTAL_BYTES, --max-total-bytes)",
+        path.display()
+    )]
+    TotalTooLarge {
+        path: PathBuf,
+        total: u64,
+        limit: u64,
+    },
 }
 
 impl RulesDirError {
@@ -31,7 +78,9 @@ impl RulesDirError {
             RulesDirError::ReadDir { path, .. }
             | RulesDirError::NotADirectory { path }
             | RulesDirError::ReadFile { path, .. }
-            | RulesDirError::TooDeep { path } => path,
+            | RulesDirError::TooDeep { path }
+            | RulesDirError::FileTooLarge { path, .. }
+            | RulesDirError::TotalTooLarge { path, .. } => path,
         }
     }
 
@@ -56,8 +105,10 @@ impl From<RulesDirError> for ConfigError {
 /// Lists and reads every rules file under `dir`, sorted by path. Paths are `dir` joined with the
 /// relative path (not canonicalised). Entries whose name starts with `.` are skipped, so a
 /// Kubernetes ConfigMap mount (`a.yaml -> ..data/a.yaml`, `..data -> ..2026_01_01…`) yields each
-/// file once; symlinks are followed, a directory that is its own ancestor is walked once.
-pub fn read_rules_dir(dir: &Path) -> Result<Vec<(PathBuf, String)>, RulesDirError> {
+/// file once; symlinks are followed, a directory that is its own ancestor is walked once. A file's
+/// size is checked against `caps` before it is read (and the read stops past the cap, should the
+/// file grow meanwhile).
+pub fn read_rules_dir(dir: &Path, caps: SizeCaps) -> Result<RulesFiles, RulesDirError> {
     let meta = fs::metadata(dir).map_err(|source| RulesDirError::ReadDir {
         path: dir.to_path_buf(),
         source,
@@ -70,20 +121,91 @@ pub fn read_rules_dir(dir: &Path) -> Result<Vec<(PathBuf, String)>, RulesDirErro
     let mut paths = Vec::new();
     walk(dir, 0, &mut Vec::new(), &mut paths)?;
     paths.sort();
-    paths
-        .into_iter()
-        .map(|path| match fs::read_to_string(&path) {
-            Ok(text) => Ok((path, text)),
-            Err(source) => Err(RulesDirError::ReadFile { path, source }),
-        })
-        .collect()
+    let mut total = 0u64;
+    let mut files = Vec::with_capacity(paths.len());
+    for path in paths {
+        let bytes = read_capped(&path, caps, total)?;
+        total += bytes.len() as u64;
+        files.push((path, bytes));
+    }
+    Ok(files)
 }
 
-/// Reads and validates every rules file under `dir` (see [`read_rules_dir`] and
-/// [`config::parse_files`]); an I/O problem becomes a `ConfigError` without a location.
-pub fn load_rules_dir(dir: &Path) -> Result<Vec<DomainConfig>, ConfigErrors> {
-    let files = read_rules_dir(dir).map_err(|e| ConfigErrors(vec![e.into()]))?;
-    config::parse_files(&files)
+/// Reads one file whose size (from its metadata, before reading) fits `caps` given `total` bytes
+/// read so far.
+fn read_capped(path: &Path, caps: SizeCaps, total: u64) -> Result<Vec<u8>, RulesDirError> {
+    let read_error = |source| RulesDirError::ReadFile {
+        path: path.to_path_buf(),
+        source,
+    };
+    let too_large = |size: u64| -> RulesDirError {
+        if size > caps.max_file_bytes {
+            RulesDirError::FileTooLarge {
+                path: path.to_path_buf(),
+                size,
+                limit: caps.max_file_bytes,
+            }
+        } else {
+            RulesDirError::TotalTooLarge {
+                path: path.to_path_buf(),
+                total: total + size,
+                limit: caps.max_total_bytes,
+            }
+        }
+    };
+    let fits = |size: u64| size <= caps.max_file_bytes && total + size <= caps.max_total_bytes;
+    let file = fs::File::open(path).map_err(read_error)?;
+    let size = file.metadata().map_err(read_error)?.len();
+    if !fits(size) {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    let cap = caps.max_file_bytes.min(caps.max_total_bytes - total);
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if !fits(bytes.len() as u64) {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// Decodes and validates files read by [`read_rules_dir`] (see [`config::parse_files`]); a file
+/// that is not UTF-8 is an error at its first invalid byte. Errors come in file order. Each text
+/// is dropped as soon as it is parsed.
+pub fn parse_rules(files: RulesFiles) -> Result<Vec<DomainConfig>, ConfigErrors> {
+    let order: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
+    let mut texts = Vec::with_capacity(files.len());
+    let mut errors = Vec::new();
+    for (path, bytes) in files {
+        match config::decode(bytes) {
+            Ok(text) => texts.push((path, text)),
+            Err((location, message)) => errors.push(ConfigError {
+                file: path,
+                location: Some(location),
+                message,
+            }),
+        }
+    }
+    let parsed = config::parse_files(&texts);
+    drop(texts);
+    match parsed {
+        Ok(configs) if errors.is_empty() => Ok(configs),
+        Ok(_) => Err(ConfigErrors(errors)),
+        Err(ConfigErrors(more)) => {
+            errors.extend(more);
+            // Stable: each file's errors keep their line order.
+            errors.sort_by_key(|e| order.iter().position(|p| *p == e.file));
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+/// Reads and validates every rules file under `dir` within `caps`; an I/O problem becomes a
+/// `ConfigError` without a location.
+pub fn load_rules_dir(dir: &Path, caps: SizeCaps) -> Result<Vec<DomainConfig>, ConfigErrors> {
+    let files = read_rules_dir(dir, caps).map_err(|e| ConfigErrors(vec![e.into()]))?;
+    parse_rules(files)
 }
 
 fn is_rules_file(path: &Path) -> bool {

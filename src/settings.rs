@@ -10,7 +10,29 @@ use clap::{ArgAction, Args};
 use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
 use crate::limiter::LimitDefaults;
-use crate::net::TransportArgs;
+use crate::net::{TransportArgs, byte_size};
+use crate::rules_dir::SizeCaps;
+
+/// Caps on the rules files read, checked from each file's size before reading it; shared by
+/// `serve` and `check`.
+#[derive(Debug, Clone, Args)]
+pub struct RulesFilesArgs {
+    /// Largest rules file (bytes; 8MiB, 512KiB accepted); a larger one is a load error.
+    #[arg(long, env = "MAX_FILE_BYTES", default_value = "8MiB", value_parser = byte_size)]
+    pub max_file_bytes: usize,
+    /// Most bytes of all rules files together; more is a load error.
+    #[arg(long, env = "MAX_TOTAL_BYTES", default_value = "32MiB", value_parser = byte_size)]
+    pub max_total_bytes: usize,
+}
+
+impl RulesFilesArgs {
+    pub fn caps(&self) -> SizeCaps {
+        SizeCaps {
+            max_file_bytes: self.max_file_bytes as u64,
+            max_total_bytes: self.max_total_bytes as u64,
+        }
+    }
+}
 
 /// What a limit that does not say gets; shared by `serve` and `explain`.
 #[derive(Debug, Clone, Args)]
@@ -123,6 +145,8 @@ pub struct ServeSettings {
     #[arg(long, env = "MAX_STRING_LEN", default_value_t = 4096, value_parser = at_least_one)]
     pub max_string_len: usize,
     #[command(flatten)]
+    pub rules_files: RulesFilesArgs,
+    #[command(flatten)]
     pub defaults: DefaultsArgs,
     #[command(flatten)]
     pub transport: TransportArgs,
@@ -185,5 +209,6 @@ mod tests {
         assert_eq!(parse_max_delay("61m").unwrap_err(), "must be at most 60m");
         let s = ServeSettings::for_tests(PathBuf::from("x"));
         assert_eq!(s.engine_settings().defaults, LimitDefaults::default());
+        assert_eq!(s.rules_files.caps(), SizeCaps::default());
     }
 }

@@ -60,3 +60,46 @@ fn a_missing_directory_is_an_error() {
     assert_eq!(code, 1);
     assert!(format!("{stdout}{stderr}").contains("/nonexistent/rules"));
 }
+
+#[test]
+fn an_empty_directory_passes_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("README.md"), "not rules").unwrap();
+    let (code, stdout, stderr) = check(dir.path());
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("OK (0 domains, 0 rules)"), "{stdout}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "warning: no rules files in {}: every request is allowed",
+            dir.path().display()
+        )
+    );
+}
+
+#[test]
+fn a_file_over_max_file_bytes_is_refused_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "domain: a\ndescriptors: []\n";
+    std::fs::write(dir.path().join("a.yaml"), text).unwrap();
+    let run = |cap: usize| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+            .arg("check")
+            .arg(dir.path())
+            .env("MAX_FILE_BYTES", cap.to_string())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    assert_eq!(run(text.len()).0, Some(0));
+    let (code, stdout) = run(text.len() - 1);
+    assert_eq!(code, Some(1));
+    assert!(
+        stdout.contains(&format!("a.yaml: the file is {} bytes", text.len()))
+            && stdout.contains("MAX_FILE_BYTES"),
+        "{stdout}"
+    );
+}

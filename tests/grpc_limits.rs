@@ -416,3 +416,23 @@ async fn remaining_is_what_the_key_has_now_when_nothing_was_charged() {
         Code::OverLimit
     );
 }
+
+#[tokio::test]
+async fn rules_nested_32_levels_match_a_descriptor_of_32_entries() {
+    let mut rules = String::from("domain: deep\ndescriptors:\n");
+    for level in 1..=32 {
+        let indent = " ".repeat(2 + 4 * (level - 1));
+        rules += &format!("{indent}- key: k{level}\n");
+        if level < 32 {
+            rules += &format!("{indent}  descriptors:\n");
+        } else {
+            rules += &format!("{indent}  rate_limit: {{unit: hour, requests_per_unit: 5}}\n");
+        }
+    }
+    let mut s = start(&[("deep.yaml", &rules)]).await;
+    let keys: Vec<String> = (1..=32).map(|i| format!("k{i}")).collect();
+    let entries: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+    assert_eq!(s.hit("deep", &entries).await, (Code::Ok, 4));
+    let r = s.call(request("deep", &[&entries[..31]])).await;
+    assert!(r.statuses[0].current_limit.is_none(), "31 entries: no rule");
+}

@@ -228,3 +228,184 @@ async fn unchanged_overall_answer_while_reloading() {
     writer.await.unwrap();
     wait_for_limit(&mut s, "a", Some(1019)).await;
 }
+
+/// Asserts that `name` stays at `expected` on `server` for `period`, polling (fails at the first
+/// change, so a loop is caught quickly and a quiet server costs only the period).
+async fn stays_at(s: &TestServer, name: &str, expected: u64, period: std::time::Duration) {
+    let until = std::time::Instant::now() + period;
+    while std::time::Instant::now() < until {
+        assert_eq!(metric(s, name).await, expected, "{name} changed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric(s, name).await, expected, "{name} changed");
+}
+
+const SUCCESS: &str = "ratelimit_service_config_load_success";
+const ERROR: &str = "ratelimit_service_config_load_error";
+/// Ten times the watcher's debounce: long enough for any reload a file event would start.
+const QUIET: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What `cat`, `ls -l`, editors opening a file and log shippers do to the rules directory.
+fn read_and_stat(dir: &Path) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let _ = fs::metadata(&path).unwrap();
+        let _ = fs::read(&path).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn reading_and_stating_the_files_never_reloads() {
+    let s = start(&[("a.yaml", &rules("a", 5)), ("b.yaml", &rules("b", 5))]).await;
+    assert_eq!(metric(&s, SUCCESS).await, 1);
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_secs(2) {
+        read_and_stat(s.dir.path());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    stays_at(&s, SUCCESS, 1, QUIET).await;
+    assert_eq!(metric(&s, ERROR).await, 0);
+}
+
+#[tokio::test]
+async fn touching_or_rewriting_identical_bytes_does_not_count_as_a_change() {
+    let mut s = start(&[("a.yaml", &rules("a", 5)), ("b.yaml", &rules("b", 5))]).await;
+    let path = s.dir.path().join("a.yaml");
+    // touch: a new modification time, same bytes.
+    fs::File::options()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(60))
+        .unwrap();
+    // Rewritten in place, and by write-then-rename, with the same bytes.
+    fs::write(&path, rules("a", 5)).unwrap();
+    let tmp = s.dir.path().join(".a.yaml.tmp");
+    fs::write(&tmp, rules("a", 5)).unwrap();
+    fs::rename(&tmp, &path).unwrap();
+    stays_at(&s, SUCCESS, 1, QUIET).await;
+    // A direct reload of identical files is a no-op too, and says so.
+    let report = s.server.reloader.reload().expect("valid rules");
+    assert!(report.summary.contains("unchanged"), "{}", report.summary);
+    assert_eq!(metric(&s, SUCCESS).await, 1);
+    // A real change still counts, once.
+    fs::write(s.dir.path().join("b.yaml"), rules("b", 6)).unwrap();
+    wait_for_limit(&mut s, "b", Some(6)).await;
+    stays_at(&s, SUCCESS, 2, QUIET).await;
+}
+
+#[tokio::test]
+async fn one_edit_gives_exactly_one_reload() {
+    let mut s = start(&[("a.yaml", &rules("a", 5))]).await;
+    fs::write(s.dir.path().join("a.yaml"), rules("a", 9)).unwrap();
+    wait_for_limit(&mut s, "a", Some(9)).await;
+    stays_at(&s, SUCCESS, 2, QUIET).await;
+    // Reading it afterwards changes nothing.
+    read_and_stat(s.dir.path());
+    stays_at(&s, SUCCESS, 2, QUIET).await;
+}
+
+#[tokio::test]
+async fn two_servers_on_one_directory_stay_quiet() {
+    let first = start(&[("a.yaml", &rules("a", 5))]).await;
+    let second = {
+        let mut settings =
+            ratelimit_server::settings::ServeSettings::for_tests(first.dir.path().to_path_buf());
+        settings.shutdown_delay = std::time::Duration::ZERO;
+        let clock = ratelimit_server::clock::ManualClock::new(common::START);
+        ratelimit_server::app::start(&settings, std::sync::Arc::new(clock))
+            .await
+            .expect("second server starts")
+    };
+    let second_metric = |name: &'static str| {
+        let url = format!("http://{}/metrics", second.http_addr);
+        async move {
+            let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+            text.lines()
+                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or(0, |v| v as u64)
+        }
+    };
+    read_and_stat(first.dir.path());
+    stays_at(&first, SUCCESS, 1, QUIET).await;
+    assert_eq!(second_metric(SUCCESS).await, 1, "second server reloaded");
+    // An edit reloads each once.
+    fs::write(first.dir.path().join("a.yaml"), rules("a", 6)).unwrap();
+    let started = std::time::Instant::now();
+    while metric(&first, SUCCESS).await < 2 || second_metric(SUCCESS).await < 2 {
+        assert!(started.elapsed().as_secs() < 5, "the edit was not seen");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    stays_at(&first, SUCCESS, 2, QUIET).await;
+    assert_eq!(
+        second_metric(SUCCESS).await,
+        2,
+        "second server kept reloading"
+    );
+    second.shutdown_after(std::time::Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn a_broken_file_is_counted_once_and_logged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("a.yaml"), rules("a", 5)).unwrap();
+    let mut served = common::process::Served::start(dir.path(), &[]);
+    served.wait_ready().await;
+    let broken = rules("a", 5).replace("requests_per_unit", "request_per_unit");
+    fs::write(dir.path().join("a.yaml"), &broken).unwrap();
+    served.wait_for_metric(ERROR, 1).await;
+    read_and_stat(dir.path());
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(served.metric(ERROR).await, 1, "counted once");
+    assert_eq!(
+        served.log_lines("request_per_unit"),
+        1,
+        "logged once:\n{}",
+        served.log()
+    );
+    // A second, different broken edit is a new error.
+    fs::write(
+        dir.path().join("a.yaml"),
+        broken.replace("hour", "fortnight"),
+    )
+    .unwrap();
+    served.wait_for_metric(ERROR, 2).await;
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(served.metric(ERROR).await, 2);
+    assert_eq!(served.metric(SUCCESS).await, 1);
+}
+
+#[tokio::test]
+async fn deleting_every_file_allows_everything_with_a_warning() {
+    let mut s = start(&[("a.yaml", &rules("a", 5))]).await;
+    fs::remove_file(s.dir.path().join("a.yaml")).unwrap();
+    wait_for_limit(&mut s, "a", None).await;
+    let report: serde_json::Value = reqwest::get(s.http("/rlconfig"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let summary = report["last_load"]["summary"].as_str().unwrap();
+    let warning = format!(
+        "no rules files in {}: every request is allowed",
+        s.dir.path().display()
+    );
+    assert!(summary.contains(&warning), "{summary}");
+}
+
+#[tokio::test]
+async fn a_relative_config_path_reloads() {
+    // The server is a child process started in the directory's parent with `--config rules`.
+    let root = tempfile::tempdir().unwrap();
+    fs::create_dir(root.path().join("rules")).unwrap();
+    fs::write(root.path().join("rules/a.yaml"), rules("a", 5)).unwrap();
+    let mut served = common::process::Served::start_in(root.path(), Path::new("rules"), &[]);
+    served.wait_ready().await;
+    fs::write(root.path().join("rules/a.yaml"), rules("a", 6)).unwrap();
+    served.wait_for_metric(SUCCESS, 2).await;
+    fs::write(root.path().join("rules/a.yaml"), "not: [valid").unwrap();
+    served.wait_for_metric(ERROR, 1).await;
+}

@@ -216,6 +216,14 @@ async fn serve_refuses_to_start_on_invalid_rules() {
         stderr.contains("d.yaml:4:") && stderr.contains("fortnight"),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("no rules are in force; refusing to start"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("previous rules"),
+        "there are none: {stderr}"
+    );
 }
 
 #[tokio::test]

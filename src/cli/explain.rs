@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::limiter::LimitDefaults;
 use crate::policy::parse_descriptor;
 use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
-use crate::rules_dir::load_rules_dir;
+use crate::rules_dir::{SizeCaps, load_rules_dir};
 
 fn describe_value(value: &NodeValue) -> String {
     match value {
@@ -27,7 +27,7 @@ pub(super) async fn explain(
     defaults: &LimitDefaults,
     descriptors: &[String],
 ) -> i32 {
-    let configs = match load_rules_dir(dir) {
+    let configs = match load_rules_dir(dir, SizeCaps::default()) {
         Ok(c) => c,
         Err(errors) => {
             eprintln!("{errors}");

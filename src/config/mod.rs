@@ -5,6 +5,7 @@ mod duration;
 mod error;
 mod model;
 mod parse;
+mod text;
 mod yaml;
 
 use std::collections::HashMap;
@@ -12,7 +13,11 @@ use std::path::{Path, PathBuf};
 
 pub use duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
-pub use model::{Algorithm, DescriptorConfig, DomainConfig, Limit, Location, RateLimitSpec, Unit};
+pub use model::{
+    Algorithm, DescriptorConfig, DomainConfig, Limit, Location, MAX_DESCRIPTOR_DEPTH,
+    RateLimitSpec, Unit,
+};
+pub use text::decode;
 
 /// Parses and validates a set of rules files (path, text), one domain each. Returns every error of
 /// every file, and a duplicate-domain error across files.

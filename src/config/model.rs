@@ -163,6 +163,10 @@ pub struct Location {
     pub column: usize,
 }
 
+/// Deepest nesting of descriptors in a rules file: the most entries a request's descriptor may
+/// have by default (`MAX_ENTRIES`), since a rule matches a descriptor of exactly its depth.
+pub const MAX_DESCRIPTOR_DEPTH: usize = 32;
+
 /// One descriptor entry of the rules tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescriptorConfig {

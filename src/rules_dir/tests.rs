@@ -13,7 +13,7 @@ fn write(path: &Path, text: &str) {
     fs::write(path, text).expect("write");
 }
 
-fn names(files: &[(PathBuf, String)]) -> Vec<PathBuf> {
+fn names(files: &[(PathBuf, Vec<u8>)]) -> Vec<PathBuf> {
     files.iter().map(|(p, _)| p.clone()).collect()
 }
 
@@ -31,7 +31,7 @@ fn walks_nested_dirs_sorted_skipping_dotfiles_and_other_extensions() {
     write(&dir.join(".git/x.yaml"), "domain: x\n");
     fs::create_dir_all(dir.join("empty")).expect("mkdir");
 
-    let files = read_rules_dir(dir).expect("read");
+    let files = read_rules_dir(dir, SizeCaps::default()).expect("read");
     assert_eq!(
         names(&files),
         [
@@ -40,7 +40,7 @@ fn walks_nested_dirs_sorted_skipping_dotfiles_and_other_extensions() {
             dir.join("sub/deeper/c.yaml"),
         ]
     );
-    assert_eq!(files[2].1, "domain: c\n");
+    assert_eq!(files[2].1, b"domain: c\n");
 }
 
 #[cfg(unix)]
@@ -55,9 +55,9 @@ fn configmap_layout_is_loaded_once_under_the_top_level_name() {
     symlink("..data/a.yaml", dir.join("a.yaml")).expect("symlink");
     symlink("..data/b.yml", dir.join("b.yml")).expect("symlink");
 
-    let files = read_rules_dir(dir).expect("read");
+    let files = read_rules_dir(dir, SizeCaps::default()).expect("read");
     assert_eq!(names(&files), [dir.join("a.yaml"), dir.join("b.yml")]);
-    let configs = load_rules_dir(dir).expect("load");
+    let configs = load_rules_dir(dir, SizeCaps::default()).expect("load");
     let domains: Vec<_> = configs.iter().map(|c| c.domain.as_str()).collect();
     assert_eq!(domains, ["a", "b"]);
     assert_eq!(configs[0].source, dir.join("a.yaml"));
@@ -75,7 +75,7 @@ fn symlinked_dirs_are_followed_and_loops_walked_once() {
     symlink(&outside, dir.join("linked")).expect("symlink");
     symlink("..", dir.join("sub/loop")).expect("symlink");
 
-    let files = read_rules_dir(&dir).expect("read");
+    let files = read_rules_dir(&dir, SizeCaps::default()).expect("read");
     assert_eq!(
         names(&files),
         [dir.join("linked/o.yaml"), dir.join("sub/r.yaml")]
@@ -86,7 +86,7 @@ fn symlinked_dirs_are_followed_and_loops_walked_once() {
 fn missing_dir_is_an_error_naming_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let missing = tmp.path().join("nope");
-    let err = read_rules_dir(&missing).expect_err("missing dir");
+    let err = read_rules_dir(&missing, SizeCaps::default()).expect_err("missing dir");
     assert!(matches!(err, RulesDirError::ReadDir { .. }), "{err:?}");
     assert_eq!(err.path(), missing);
     assert!(err.to_string().starts_with(&format!(
@@ -94,7 +94,7 @@ fn missing_dir_is_an_error_naming_it() {
         missing.display()
     )));
 
-    let Err(ConfigErrors(errors)) = load_rules_dir(&missing) else {
+    let Err(ConfigErrors(errors)) = load_rules_dir(&missing, SizeCaps::default()) else {
         panic!("loaded a missing dir")
     };
     assert_eq!(errors.len(), 1);
@@ -112,7 +112,7 @@ fn a_file_is_not_a_rules_dir() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let file = tmp.path().join("a.yaml");
     write(&file, "domain: a\n");
-    let err = read_rules_dir(&file).expect_err("file");
+    let err = read_rules_dir(&file, SizeCaps::default()).expect_err("file");
     assert!(
         matches!(err, RulesDirError::NotADirectory { .. }),
         "{err:?}"
@@ -120,13 +120,82 @@ fn a_file_is_not_a_rules_dir() {
 }
 
 #[test]
-fn unreadable_file_is_an_error_naming_it() {
+fn a_file_that_is_not_utf8_is_an_error_at_its_first_invalid_byte() {
     let tmp = tempfile::tempdir().expect("tempdir");
+    write(&tmp.path().join("a.yaml"), "domain: a\n");
     let bad = tmp.path().join("bad.yaml");
-    fs::write(&bad, [0xff, 0xfe, b':']).expect("write");
-    let err = read_rules_dir(tmp.path()).expect_err("invalid UTF-8");
-    assert!(matches!(err, RulesDirError::ReadFile { .. }), "{err:?}");
-    assert_eq!(err.path(), bad);
+    fs::write(&bad, b"domain: bad\n# \xc3\xa9\xff\n").expect("write");
+    let Err(ConfigErrors(errors)) = load_rules_dir(tmp.path(), SizeCaps::default()) else {
+        panic!("loaded a binary file")
+    };
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        errors[0].to_string(),
+        format!(
+            "{}:2:4: not valid UTF-8 (byte 0xFF): a rules file must be UTF-8 text",
+            bad.display()
+        )
+    );
+}
+
+#[test]
+fn a_file_over_the_size_cap_is_refused_before_it_is_read() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let text = |domain: &str| format!("domain: {domain}\ndescriptors: []\n");
+    write(&tmp.path().join("a.yaml"), &text("a"));
+    write(&tmp.path().join("b.yaml"), &text("b"));
+    let text = text("a");
+    let size = text.len() as u64;
+    let fits = SizeCaps {
+        max_file_bytes: size,
+        max_total_bytes: 2 * size,
+    };
+    assert_eq!(
+        load_rules_dir(tmp.path(), fits).expect("at the caps").len(),
+        2
+    );
+
+    let small = SizeCaps {
+        max_file_bytes: size - 1,
+        ..fits
+    };
+    let Err(ConfigErrors(errors)) = load_rules_dir(tmp.path(), small) else {
+        panic!("loaded a file over the cap")
+    };
+    assert_eq!(
+        errors[0].to_string(),
+        format!(
+            "{}: the file is {size} bytes, over the {}-byte cap per rules file \
+             (MAX_FILE_BYTES, --max-file-bytes)",
+            tmp.path().join("a.yaml").display(),
+            size - 1
+        )
+    );
+
+    let total = SizeCaps {
+        max_total_bytes: 2 * size - 1,
+        ..fits
+    };
+    let err = read_rules_dir(tmp.path(), total).expect_err("over the total");
+    assert!(
+        matches!(err, RulesDirError::TotalTooLarge { .. }),
+        "{err:?}"
+    );
+    assert_eq!(err.path(), tmp.path().join("b.yaml"));
+    assert!(err.to_string().contains("MAX_TOTAL_BYTES"), "{err}");
+}
+
+#[test]
+fn an_empty_directory_loads_no_rules() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    assert_eq!(load_rules_dir(tmp.path(), SizeCaps::default()), Ok(vec![]));
+    assert_eq!(
+        no_rules_warning(tmp.path()),
+        format!(
+            "no rules files in {}: every request is allowed",
+            tmp.path().display()
+        )
+    );
 }
 
 #[cfg(unix)]
@@ -136,9 +205,12 @@ fn dangling_symlinks_fail_only_when_named_like_rules() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
     symlink("nowhere", dir.join("gone.txt")).expect("symlink");
-    assert_eq!(read_rules_dir(dir).expect("read"), vec![]);
+    assert_eq!(
+        read_rules_dir(dir, SizeCaps::default()).expect("read"),
+        vec![]
+    );
     symlink("nowhere", dir.join("gone.yaml")).expect("symlink");
-    let err = read_rules_dir(dir).expect_err("dangling rules file");
+    let err = read_rules_dir(dir, SizeCaps::default()).expect_err("dangling rules file");
     assert_eq!(err.path(), dir.join("gone.yaml"));
 }
 
@@ -147,7 +219,7 @@ fn nesting_is_capped() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let deep: PathBuf = (0..=MAX_DEPTH + 1).map(|i| format!("d{i}")).collect();
     write(&tmp.path().join(&deep).join("a.yaml"), "domain: a\n");
-    let err = read_rules_dir(tmp.path()).expect_err("too deep");
+    let err = read_rules_dir(tmp.path(), SizeCaps::default()).expect_err("too deep");
     assert!(matches!(err, RulesDirError::TooDeep { .. }), "{err:?}");
 }
 
@@ -155,7 +227,7 @@ fn nesting_is_capped() {
 fn load_reports_parse_errors_with_the_joined_path() {
     let tmp = tempfile::tempdir().expect("tempdir");
     write(&tmp.path().join("x/a.yaml"), "domain: a\nfoo: 1\n");
-    let Err(errors) = load_rules_dir(tmp.path()) else {
+    let Err(errors) = load_rules_dir(tmp.path(), SizeCaps::default()) else {
         panic!("bad file loaded")
     };
     let path = tmp.path().join("x/a.yaml");
@@ -174,7 +246,7 @@ fn load_reports_parse_errors_with_the_joined_path() {
 fn bad_fixtures_match_expected_txt() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bad");
     let expected = fs::read_to_string(dir.join("EXPECTED.txt")).expect("EXPECTED.txt");
-    let Err(ConfigErrors(errors)) = load_rules_dir(&dir) else {
+    let Err(ConfigErrors(errors)) = load_rules_dir(&dir, SizeCaps::default()) else {
         panic!("bad fixtures loaded")
     };
     let actual: Vec<String> = errors
@@ -197,7 +269,9 @@ fn bad_fixtures_match_expected_txt() {
             "got {got:?}\nwant {line:?}"
         );
     }
-    let fixtures = read_rules_dir(&dir).expect("read").len();
+    let fixtures = read_rules_dir(&dir, SizeCaps::default())
+        .expect("read")
+        .len();
     assert_eq!(
         fixtures,
         lines.len() + 1,

@@ -10,7 +10,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use p256::ecdsa::SigningKey;
 use p256::pkcs8::DecodePrivateKey;
-use ratelimit_server::rules_dir::load_rules_dir;
+use ratelimit_server::rules_dir::{SizeCaps, load_rules_dir};
 
 use crate::harness::{envoy_or_skip, repo_root};
 
@@ -55,7 +55,8 @@ fn domain_of(name: &str, text: &str) -> String {
 
 #[test]
 fn each_envoy_config_has_a_rules_file_for_its_domain() {
-    let rules = load_rules_dir(&repo_root().join("examples/envoy")).expect("example rules load");
+    let rules = load_rules_dir(&repo_root().join("examples/envoy"), SizeCaps::default())
+        .expect("example rules load");
     let by_domain: BTreeMap<String, PathBuf> =
         rules.into_iter().map(|c| (c.domain, c.source)).collect();
     for (name, _, text) in configs() {

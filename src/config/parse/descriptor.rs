@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use super::Ctx;
 use super::fields::{self, IntError, Level};
 use super::rate_limit;
-use crate::config::model::DescriptorConfig;
+use crate::config::model::{DescriptorConfig, MAX_DESCRIPTOR_DEPTH};
 use crate::config::yaml::{Node, NodeKind, ScalarKind};
 
-/// A `descriptors` list (null or absent means empty).
-pub(super) fn list(ctx: &mut Ctx, node: &Node) -> Vec<DescriptorConfig> {
+/// A `descriptors` list (null or absent means empty) whose entries are at `depth` (1 for the
+/// file's top-level list).
+pub(super) fn list(ctx: &mut Ctx, node: &Node, depth: usize) -> Vec<DescriptorConfig> {
     let items = match &node.kind {
         NodeKind::Seq(items) => items,
         NodeKind::Scalar(_, ScalarKind::Null) => return Vec::new(),
@@ -22,6 +23,17 @@ pub(super) fn list(ctx: &mut Ctx, node: &Node) -> Vec<DescriptorConfig> {
             return Vec::new();
         }
     };
+    if depth > MAX_DESCRIPTOR_DEPTH && !items.is_empty() {
+        ctx.error(
+            &node.location,
+            format!(
+                "descriptors nested deeper than {MAX_DESCRIPTOR_DEPTH} levels (a rule matches a \
+                 request descriptor of exactly its depth, and those have at most \
+                 {MAX_DESCRIPTOR_DEPTH} entries)"
+            ),
+        );
+        return Vec::new();
+    }
     let mut out = Vec::new();
     // (key, value) -> line of its first definition at this level.
     let mut seen: HashMap<(String, Option<String>), usize> = HashMap::new();
@@ -29,7 +41,7 @@ pub(super) fn list(ctx: &mut Ctx, node: &Node) -> Vec<DescriptorConfig> {
         let Some(entries) = fields::mapping(ctx, "each entry of 'descriptors'", item) else {
             continue;
         };
-        let Some(d) = descriptor(ctx, item, entries) else {
+        let Some(d) = descriptor(ctx, item, entries, depth) else {
             continue;
         };
         let id = (d.key.clone(), d.value.clone());
@@ -56,7 +68,12 @@ pub(super) fn list(ctx: &mut Ctx, node: &Node) -> Vec<DescriptorConfig> {
 
 /// One descriptor entry; `None` when its key or value is unusable (errors are recorded, and the
 /// rest of the entry is still checked).
-fn descriptor(ctx: &mut Ctx, node: &Node, entries: &[(Node, Node)]) -> Option<DescriptorConfig> {
+fn descriptor(
+    ctx: &mut Ctx,
+    node: &Node,
+    entries: &[(Node, Node)],
+    depth: usize,
+) -> Option<DescriptorConfig> {
     let mut key = None;
     let mut seen_key = false;
     let mut value = None;
@@ -100,7 +117,7 @@ fn descriptor(ctx: &mut Ctx, node: &Node, entries: &[(Node, Node)]) -> Option<De
             "value_to_metric" => {
                 fields::boolean(ctx, "value_to_metric", v);
             }
-            "descriptors" => descriptors = list(ctx, v),
+            "descriptors" => descriptors = list(ctx, v, depth + 1),
             other => fields::unexpected_field(ctx, Level::Descriptor, other, k),
         }
     }

@@ -117,7 +117,7 @@ fn top_level(
                 domain = fields::non_empty_string(ctx, "domain", value)
                     .map(|d| (d, value.location.clone()));
             }
-            "descriptors" => descriptors = descriptor::list(ctx, value),
+            "descriptors" => descriptors = descriptor::list(ctx, value, 1),
             other => fields::unexpected_field(ctx, Level::Top, other, key),
         }
     }

@@ -45,8 +45,47 @@ fn yaml_alias() {
 
 #[test]
 fn nesting_too_deep() {
-    let text = format!("domain: a\nx: {}{}\n", "[".repeat(40), "]".repeat(40));
-    assert_error(&text, "2:35", &["deeper than 32 levels"]);
+    let text = format!("domain: a\nx: {}{}\n", "[".repeat(80), "]".repeat(80));
+    assert_error(&text, "2:75", &["deeper than 72 levels"]);
+}
+
+/// A rules file whose descriptors nest `depth` levels, the deepest with a limit.
+pub(crate) fn nested_descriptors(depth: usize) -> String {
+    let mut text = String::from("domain: a\ndescriptors:\n");
+    for level in 1..=depth {
+        let indent = " ".repeat(2 + 4 * (level - 1));
+        text += &format!("{indent}- key: k{level}\n");
+        if level < depth {
+            text += &format!("{indent}  descriptors:\n");
+        } else {
+            text += &format!(
+                "{indent}  rate_limits:\n{indent}    - {{unit: second, requests_per_unit: 5, \
+                 replaces: [{{name: x}}]}}\n"
+            );
+        }
+    }
+    text
+}
+
+#[test]
+fn descriptors_nest_32_levels_and_no_deeper() {
+    let configs = crate::config::parse_files(&[("r.yaml".into(), nested_descriptors(32))])
+        .expect("32 levels are accepted");
+    let mut level = &configs[0].descriptors;
+    for _ in 1..32 {
+        level = &level[0].descriptors;
+    }
+    assert_eq!(level[0].key, "k32");
+    assert!(level[0].rate_limit.is_some());
+    // Level 33's list starts on line 2 + 2 * 32 + 1, indented 2 + 4 * 32.
+    assert_error(
+        &nested_descriptors(33),
+        "67:131",
+        &[
+            "descriptors nested deeper than 32 levels",
+            "at most 32 entries",
+        ],
+    );
 }
 
 // ---- top level ----

@@ -1,0 +1,118 @@
+//! The real binary as a child process: `serve` on free loopback ports with its log captured, for
+//! tests that count log lines or need a second, independent process.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::NamedTempFile;
+
+/// A `ratelimit-server serve` child, killed when dropped.
+pub struct Served {
+    child: Child,
+    pub http: String,
+    log: NamedTempFile,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Served {
+    /// Starts `serve --config dir` with extra arguments; stderr (the log) goes to a temp file.
+    pub fn start(dir: &Path, args: &[&str]) -> Served {
+        Served::start_in(Path::new("."), dir, args)
+    }
+
+    /// Same, run in `cwd` (so a relative `dir` is relative to it).
+    pub fn start_in(cwd: &Path, dir: &Path, args: &[&str]) -> Served {
+        let log = NamedTempFile::new().unwrap();
+        let (grpc, http) = (free_port(), free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+            .current_dir(cwd)
+            .args(["serve", "--config"])
+            .arg(dir)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .args(args)
+            .env("LOG_LEVEL", "info")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap();
+        Served {
+            child,
+            http: format!("http://127.0.0.1:{http}"),
+            log,
+        }
+    }
+
+    pub async fn wait_ready(&mut self) {
+        let started = Instant::now();
+        loop {
+            let ready = reqwest::get(format!("{}/readyz", self.http)).await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                panic!("server exited ({exit}):\n{}", self.log());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "server not ready:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A counter or gauge from `/metrics` (0 when absent).
+    pub async fn metric(&self, name: &str) -> u64 {
+        let text = reqwest::get(format!("{}/metrics", self.http))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    }
+
+    /// Waits (at most 5 s) until `name` reaches `value`.
+    pub async fn wait_for_metric(&self, name: &str, value: u64) {
+        let started = Instant::now();
+        while self.metric(name).await < value {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{name} did not reach {value}:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap()
+    }
+
+    /// How many log lines contain `text`.
+    pub fn log_lines(&self, text: &str) -> usize {
+        self.log().lines().filter(|l| l.contains(text)).count()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
