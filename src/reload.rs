@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule};
 use crate::rules_dir::load_rules_dir;
 use crate::status::{LoadReport, ServerStatus};
-use crate::store::MemoryStore;
+use crate::store::AnyStore;
 
 /// Quiet time after the last file event before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -28,7 +28,7 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Loads the rules directory into the engine.
 pub struct Reloader {
     dir: PathBuf,
-    engine: Arc<Engine<MemoryStore>>,
+    engine: Arc<Engine<AnyStore>>,
     metrics: Arc<Metrics>,
     status: Arc<ServerStatus>,
     clock: Arc<dyn Clock>,
@@ -72,7 +72,7 @@ fn rule_changes(old: &Policy, new: &Policy) -> (Vec<String>, usize) {
 impl Reloader {
     pub fn new(
         dir: PathBuf,
-        engine: Arc<Engine<MemoryStore>>,
+        engine: Arc<Engine<AnyStore>>,
         metrics: Arc<Metrics>,
         status: Arc<ServerStatus>,
         clock: Arc<dyn Clock>,

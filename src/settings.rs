@@ -12,6 +12,10 @@ use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
 use crate::limiter::LimitDefaults;
 use crate::net::TransportArgs;
 
+mod store_args;
+
+pub use store_args::{Backend, RedisType, SettingError, SocketType, StoreArgs};
+
 /// What a limit that does not say gets; shared by `serve` and `explain`.
 #[derive(Debug, Clone, Args)]
 pub struct DefaultsArgs {
@@ -126,6 +130,8 @@ pub struct ServeSettings {
     pub defaults: DefaultsArgs,
     #[command(flatten)]
     pub transport: TransportArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 impl ServeSettings {
