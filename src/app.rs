@@ -138,7 +138,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         Backend::Redis => {
             let config = settings.store.redis_config()?;
             let store = AnyStore::redis(&config).await?;
-            tracing::info!(topology = ?config.topology, prefix = %config.prefix, "counters in Redis");
+            tracing::info!(redis = %config.describe(), prefix = %config.prefix, "counters in Redis");
             store
         }
     });

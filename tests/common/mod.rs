@@ -1,6 +1,7 @@
 //! Test harness: a real server on 127.0.0.1:0 with a manual clock, and a real tonic client.
 #![allow(dead_code)]
 
+pub mod contract;
 pub mod redis;
 
 use std::sync::Arc;

@@ -173,3 +173,87 @@ pub fn arg(path: &Path) -> String {
 pub fn scratch() -> PathBuf {
     tempfile::tempdir().expect("temp dir").keep()
 }
+
+/// The real `ratelimit-server` binary serving `rules` with extra environment, killed on drop.
+pub struct ServerProcess {
+    pub grpc: u16,
+    pub http: u16,
+    child: Child,
+}
+
+impl ServerProcess {
+    pub fn start(rules: &Path, env: &[(&str, String)]) -> ServerProcess {
+        let (grpc, http) = (free_port(), free_port());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+        cmd.args(["serve", "--config"])
+            .arg(rules)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .env("SHUTDOWN_DELAY", "0s")
+            .env("LOG_LEVEL", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("server starts");
+        ServerProcess { grpc, http, child }
+    }
+
+    /// A gRPC client, once the server accepts (panics if it exits or takes over 20 s).
+    pub async fn client(
+        &mut self,
+    ) -> envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<
+        tonic::transport::Channel,
+    >{
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("server exited: {status}");
+            }
+            if let Ok(c) =
+                RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc)).await
+            {
+                return c;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "server never listened"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for the process to exit (it is expected to fail at start-up); returns its output.
+    pub fn wait_exit(self) -> std::process::ExitStatus {
+        let mut me = self;
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = me.child.try_wait() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "server did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

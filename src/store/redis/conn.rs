@@ -82,6 +82,25 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
+    /// Where Redis is, for logs (addresses only: no credentials).
+    pub fn describe(&self) -> String {
+        let addrs = |infos: &[ConnectionInfo]| {
+            infos
+                .iter()
+                .map(|i| i.addr().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let tls = if self.tls.is_some() { " (TLS)" } else { "" };
+        match &self.topology {
+            Topology::Single(info) => format!("single {}{tls}", info.addr()),
+            Topology::Cluster(seeds) => format!("cluster seeded by {}{tls}", addrs(seeds)),
+            Topology::Sentinel { master, sentinels } => {
+                format!("master '{master}' via sentinels {}{tls}", addrs(sentinels))
+            }
+        }
+    }
+
     /// A single server at `url`, no auth or TLS (for tests and tools).
     pub fn single(url: &str) -> RedisResult<RedisConfig> {
         Ok(RedisConfig {
@@ -152,6 +171,13 @@ fn with_auth(info: ConnectionInfo, config: &RedisConfig) -> ConnectionInfo {
     info.set_redis_settings(redis)
 }
 
+/// `info` with TCP_NODELAY: a decision is a small request waiting for a small answer, and Nagle
+/// would hold it for the previous one's ACK.
+fn with_nodelay(info: ConnectionInfo) -> ConnectionInfo {
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    info.set_tcp_settings(tcp)
+}
+
 /// `info` over TLS when `config` asks for it.
 fn with_tls_addr(info: ConnectionInfo, config: &RedisConfig) -> ConnectionInfo {
     match (info.addr().clone(), &config.tls) {
@@ -167,7 +193,7 @@ fn with_tls_addr(info: ConnectionInfo, config: &RedisConfig) -> ConnectionInfo {
 
 /// A client for one server, with TLS certificates and hostname checking as configured.
 fn client(info: ConnectionInfo, config: &RedisConfig) -> RedisResult<Client> {
-    let info = with_tls_addr(with_auth(info, config), config);
+    let info = with_nodelay(with_tls_addr(with_auth(info, config), config));
     let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
     if !is_tls {
         return Client::open(info);
@@ -211,7 +237,7 @@ impl Conns {
             Topology::Cluster(seeds) => {
                 let seeds: Vec<ConnectionInfo> = seeds
                     .iter()
-                    .map(|s| with_tls_addr(s.clone(), config))
+                    .map(|s| with_nodelay(with_tls_addr(s.clone(), config)))
                     .collect();
                 let tls = seeds
                     .iter()
