@@ -67,6 +67,11 @@ struct Args {
     /// Redis for `--backend redis` (host:port); default: a redis-server started for the run.
     #[arg(long)]
     redis_url: Option<String>,
+    /// Server instances sharing the Redis for `--backend redis` (connections spread over them):
+    /// with 2, hot keys are written by two instances at once and compare-and-set conflicts show
+    /// as more than one MGET per decision.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
     /// After the load runs: hold this many counters in Redis and report its memory per counter.
     #[arg(long, default_value_t = 0)]
     redis_memory_keys: usize,
@@ -233,10 +238,12 @@ struct Outcome {
     answered: u64,
     /// Redis round trips per answered call (redis backend only).
     round_trips: Option<f64>,
+    /// Read-decide-write attempts (MGETs) per answered call: above 1, conflicts were retried.
+    attempts: Option<f64>,
 }
 
 async fn drive(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     traffic: Arc<Traffic>,
     shape: Shape,
     duration: Duration,
@@ -246,7 +253,9 @@ async fn drive(
         inflight,
     } = shape;
     let mut channels = Vec::new();
-    for _ in 0..connections.min(inflight).max(1) {
+    for c in 0..connections.min(inflight).max(1) {
+        // Connections are spread over the instances (several only for `--instances`).
+        let addr = addrs[c % addrs.len()];
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .expect("endpoint")
             .tcp_nodelay(true);
@@ -320,6 +329,7 @@ async fn drive(
         errors,
         answered,
         round_trips: None,
+        attempts: None,
     }
 }
 
@@ -385,18 +395,29 @@ async fn main() {
                         r.flush();
                     }
                     let before = redis.as_ref().map(redis_side::Redis::commands);
-                    let (_server, addr) = spawn_server(
-                        kind,
-                        dir.path(),
-                        args.server_bin.as_deref(),
-                        redis_url.as_deref(),
-                    );
-                    let mut outcome = drive(addr, traffic.clone(), shape, duration).await;
+                    let instances = if *kind == "redis" {
+                        args.instances.max(1)
+                    } else {
+                        1
+                    };
+                    let (_servers, addrs): (Vec<ServerProcess>, Vec<SocketAddr>) = (0..instances)
+                        .map(|_| {
+                            spawn_server(
+                                kind,
+                                dir.path(),
+                                args.server_bin.as_deref(),
+                                redis_url.as_deref(),
+                            )
+                        })
+                        .unzip();
+                    let mut outcome = drive(&addrs, traffic.clone(), shape, duration).await;
                     if *kind == "redis"
-                        && let (Some(r), Some(before)) = (&redis, before)
+                        && let (Some(r), Some((calls, reads))) = (&redis, before)
                     {
-                        let calls = r.commands() - before;
-                        outcome.round_trips = Some(calls as f64 / outcome.answered.max(1) as f64);
+                        let (calls_after, reads_after) = r.commands();
+                        let answered = outcome.answered.max(1) as f64;
+                        outcome.round_trips = Some((calls_after - calls) as f64 / answered);
+                        outcome.attempts = Some((reads_after - reads) as f64 / answered);
                     }
                     runs[slot].push(outcome);
                 }
@@ -440,22 +461,35 @@ async fn main() {
                 }
             }
             let find = |k: &str| results.iter().find(|(kind, _)| *kind == k).map(|(_, o)| o);
-            if let (Some(memory), Some(redis)) = (find("real"), find("redis")) {
+            if let Some(redis) = find("redis") {
+                let vs = |f: &dyn Fn(&Outcome) -> f64, fmt: fn(f64) -> String| {
+                    find("real").map_or("-".to_owned(), |memory| fmt(f(memory)))
+                };
                 redis_vs_memory.push(format!(
-                    "| {mix} | {shape} | {:.2} | {:.2} | {:.2} | {:.2} |",
-                    redis.throughput / memory.throughput,
-                    us(&redis.latency, 0.5) / us(&memory.latency, 0.5),
-                    us(&redis.latency, 0.5) - us(&memory.latency, 0.5),
+                    "| {mix} | {shape} | {} | {} | {} | {:.2} | {:.3} |",
+                    vs(&|m| redis.throughput / m.throughput, |v| format!("{v:.2}")),
+                    vs(
+                        &|m| us(&redis.latency, 0.5) / us(&m.latency, 0.5),
+                        |v| format!("{v:.2}")
+                    ),
+                    vs(
+                        &|m| us(&redis.latency, 0.5) - us(&m.latency, 0.5),
+                        |v| format!("{v:.0}")
+                    ),
                     redis.round_trips.unwrap_or(0.0),
+                    redis.attempts.unwrap_or(0.0),
                 ));
             }
         }
     }
     if !redis_vs_memory.is_empty() {
         println!(
-            "\n| keys | connections x in flight | redis/memory req/s | redis/memory p50 | p50 difference µs | Redis round trips per decision |"
+            "\nRedis store, {} instance(s) sharing it:\n\n| keys | connections x in flight | \
+             redis/memory req/s | redis/memory p50 | p50 difference µs | \
+             Redis round trips per decision | attempts (MGET) per decision |",
+            args.instances.max(1)
         );
-        println!("|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|");
         for line in &redis_vs_memory {
             println!("{line}");
         }

@@ -91,17 +91,20 @@ impl Redis {
     /// Round trips the Redis store made so far: its top-level commands, MGET and EVALSHA (EVAL
     /// when the script was not loaded yet). The GET and SET the script runs inside Redis are
     /// counted apart by Redis (`cmdstat_get`, `cmdstat_set`) and are not round trips.
-    pub fn commands(&self) -> u64 {
+    /// Returns (round trips, of which MGETs: one per read-decide-write attempt).
+    pub fn commands(&self) -> (u64, u64) {
         let info = self.info("commandstats").unwrap_or_default();
-        ["cmdstat_mget", "cmdstat_evalsha", "cmdstat_eval"]
-            .iter()
-            .map(|name| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(":calls="))
-                    .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
-                    .unwrap_or(0)
-            })
-            .sum()
+        let calls = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(":calls="))
+                .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let mget = calls("cmdstat_mget");
+        (
+            mget + calls("cmdstat_evalsha") + calls("cmdstat_eval"),
+            mget,
+        )
     }
 
     /// Sends `n` distinct counters (fixed window, one hour: they stay held) through the server at
