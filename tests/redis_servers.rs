@@ -156,3 +156,27 @@ async fn a_bad_redis_setting_stops_the_server_naming_it() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_unix_socket_with_redis_socket_type_unix() {
+    if !common::redis::available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("redis.sock").display().to_string();
+    let redis = RedisServer::spawn(
+        common::redis::free_port(),
+        &["--port", "0", "--unixsocket", &socket],
+        vec!["-s".into(), socket.clone()],
+    );
+    let rules = rules();
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_SOCKET_TYPE", "unix".into()),
+        ("REDIS_URL", socket.clone()),
+        ("CACHE_KEY_PREFIX", "sock:".into()),
+    ];
+    let mut server = ServerProcess::start(rules.path(), &env);
+    assert_eq!(fire(server.client().await, "tb", "u".into(), 3, 1).await, 3);
+    assert_eq!(redis.keys("sock:*"), ["sock:{shared}|tb=u|0.0.3600s"]);
+}
