@@ -1,5 +1,6 @@
 //! Sentinel: one master, one replica, one sentinel (redis-server --sentinel with a conf the test
-//! writes); the server finds the master through the sentinel and decides there.
+//! writes); the server finds the master through the sentinel and decides there, and follows a
+//! failover without a restart.
 
 mod common;
 
@@ -115,4 +116,105 @@ async fn the_server_finds_the_master_through_the_sentinel() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[tokio::test]
+async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting() {
+    let Some(master) = RedisServer::start() else {
+        return;
+    };
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]).unwrap();
+    let sentinel = sentinel(master.port);
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("s.yaml"),
+        "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: fixed_window}\n",
+    )
+    .unwrap();
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "sentinel".into()),
+        ("REDIS_URL", format!("mymaster,127.0.0.1:{}", sentinel.port)),
+        ("REDIS_TIMEOUT", "500ms".into()),
+    ];
+    let mut server = ServerProcess::start(rules.path(), &env);
+    let mut client = server.client().await;
+    let mut call = async || {
+        client
+            .should_rate_limit(request("s", &[&[("k", "v")]]))
+            .await
+            .map(|r| {
+                (
+                    code(r.get_ref().overall_code),
+                    r.get_ref().statuses[0].limit_remaining,
+                )
+            })
+    };
+    assert_eq!(call().await.unwrap(), (Code::Ok, 4));
+    assert_eq!(call().await.unwrap(), (Code::Ok, 3));
+    let started = Instant::now();
+    while replica
+        .cli(&["GET", "{s}|k=v|0.1.3600s"])
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never replicated"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cli(sentinel.port, &["SENTINEL", "FAILOVER", "mymaster"]).contains("OK"));
+    let started = Instant::now();
+    while !cli(
+        sentinel.port,
+        &["SENTINEL", "get-master-addr-by-name", "mymaster"],
+    )
+    .contains(&replica.port.to_string())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "failover never happened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Until Sentinel turns the old master into a replica it still takes writes (any Sentinel
+    // client can lose those); from then on the server must follow to the new master.
+    let started = Instant::now();
+    while !master.info("replication").contains("role:slave") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "old master never demoted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The next calls may fail while the server notices; then it decides on the new master, where
+    // the count went on.
+    let started = Instant::now();
+    let mut failed = 0;
+    let answer = loop {
+        match call().await {
+            Ok(answer) => break answer,
+            Err(_) => failed += 1,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never followed the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "followed the failover after {failed} failed call(s) in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(answer, (Code::Ok, 2));
+    assert_eq!(call().await.unwrap(), (Code::Ok, 1));
+    assert_eq!(
+        replica
+            .cli(&["GET", "{s}|k=v|0.1.3600s"])
+            .map(|v| v.trim().ends_with(":4")),
+        Ok(true)
+    );
 }

@@ -3,12 +3,14 @@
 //! MOVED/ASK and failovers handled by the client), or a master found through Sentinel.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::sentinel::{SentinelClientBuilder, SentinelServerType};
+use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{
     Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture,
     RedisResult, TlsCertificates, TlsMode, Value,
@@ -154,6 +156,61 @@ pub(super) enum Conns {
         next: AtomicUsize,
     },
     Cluster(ClusterConnection),
+    Sentinel(Box<SentinelConns>),
+}
+
+/// A master found through Sentinel, asked again when calls to it fail (a failover made it a
+/// replica, or it is gone): the pool then moves to the new master.
+pub(super) struct SentinelConns {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    pool: ArcSwap<Vec<ConnectionManager>>,
+    master: ArcSwap<String>,
+    next: AtomicUsize,
+    config: RedisConfig,
+    /// When the sentinels were last asked (at most every [`SENTINEL_REFRESH`]).
+    asked: std::sync::Mutex<Instant>,
+}
+
+/// Shortest time between two questions to the sentinels.
+const SENTINEL_REFRESH: Duration = Duration::from_millis(500);
+
+impl SentinelConns {
+    /// Asks the sentinels for the master again; moves the pool if it changed.
+    async fn refresh(&self) {
+        {
+            let mut asked = self
+                .asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if asked.elapsed() < SENTINEL_REFRESH {
+                return;
+            }
+            *asked = Instant::now();
+        }
+        let Ok(mut sentinel) = self.sentinel.try_lock() else {
+            return; // another call is asking
+        };
+        let client = match sentinel.async_get_client().await {
+            Ok(client) => client,
+            Err(e) => {
+                tracing::warn!(error = %e, "sentinels did not name a master");
+                return;
+            }
+        };
+        let addr = client.get_connection_info().addr().to_string();
+        if *self.master.load_full() == addr {
+            return;
+        }
+        match pool(client, &self.config).await {
+            Ok(Conns::Single { pool, .. }) => {
+                tracing::warn!(old = %self.master.load(), new = %addr, "Redis master moved (Sentinel)");
+                self.pool.store(std::sync::Arc::new(pool));
+                self.master.store(std::sync::Arc::new(addr));
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, master = %addr, "cannot reach the new master"),
+        }
+    }
 }
 
 /// `info` with the auth of `config` (unless the URL carried its own).
@@ -283,7 +340,22 @@ impl Conns {
                 }
                 let mut sentinel = builder.build()?;
                 let master_client = sentinel.async_get_client().await?;
-                pool(master_client, config).await
+                let master = master_client.get_connection_info().addr().to_string();
+                let Conns::Single { pool, .. } = pool(master_client, config).await? else {
+                    unreachable!("pool() builds a single-server pool")
+                };
+                Ok(Conns::Sentinel(Box::new(SentinelConns {
+                    sentinel: tokio::sync::Mutex::new(sentinel),
+                    pool: ArcSwap::from_pointee(pool),
+                    master: ArcSwap::from_pointee(master),
+                    next: AtomicUsize::new(0),
+                    config: config.clone(),
+                    asked: std::sync::Mutex::new(
+                        Instant::now()
+                            .checked_sub(SENTINEL_REFRESH)
+                            .unwrap_or_else(Instant::now),
+                    ),
+                })))
             }
         }
     }
@@ -296,6 +368,43 @@ impl Conns {
                 Conn::Single(pool[i].clone())
             }
             Conns::Cluster(c) => Conn::Cluster(c.clone()),
+            Conns::Sentinel(s) => {
+                let pool = s.pool.load();
+                let i = s.next.fetch_add(1, Ordering::Relaxed) % pool.len();
+                Conn::Single(pool[i].clone())
+            }
+        }
+    }
+
+    pub(super) fn is_sentinel(&self) -> bool {
+        matches!(self, Conns::Sentinel(_))
+    }
+
+    /// With Sentinel, asks the sentinels for the master every second until `alive` fails, so a
+    /// failover is followed even before a call fails.
+    pub(super) async fn watch(alive: impl Fn() -> Option<std::sync::Arc<Self>>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let Some(conns) = alive() else { return };
+            match &*conns {
+                Conns::Sentinel(s) => s.refresh().await,
+                _ => return,
+            }
+        }
+    }
+
+    /// A call failed (`error`; None for a timeout): with Sentinel, if the master may have moved
+    /// (read-only replica, connection refused or dropped, no answer), asks the sentinels again.
+    pub(super) async fn failed(&self, error: Option<&::redis::RedisError>) {
+        let Conns::Sentinel(s) = self else { return };
+        let moved = error.is_none_or(|e| {
+            e.code() == Some("READONLY")
+                || e.is_io_error()
+                || e.is_connection_refusal()
+                || e.is_connection_dropped()
+        });
+        if moved {
+            s.refresh().await;
         }
     }
 }

@@ -77,7 +77,7 @@ pub fn decode(value: &[u8]) -> Option<State> {
 }
 
 struct Inner {
-    conns: conn::Conns,
+    conns: Arc<conn::Conns>,
     keys: TextKeyBuilder,
     timeout: Duration,
     cas: Script,
@@ -141,6 +141,11 @@ impl RedisStore {
                 ))
             })?
             .map_err(unavailable)?;
+        let conns = Arc::new(conns);
+        if conns.is_sentinel() {
+            let weak = Arc::downgrade(&conns);
+            tokio::spawn(conn::Conns::watch(move || weak.upgrade()));
+        }
         let store = RedisStore {
             inner: Arc::new(Inner {
                 conns,
@@ -173,11 +178,18 @@ impl RedisStore {
         call: impl Future<Output = ::redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
         match tokio::time::timeout(self.inner.timeout, call).await {
-            Ok(result) => result.map_err(unavailable),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "Redis call timed out after {:?}",
-                self.inner.timeout
-            ))),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                self.inner.conns.failed(Some(&e)).await;
+                Err(unavailable(e))
+            }
+            Err(_) => {
+                self.inner.conns.failed(None).await;
+                Err(StoreError::Unavailable(format!(
+                    "Redis call timed out after {:?}",
+                    self.inner.timeout
+                )))
+            }
         }
     }
 
