@@ -1,5 +1,7 @@
 //! Cost of one whole decision through the engine (validate, match, key, store, response), with
-//! and without metrics, for 1 key and 100k keys. `cargo bench --bench engine`.
+//! and without metrics, for 1 key and 100k keys. `cargo bench --bench engine`. The `any_store`
+//! rows run the same memory store behind `AnyStore` (what the server runs on), so one run shows
+//! what the backend dispatch costs the memory path.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use ratelimit_server::config::parse_files;
 use ratelimit_server::engine::{Engine, EngineSettings};
 use ratelimit_server::metrics::Metrics;
 use ratelimit_server::policy::Policy;
-use ratelimit_server::store::MemoryStore;
+use ratelimit_server::store::{AnyStore, MemoryStore, Store};
 
 const RULES: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n";
 
@@ -32,11 +34,11 @@ fn requests(keys: usize) -> Vec<RateLimitRequest> {
         .collect()
 }
 
-fn engine(with_metrics: bool) -> Engine<MemoryStore> {
+fn engine<S: Store>(store: S, with_metrics: bool) -> Engine<S> {
     let configs = parse_files(&[("edge.yaml".into(), RULES.into())]).expect("valid rules");
     let engine = Engine::new(
         Policy::new(&configs),
-        Arc::new(MemoryStore::new(1_000_000)),
+        Arc::new(store),
         Arc::new(SystemClock),
         EngineSettings::default(),
     );
@@ -54,27 +56,46 @@ fn bench(c: &mut Criterion) {
     for keys in [1usize, 100_000] {
         let requests = requests(keys);
         for with_metrics in [false, true] {
-            let engine = engine(with_metrics);
-            let name = format!(
-                "engine/{}_keys/{}",
-                keys,
-                if with_metrics {
-                    "with_metrics"
-                } else {
-                    "no_metrics"
-                }
+            let metrics = if with_metrics {
+                "with_metrics"
+            } else {
+                "no_metrics"
+            };
+            let direct = engine(MemoryStore::new(1_000_000), with_metrics);
+            let any = engine(AnyStore::memory(1_000_000), with_metrics);
+            run(
+                c,
+                &rt,
+                &format!("engine/{keys}_keys/{metrics}"),
+                &direct,
+                &requests,
             );
-            let mut i = 0;
-            c.bench_function(&name, |b| {
-                b.to_async(&rt).iter(|| {
-                    i = (i + 1) % keys;
-                    let request = &requests[i];
-                    let engine = &engine;
-                    async move { engine.should_rate_limit(request).await }
-                })
-            });
+            run(
+                c,
+                &rt,
+                &format!("engine/{keys}_keys/{metrics}/any_store"),
+                &any,
+                &requests,
+            );
         }
     }
+}
+
+fn run<S: Store>(
+    c: &mut Criterion,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    engine: &Engine<S>,
+    requests: &[RateLimitRequest],
+) {
+    let mut i = 0;
+    c.bench_function(name, |b| {
+        b.to_async(rt).iter(|| {
+            i = (i + 1) % requests.len();
+            let request = &requests[i];
+            async move { engine.should_rate_limit(request).await }
+        })
+    });
 }
 
 criterion_group!(benches, bench);

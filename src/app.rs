@@ -21,9 +21,10 @@ use crate::net::{self, Acceptor, ConnectionCaps, TransportArgs};
 use crate::policy::Policy;
 use crate::reload::{self, Reloader};
 use crate::service::RateLimitGrpc;
+use crate::settings::Backend;
 use crate::settings::ServeSettings;
 use crate::status::{LoadReport, ServerStatus};
-use crate::store::MemoryStore;
+use crate::store::{AnyStore, Store};
 
 /// How often idle keys are dropped from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -34,6 +35,10 @@ pub enum StartError {
     Rules { dir: String, errors: ConfigErrors },
     #[error("cannot watch the rules directory: {0}")]
     Watch(#[from] notify::Error),
+    #[error("invalid setting {0}")]
+    Setting(#[from] crate::settings::SettingError),
+    #[error("cannot use the store: {0}")]
+    Store(#[from] crate::store::StoreError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -45,7 +50,7 @@ pub enum StartError {
 pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
-    pub engine: Arc<Engine<MemoryStore>>,
+    pub engine: Arc<Engine<AnyStore>>,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
     health: HealthReporter,
@@ -128,7 +133,15 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
-    let store = Arc::new(MemoryStore::new(settings.max_keys));
+    let store = Arc::new(match settings.store.backend {
+        Backend::Memory => AnyStore::memory(settings.max_keys),
+        Backend::Redis => {
+            let config = settings.store.redis_config()?;
+            let store = AnyStore::redis(&config).await?;
+            tracing::info!(redis = %config.describe(), prefix = %config.prefix, "counters in Redis");
+            store
+        }
+    });
     let engine = Arc::new(
         Engine::new(
             Policy::default(),
@@ -209,7 +222,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
 }
 
 /// Drops idle keys from memory every [`SWEEP_INTERVAL`] until `stop` turns true.
-async fn sweep(store: Arc<MemoryStore>, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
+async fn sweep(store: Arc<AnyStore>, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(SWEEP_INTERVAL);
     loop {
         tokio::select! {

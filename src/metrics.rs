@@ -81,7 +81,7 @@ impl Metrics {
         .expect("valid metric definition");
         r.register(Box::new(response_time.clone()))
             .expect("metric registered once");
-        let store_keys = IntGauge::new("ratelimit_store_keys", "Keys held by the memory store")
+        let store_keys = IntGauge::new("ratelimit_store_keys", "Keys held by the memory store (memory backend only: 0 with BACKEND_TYPE=redis, whose keys expire in Redis)")
             .expect("valid metric definition");
         r.register(Box::new(store_keys.clone()))
             .expect("metric registered once");

@@ -34,6 +34,10 @@ impl RulesFilesArgs {
     }
 }
 
+mod store_args;
+
+pub use store_args::{Backend, RedisType, SettingError, SocketType, StoreArgs};
+
 /// What a limit that does not say gets; shared by `serve` and `explain`.
 #[derive(Debug, Clone, Args)]
 pub struct DefaultsArgs {
@@ -150,6 +154,8 @@ pub struct ServeSettings {
     pub defaults: DefaultsArgs,
     #[command(flatten)]
     pub transport: TransportArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 impl ServeSettings {

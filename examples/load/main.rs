@@ -7,9 +7,15 @@
 //! re-executed with `--serve`).
 //!
 //! `cargo run --release --example load -- --duration 5` (see `--help`).
+//!
+//! `--backend memory,redis` measures the server on its memory store and on a Redis store in the
+//! same run (a `redis-server` it starts itself, or `--redis-url`), and reports Redis round trips
+//! per decision (`INFO commandstats`); `--redis-memory-keys 100000` also reports Redis memory per
+//! held counter (`INFO memory`).
 
 mod codec;
 mod noop;
+mod redis_side;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -27,7 +33,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
 use tonic::transport::{Channel, Endpoint};
 
-const RULES: &str = "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n";
+const RULES: &str = "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n  - key: held\n    rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: fixed_window}\n";
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 #[derive(Debug, Parser)]
@@ -55,6 +61,20 @@ struct Args {
     /// the server code linked into this program.
     #[arg(long)]
     server_bin: Option<std::path::PathBuf>,
+    /// Stores to measure the server on, each beside the no-op server: memory, redis.
+    #[arg(long, value_delimiter = ',', default_value = "memory")]
+    backend: Vec<String>,
+    /// Redis for `--backend redis` (host:port); default: a redis-server started for the run.
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// Server instances sharing the Redis for `--backend redis` (connections spread over them):
+    /// with 2, hot keys are written by two instances at once and compare-and-set conflicts show
+    /// as more than one MGET per decision.
+    #[arg(long, default_value_t = 1)]
+    instances: usize,
+    /// After the load runs: hold this many counters in Redis and report its memory per counter.
+    #[arg(long, default_value_t = 0)]
+    redis_memory_keys: usize,
     /// Internal: serve `real` or `noop` on this address and wait.
     #[arg(long, hide = true)]
     serve: Option<String>,
@@ -113,10 +133,11 @@ fn spawn_server(
     kind: &str,
     config: &std::path::Path,
     server_bin: Option<&std::path::Path>,
+    redis_url: Option<&str>,
 ) -> (ServerProcess, SocketAddr) {
     let addr = free_addr();
     let mut command = match server_bin {
-        Some(bin) if kind == "real" => {
+        Some(bin) if kind != "noop" => {
             let mut c = Command::new(bin);
             c.args(["serve", "--grpc-addr", &addr.to_string()])
                 .args(["--http-addr", &free_addr().to_string(), "--config"])
@@ -132,6 +153,15 @@ fn spawn_server(
             c
         }
     };
+    if kind == "redis" {
+        command
+            .env("BACKEND_TYPE", "redis")
+            .env(
+                "REDIS_URL",
+                redis_url.expect("a Redis for the redis backend"),
+            )
+            .env("CACHE_KEY_PREFIX", "load:");
+    }
     let child = command.stdout(Stdio::null()).spawn().expect("spawn server");
     (ServerProcess(child), addr)
 }
@@ -145,6 +175,7 @@ async fn serve(kind: &str, addr: SocketAddr, config: std::path::PathBuf) {
             .await
             .expect("noop server");
     } else {
+        // BACKEND_TYPE, REDIS_URL… come from the environment (set by `spawn_server`).
         let mut settings = ServeSettings::for_tests(config);
         settings.grpc_addr = addr;
         let _server = app::start(&settings, Arc::new(SystemClock))
@@ -203,10 +234,16 @@ struct Outcome {
     throughput: f64,
     latency: Histogram<u64>,
     errors: u64,
+    /// Every answered call, warm-up included (for per-decision counts on the server side).
+    answered: u64,
+    /// Redis round trips per answered call (redis backend only).
+    round_trips: Option<f64>,
+    /// Read-decide-write attempts (MGETs) per answered call: above 1, conflicts were retried.
+    attempts: Option<f64>,
 }
 
 async fn drive(
-    addr: SocketAddr,
+    addrs: &[SocketAddr],
     traffic: Arc<Traffic>,
     shape: Shape,
     duration: Duration,
@@ -216,7 +253,9 @@ async fn drive(
         inflight,
     } = shape;
     let mut channels = Vec::new();
-    for _ in 0..connections.min(inflight).max(1) {
+    for c in 0..connections.min(inflight).max(1) {
+        // Connections are spread over the instances (several only for `--instances`).
+        let addr = addrs[c % addrs.len()];
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .expect("endpoint")
             .tcp_nodelay(true);
@@ -244,7 +283,7 @@ async fn drive(
                 let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64);
                 let mut hist =
                     Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
-                let (mut count, mut errors) = (0u64, 0u64);
+                let (mut count, mut errors, mut answered) = (0u64, 0u64, 0u64);
                 let path = tonic::codegen::http::uri::PathAndQuery::from_static(PATH);
                 loop {
                     let body = traffic.pick(&mut rng);
@@ -257,6 +296,7 @@ async fn drive(
                         .unary(tonic::Request::new(body), path.clone(), codec::RawCodec)
                         .await;
                     let now = Instant::now();
+                    answered += u64::from(result.is_ok());
                     if now >= end {
                         break;
                     }
@@ -270,22 +310,26 @@ async fn drive(
                         }
                     }
                 }
-                (count, errors, hist)
+                (count, errors, answered, hist)
             })
         })
         .collect();
     let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
-    let (mut count, mut errors) = (0, 0);
+    let (mut count, mut errors, mut answered) = (0, 0, 0);
     for t in tasks {
-        let (c, e, h) = t.await.expect("worker");
+        let (c, e, a, h) = t.await.expect("worker");
         count += c;
         errors += e;
+        answered += a;
         latency.add(h).expect("same bounds");
     }
     Outcome {
         throughput: count as f64 / duration.as_secs_f64(),
         latency,
         errors,
+        answered,
+        round_trips: None,
+        attempts: None,
     }
 }
 
@@ -324,37 +368,85 @@ async fn main() {
         "| keys | connections x in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio | p999 ratio |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut kinds = vec!["noop"];
+    for backend in &args.backend {
+        match backend.as_str() {
+            "memory" => kinds.push("real"),
+            "redis" => kinds.push("redis"),
+            other => panic!("unknown backend {other} (memory or redis)"),
+        }
+    }
+    let redis = kinds
+        .contains(&"redis")
+        .then(|| redis_side::Redis::start_or_use(args.redis_url.as_deref()));
+    let redis_url = redis.as_ref().map(|r| r.addr.clone());
     let mut failed = Vec::new();
     let mut worst: Option<(String, f64, f64)> = None;
     let mut worst_tail: Option<(String, f64)> = None;
+    let mut redis_vs_memory = Vec::new();
     for mix in &args.keys {
         let traffic = Arc::new(Traffic::new(mix));
         for &shape in &args.shapes {
-            let mut runs: [Vec<Outcome>; 2] = [Vec::new(), Vec::new()];
+            let mut runs: Vec<Vec<Outcome>> = kinds.iter().map(|_| Vec::new()).collect();
             for _ in 0..args.rounds.max(1) {
-                for (slot, kind) in ["noop", "real"].into_iter().enumerate() {
+                for (slot, kind) in kinds.iter().enumerate() {
                     // A fresh server per run, so every run starts from an empty store.
-                    let (_server, addr) =
-                        spawn_server(kind, dir.path(), args.server_bin.as_deref());
-                    let outcome = drive(addr, traffic.clone(), shape, duration).await;
+                    if let Some(r) = &redis {
+                        r.flush();
+                    }
+                    let before = redis.as_ref().map(redis_side::Redis::commands);
+                    let instances = if *kind == "redis" {
+                        args.instances.max(1)
+                    } else {
+                        1
+                    };
+                    let (_servers, addrs): (Vec<ServerProcess>, Vec<SocketAddr>) = (0..instances)
+                        .map(|_| {
+                            spawn_server(
+                                kind,
+                                dir.path(),
+                                args.server_bin.as_deref(),
+                                redis_url.as_deref(),
+                            )
+                        })
+                        .unzip();
+                    let mut outcome = drive(&addrs, traffic.clone(), shape, duration).await;
+                    if *kind == "redis"
+                        && let (Some(r), Some((calls, reads))) = (&redis, before)
+                    {
+                        let (calls_after, reads_after) = r.commands();
+                        let answered = outcome.answered.max(1) as f64;
+                        outcome.round_trips = Some((calls_after - calls) as f64 / answered);
+                        outcome.attempts = Some((reads_after - reads) as f64 / answered);
+                    }
                     runs[slot].push(outcome);
                 }
             }
-            let [noop_runs, real_runs] = runs;
-            let results = [("noop", median(noop_runs)), ("real", median(real_runs))];
-            let (real, base) = (&results[1].1, &results[0].1);
-            let ratio = real.throughput / base.throughput;
-            if worst.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
-                let p50 = us(&real.latency, 0.5) / us(&base.latency, 0.5);
-                worst = Some((format!("{mix} keys, {shape}"), ratio, p50));
-            }
-            let tail = us(&real.latency, 0.999) / us(&base.latency, 0.999);
-            if worst_tail.as_ref().is_none_or(|(_, t)| tail > *t) {
-                worst_tail = Some((format!("{mix} keys, {shape}"), tail));
+            let results: Vec<(&str, Outcome)> = kinds
+                .iter()
+                .copied()
+                .zip(runs.into_iter().map(median))
+                .collect();
+            let base = &results[0].1;
+            for (kind, real) in results.iter().skip(1) {
+                let ratio = real.throughput / base.throughput;
+                let scenario = format!("{mix} keys, {shape}, {kind}");
+                if worst.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
+                    let p50 = us(&real.latency, 0.5) / us(&base.latency, 0.5);
+                    worst = Some((scenario.clone(), ratio, p50));
+                }
+                let tail = us(&real.latency, 0.999) / us(&base.latency, 0.999);
+                if worst_tail.as_ref().is_none_or(|(_, t)| tail > *t) {
+                    worst_tail = Some((scenario, tail));
+                }
             }
             for (kind, r) in &results {
+                let name = match *kind {
+                    "real" => "memory",
+                    other => other,
+                };
                 println!(
-                    "| {mix} | {shape} | {kind} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} |",
+                    "| {mix} | {shape} | {name} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} |",
                     r.throughput,
                     us(&r.latency, 0.5),
                     us(&r.latency, 0.99),
@@ -365,10 +457,53 @@ async fn main() {
                     us(&r.latency, 0.999) / us(&base.latency, 0.999),
                 );
                 if r.errors > 0 || r.throughput == 0.0 {
-                    failed.push(format!("{mix} keys, {shape}, {kind} server"));
+                    failed.push(format!("{mix} keys, {shape}, {name} server"));
                 }
             }
+            let find = |k: &str| results.iter().find(|(kind, _)| *kind == k).map(|(_, o)| o);
+            if let Some(redis) = find("redis") {
+                let vs = |f: &dyn Fn(&Outcome) -> f64, fmt: fn(f64) -> String| {
+                    find("real").map_or("-".to_owned(), |memory| fmt(f(memory)))
+                };
+                redis_vs_memory.push(format!(
+                    "| {mix} | {shape} | {} | {} | {} | {:.2} | {:.3} |",
+                    vs(&|m| redis.throughput / m.throughput, |v| format!("{v:.2}")),
+                    vs(
+                        &|m| us(&redis.latency, 0.5) / us(&m.latency, 0.5),
+                        |v| format!("{v:.2}")
+                    ),
+                    vs(
+                        &|m| us(&redis.latency, 0.5) - us(&m.latency, 0.5),
+                        |v| format!("{v:.0}")
+                    ),
+                    redis.round_trips.unwrap_or(0.0),
+                    redis.attempts.unwrap_or(0.0),
+                ));
+            }
         }
+    }
+    if !redis_vs_memory.is_empty() {
+        println!(
+            "\nRedis store, {} instance(s) sharing it:\n\n| keys | connections x in flight | \
+             redis/memory req/s | redis/memory p50 | p50 difference µs | \
+             Redis round trips per decision | attempts (MGET) per decision |",
+            args.instances.max(1)
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for line in &redis_vs_memory {
+            println!("{line}");
+        }
+    }
+    if let (Some(r), true) = (&redis, args.redis_memory_keys > 0) {
+        r.flush();
+        let (_server, addr) = spawn_server(
+            "redis",
+            dir.path(),
+            args.server_bin.as_deref(),
+            redis_url.as_deref(),
+        );
+        let report = r.memory_per_counter(addr, args.redis_memory_keys).await;
+        println!("\n{report}");
     }
     if let Some((scenario, ratio, p50)) = worst {
         println!(

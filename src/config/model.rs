@@ -67,20 +67,22 @@ impl fmt::Display for Unit {
     }
 }
 
-/// The algorithm that decides a limit. (The discriminants are part of store keys: append only.)
+/// The algorithm that decides a limit. The discriminants are written into store keys (memory and
+/// Redis), so they are explicit and stable: never renumber, only append (a test pins them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
 pub enum Algorithm {
     /// GCRA token bucket: `requests_per_unit` per window refill, capacity `burst`.
     #[default]
-    TokenBucket,
+    TokenBucket = 0,
     /// The reference's epoch-aligned fixed window counter.
-    FixedWindow,
+    FixedWindow = 1,
     /// Two-window weighted counter: the previous window's count, weighted by how much of it is
     /// still inside the sliding window, plus the current count.
-    SlidingWindow,
+    SlidingWindow = 2,
     /// A queue of `burst` requests drained at the rate: admitted requests are answered when their
     /// turn comes (delayed, at most `max_delay`), so they leave evenly spaced.
-    LeakyBucket,
+    LeakyBucket = 3,
 }
 
 impl Algorithm {
@@ -93,6 +95,11 @@ impl Algorithm {
 
     pub fn parse(name: &str) -> Option<Algorithm> {
         Algorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The stable number of the algorithm in store keys.
+    pub fn code(self) -> u8 {
+        self as u8
     }
 
     pub fn name(self) -> &'static str {

@@ -20,9 +20,10 @@ pub use response::HeaderNames;
 
 use crate::clock::Clock;
 use crate::limiter::LimitDefaults;
+use crate::limiter::{LimitParams, State};
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::policy::Policy;
-use crate::store::{Charge, KeyBuilder, Store, StoreError, Verdicts};
+use crate::store::{Charge, Store, StoreError, Verdicts};
 
 /// Server-wide behaviour, from settings.
 #[derive(Debug, Clone)]
@@ -70,7 +71,6 @@ struct Live {
 pub struct Engine<S> {
     live: ArcSwap<Live>,
     store: Arc<S>,
-    keys: KeyBuilder,
     clock: Arc<dyn Clock>,
     settings: EngineSettings,
     metrics: Option<Arc<Metrics>>,
@@ -89,7 +89,6 @@ impl<S: Store> Engine<S> {
                 counters: Arc::default(),
             }),
             store,
-            keys: KeyBuilder::random(),
             clock,
             settings,
             metrics: None,
@@ -134,8 +133,16 @@ impl<S: Store> Engine<S> {
         &self.settings
     }
 
-    pub fn key_builder(&self) -> &KeyBuilder {
-        &self.keys
+    /// The stored state of limit number `slot` of a descriptor, charging nothing (for `explain`).
+    pub async fn look<'e>(
+        &self,
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        slot: usize,
+        params: &LimitParams,
+    ) -> Result<Option<State>, StoreError> {
+        let key = self.store.key(domain, entries, slot, params);
+        self.store.peek(&key).await
     }
 
     /// The engine's clock reading (for `explain`).
@@ -162,7 +169,7 @@ impl<S: Store> Engine<S> {
             for limit in plan.limits() {
                 charges.push(Charge {
                     key: self
-                        .keys
+                        .store
                         .key(&request.domain, entries(), limit.slot, &limit.params),
                     params: limit.params,
                     hits: plan.hits,

@@ -9,14 +9,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
 use super::*;
 use crate::clock::{ManualClock, NANOS_PER_SECOND};
-use crate::store::MemoryStore;
+use crate::store::AnyStore;
 
-fn engine(yaml: &str) -> Engine<MemoryStore> {
+fn engine(yaml: &str) -> Engine<AnyStore> {
     let configs =
         crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
     Engine::new(
         Policy::new(&configs),
-        Arc::new(MemoryStore::new(1000)),
+        Arc::new(AnyStore::memory(1000)),
         Arc::new(ManualClock::new(1_767_225_600 * NANOS_PER_SECOND)),
         EngineSettings::default(),
     )
@@ -124,7 +124,7 @@ async fn global_shadow_mode_never_holds_an_answer() {
         crate::config::parse_files(&[("t.yaml".into(), LEAKY.to_owned())]).expect("valid rules");
     let e = Engine::new(
         Policy::new(&configs),
-        Arc::new(MemoryStore::new(1000)),
+        Arc::new(AnyStore::memory(1000)),
         Arc::new(ManualClock::new(1_767_225_600 * NANOS_PER_SECOND)),
         EngineSettings {
             shadow_mode: true,

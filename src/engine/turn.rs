@@ -13,7 +13,7 @@ use crate::store::{Charge, Store, Verdict};
 struct RefundOnDrop<'a, S: Store> {
     store: &'a S,
     clock: &'a dyn Clock,
-    charges: Vec<Charge>,
+    charges: Vec<Charge<S::Key>>,
 }
 
 impl<S: Store> Drop for RefundOnDrop<'_, S> {
@@ -28,7 +28,7 @@ impl<S: Store> Drop for RefundOnDrop<'_, S> {
 pub(super) async fn wait<S: Store>(
     store: &S,
     clock: &dyn Clock,
-    charges: &[Charge],
+    charges: &[Charge<S::Key>],
     verdicts: &[Verdict],
 ) {
     let delay = charges
@@ -48,7 +48,7 @@ pub(super) async fn wait<S: Store>(
             .iter()
             .zip(verdicts)
             .filter(|(c, v)| v.charged && c.params.algorithm == Algorithm::LeakyBucket)
-            .map(|(c, _)| *c)
+            .map(|(c, _)| c.clone())
             .collect(),
     };
     tokio::time::sleep(Duration::from_nanos(delay)).await;

@@ -30,7 +30,12 @@ pub(super) async fn explain(State(admin): AdminState, Query(q): Query<ExplainQue
     let policy = engine.policy();
     let defaults = engine.settings().defaults;
     let now = engine.now();
-    let mut out = json!({"domain": q.domain, "descriptor": q.descriptor, "now_unix_ns": now});
+    let mut out = json!({
+        "domain": q.domain,
+        "descriptor": q.descriptor,
+        "now_unix_ns": now,
+        "store": engine.store().backend(),
+    });
     let Some(rules) = policy.domain(&q.domain) else {
         out["outcome"] = json!("unknown_domain");
         return Json(out).into_response();
@@ -54,37 +59,37 @@ pub(super) async fn explain(State(admin): AdminState, Query(q): Query<ExplainQue
         return Json(out).into_response();
     };
     out["outcome"] = json!("rule");
-    let limits: Vec<Value> = limits
-        .iter()
-        .enumerate()
-        .map(|(slot, rl)| {
-            let params = rl.params(&defaults);
-            let key = engine.key_builder().key(&q.domain, pairs(), slot, &params);
-            let state = engine.store().peek(key);
-            let outlook = limiter::evaluate(&params, state, now, 0).without_charge;
-            let l = &rl.limit;
-            let mut v = json!({
-                "name": l.name,
-                "algorithm": params.algorithm.name(),
-                "algorithm_is_default": l.algorithm.is_none(),
-                "requests_per_unit": l.requests_per_unit,
-                "unit": l.unit.name(),
-                "unit_multiplier": l.unit_multiplier,
-                "window": human(params.period),
-                "burst": params.burst,
-                "effective": params.describe(),
-                "remaining": outlook.remaining,
-                "reset_after": human(outlook.reset_after),
-                "reset_after_ns": outlook.reset_after,
-                "state": state.map(|s| json!({"a": s.a, "b": s.b})),
-                "state_meaning": params.describe_state(state.as_ref(), now),
-            });
-            if params.algorithm == Algorithm::LeakyBucket {
-                v["max_delay"] = json!(human(params.max_delay));
-            }
-            v
-        })
-        .collect();
+    let mut out_limits: Vec<Value> = Vec::with_capacity(limits.len());
+    for (slot, rl) in limits.iter().enumerate() {
+        let params = rl.params(&defaults);
+        let state = match engine.look(&q.domain, pairs(), slot, &params).await {
+            Ok(state) => state,
+            Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+        };
+        let outlook = limiter::evaluate(&params, state, now, 0).without_charge;
+        let l = &rl.limit;
+        let mut v = json!({
+            "name": l.name,
+            "algorithm": params.algorithm.name(),
+            "algorithm_is_default": l.algorithm.is_none(),
+            "requests_per_unit": l.requests_per_unit,
+            "unit": l.unit.name(),
+            "unit_multiplier": l.unit_multiplier,
+            "window": human(params.period),
+            "burst": params.burst,
+            "effective": params.describe(),
+            "remaining": outlook.remaining,
+            "reset_after": human(outlook.reset_after),
+            "reset_after_ns": outlook.reset_after,
+            "state": state.map(|s| json!({"a": s.a, "b": s.b})),
+            "state_meaning": params.describe_state(state.as_ref(), now),
+        });
+        if params.algorithm == Algorithm::LeakyBucket {
+            v["max_delay"] = json!(human(params.max_delay));
+        }
+        out_limits.push(v);
+    }
+    let limits = out_limits;
     out["limits"] = json!(limits);
     Json(out).into_response()
 }

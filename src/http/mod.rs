@@ -18,11 +18,12 @@ use axum::routing::{get, post};
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::status::ServerStatus;
-use crate::store::MemoryStore;
+use crate::store::AnyStore;
+use crate::store::Store;
 
 /// What the admin handlers need.
 pub struct Admin {
-    pub engine: Arc<Engine<MemoryStore>>,
+    pub engine: Arc<Engine<AnyStore>>,
     pub metrics: Arc<Metrics>,
     pub status: Arc<ServerStatus>,
 }

@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule};
 use crate::rules_dir::{RulesFiles, SizeCaps, no_rules_warning, parse_rules, read_rules_dir};
 use crate::status::{LoadReport, ServerStatus};
-use crate::store::MemoryStore;
+use crate::store::AnyStore;
 
 pub use watch::spawn_watcher;
 
@@ -28,7 +28,7 @@ pub use watch::spawn_watcher;
 pub struct Reloader {
     dir: PathBuf,
     caps: SizeCaps,
-    engine: Arc<Engine<MemoryStore>>,
+    engine: Arc<Engine<AnyStore>>,
     metrics: Arc<Metrics>,
     status: Arc<ServerStatus>,
     clock: Arc<dyn Clock>,
@@ -94,7 +94,7 @@ impl Reloader {
     pub fn new(
         dir: PathBuf,
         caps: SizeCaps,
-        engine: Arc<Engine<MemoryStore>>,
+        engine: Arc<Engine<AnyStore>>,
         metrics: Arc<Metrics>,
         status: Arc<ServerStatus>,
         clock: Arc<dyn Clock>,

@@ -12,9 +12,28 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use smallvec::SmallVec;
 
-use super::{Charge, Store, StoreError, StoreKey, Verdict, Verdicts};
+use super::decide::{decide, verdict};
+use super::{Charge, KeyBuilder, StoreKey, StoreStats, Verdict, Verdicts};
 use crate::clock::Nanos;
 use crate::limiter::{self, State};
+
+/// What the memory store needs of a key: its 128-bit identity.
+pub trait MemoryKey {
+    fn id(&self) -> StoreKey;
+}
+
+impl MemoryKey for StoreKey {
+    #[inline(always)]
+    fn id(&self) -> StoreKey {
+        *self
+    }
+}
+
+impl MemoryKey for super::TextKey {
+    fn id(&self) -> StoreKey {
+        StoreKey(self.digest())
+    }
+}
 
 const SHARDS: usize = 128;
 /// Keys looked at to choose one to evict when a shard is full.
@@ -46,33 +65,12 @@ type Shard = HashTable<Slot>;
 /// Locks held by one request: a request's keys rarely span more than a few shards.
 type Guards<'a> = SmallVec<[(usize, MutexGuard<'a, Shard>); 4]>;
 
-/// Counts for metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct MemoryStoreStats {
-    pub keys: usize,
-    pub evictions: u64,
-    pub expired: u64,
-}
-
 pub struct MemoryStore {
+    keys: KeyBuilder,
     shards: Box<[Mutex<Shard>]>,
     max_keys_per_shard: usize,
     evictions: AtomicU64,
     expired: AtomicU64,
-}
-
-/// The client's view of a charge: after it if it was charged, else as things stand.
-fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
-    Verdict {
-        allowed: e.allowed,
-        outlook: if charged {
-            e.after_charge
-        } else {
-            e.without_charge
-        },
-        charged,
-        delay: if charged { e.delay } else { 0 },
-    }
 }
 
 /// A key's state in a locked shard.
@@ -85,7 +83,13 @@ fn get(shard: &Shard, key: StoreKey) -> Option<State> {
 impl MemoryStore {
     /// A store that holds at most about `max_keys` keys (rounded up to a multiple of the shard count).
     pub fn new(max_keys: usize) -> Self {
+        MemoryStore::with_keys(max_keys, KeyBuilder::random())
+    }
+
+    /// A store whose keys are built with `keys` (a fixed secret: for tests and benchmarks).
+    pub fn with_keys(max_keys: usize, keys: KeyBuilder) -> Self {
         MemoryStore {
+            keys,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
             max_keys_per_shard: max_keys.div_ceil(SHARDS).max(1),
             evictions: AtomicU64::new(0),
@@ -106,80 +110,42 @@ impl MemoryStore {
     }
 
     /// The decision logic, synchronous: what `Store::apply` does for the memory store.
-    pub fn apply_now(&self, charges: &[Charge], now: Nanos) -> Verdicts {
+    pub fn apply_now<K: MemoryKey + PartialEq>(
+        &self,
+        charges: &[Charge<K>],
+        now: Nanos,
+    ) -> Verdicts {
         if let [charge] = charges {
             let mut verdicts = Verdicts::new();
             verdicts.push(self.apply_one(charge, now));
             return verdicts;
         }
         let mut shard_ids: SmallVec<[usize; 4]> =
-            charges.iter().map(|c| Self::shard_of(c.key)).collect();
+            charges.iter().map(|c| Self::shard_of(c.key.id())).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
         let mut guards: Guards<'_> = shard_ids.iter().map(|&s| (s, self.lock(s))).collect();
-        let shard = |guards: &mut Guards<'_>, key: StoreKey| -> usize {
+        let shard = |guards: &Guards<'_>, key: StoreKey| -> usize {
             let id = Self::shard_of(key);
             guards.iter().position(|(s, _)| *s == id).unwrap_or(0)
         };
-
-        // Phase 1: evaluate each charge as if the earlier ones of this request were charged.
-        let mut pending: SmallVec<[(StoreKey, State); 4]> = SmallVec::new();
-        let mut evaluations: SmallVec<[limiter::Evaluation; 4]> = SmallVec::new();
-        // Whether each charge was evaluated on top of an earlier charge of the same key.
-        let mut stacked: SmallVec<[bool; 4]> = SmallVec::new();
-        for charge in charges {
-            let earlier = pending
-                .iter()
-                .rev()
-                .find(|(k, _)| *k == charge.key)
-                .map(|(_, s)| *s);
-            stacked.push(earlier.is_some());
-            let current = earlier.or_else(|| {
-                let g = shard(&mut guards, charge.key);
-                get(&guards[g].1, charge.key)
-            });
-            let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
-            if evaluation.allowed {
-                pending.push((charge.key, evaluation.charged));
-            }
-            evaluations.push(evaluation);
+        let decision = decide(charges, now, |key| {
+            let key = key.id();
+            get(&guards[shard(&guards, key)].1, key)
+        });
+        for (index, state) in decision.writes {
+            let key = charges[index].key.id();
+            let g = shard(&guards, key);
+            self.write(&mut guards[g].1, key, state, now);
         }
-        let commit = charges
-            .iter()
-            .zip(&evaluations)
-            .all(|(c, e)| e.allowed || !c.enforced);
-
-        // Phase 2: charge everything, or nothing.
-        if commit {
-            for (key, state) in pending {
-                let g = shard(&mut guards, key);
-                self.write(&mut guards[g].1, key, state, now);
-            }
-        } else {
-            // Nothing was taken: a key repeated in the request shows what it has now, not what
-            // it would have had after the earlier (uncharged) charges of this request.
-            for ((charge, evaluation), _) in charges
-                .iter()
-                .zip(evaluations.iter_mut())
-                .zip(&stacked)
-                .filter(|(_, stacked)| **stacked)
-            {
-                let g = shard(&mut guards, charge.key);
-                let stored = get(&guards[g].1, charge.key);
-                evaluation.without_charge =
-                    limiter::evaluate(&charge.params, stored, now, charge.hits).without_charge;
-            }
-        }
-        evaluations
-            .iter()
-            .map(|e| verdict(e, commit && e.allowed))
-            .collect()
+        decision.verdicts
     }
 
     /// The common case, one charge: one shard, one probe of its table. It is charged iff it fits.
-    fn apply_one(&self, charge: &Charge, now: Nanos) -> Verdict {
-        let mut shard = self.lock(Self::shard_of(charge.key));
-        let key = charge.key.0;
+    fn apply_one<K: MemoryKey>(&self, charge: &Charge<K>, now: Nanos) -> Verdict {
+        let key = charge.key.id();
+        let mut shard = self.lock(Self::shard_of(key));
+        let key = key.0;
         match shard.entry(hash_of(key), |s| s.key == key, slot_hash) {
             Entry::Occupied(mut slot) => {
                 let evaluation =
@@ -205,15 +171,16 @@ impl MemoryStore {
 
     /// What `Store::refund` does for the memory store: each key's state is given back its charge
     /// under the key's shard lock (a key that has since expired or been evicted is left alone).
-    pub fn refund_now(&self, charges: &[Charge], now: Nanos) {
+    pub fn refund_now<K: MemoryKey>(&self, charges: &[Charge<K>], now: Nanos) {
         for charge in charges {
-            let mut shard = self.lock(Self::shard_of(charge.key));
-            let Some(state) = get(&shard, charge.key) else {
+            let key = charge.key.id();
+            let mut shard = self.lock(Self::shard_of(key));
+            let Some(state) = get(&shard, key) else {
                 continue;
             };
             let refunded = limiter::refund(&charge.params, &state, now, charge.hits);
             if refunded != state {
-                self.write(&mut shard, charge.key, refunded, now);
+                self.write(&mut shard, key, refunded, now);
             }
         }
     }
@@ -281,27 +248,22 @@ impl MemoryStore {
         dropped
     }
 
+    /// Builds this store's keys (with its per-process secret).
+    pub fn key_builder(&self) -> &KeyBuilder {
+        &self.keys
+    }
+
     /// The stored state of a key, for `explain`.
-    pub fn peek(&self, key: StoreKey) -> Option<State> {
+    pub fn peek_now(&self, key: StoreKey) -> Option<State> {
         get(&self.lock(Self::shard_of(key)), key)
     }
 
-    pub fn stats(&self) -> MemoryStoreStats {
-        MemoryStoreStats {
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
             keys: (0..SHARDS).map(|id| self.lock(id).len()).sum(),
             evictions: self.evictions.load(Ordering::Relaxed),
             expired: self.expired.load(Ordering::Relaxed),
         }
-    }
-}
-
-impl Store for MemoryStore {
-    async fn apply(&self, charges: &[Charge], now: Nanos) -> Result<Verdicts, StoreError> {
-        Ok(self.apply_now(charges, now))
-    }
-
-    fn refund(&self, charges: &[Charge], now: Nanos) {
-        self.refund_now(charges, now)
     }
 }
 

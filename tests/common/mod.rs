@@ -1,7 +1,9 @@
 //! Test harness: a real server on 127.0.0.1:0 with a manual clock, and a real tonic client.
 #![allow(dead_code)]
 
+pub mod contract;
 pub mod process;
+pub mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;

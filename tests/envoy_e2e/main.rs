@@ -9,4 +9,7 @@ mod hot_reload;
 mod http;
 mod jwt;
 mod limits;
+mod redis;
+#[path = "../common/redis.rs"]
+mod redis_server;
 mod user_jwt;

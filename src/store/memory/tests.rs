@@ -117,7 +117,7 @@ fn sweep_drops_expired_keys_only_and_fresh_state_is_not_stored() {
     store.apply_now(&[charge(4, 10, 1)], 60 * S);
     assert_eq!(store.sweep(60 * S), 2, "the first window's keys expired");
     assert_eq!(store.stats().keys, 1);
-    assert!(store.peek(StoreKey(4)).is_some());
+    assert!(store.peek_now(StoreKey(4)).is_some());
 }
 
 /// A leaky bucket of 10 per second, queue 3, max delay 1 s.
@@ -167,5 +167,5 @@ fn a_refund_gives_back_the_leaky_turn_only() {
     assert_eq!(v[1].outlook.remaining, 4, "a fixed window keeps its count");
     // A refund for a key that is gone does nothing.
     store.refund_now(&[leaky(9, 1)], 0);
-    assert!(store.peek(StoreKey(9)).is_none());
+    assert!(store.peek_now(StoreKey(9)).is_none());
 }

@@ -1,0 +1,416 @@
+//! The Redis store: counters shared by every instance, surviving restarts.
+//!
+//! One source of truth for the arithmetic: a request reads its keys with one `MGET`, runs the
+//! same Rust decision as the memory store on those states (`store::decide`, i.e. `limiter`), and,
+//! if anything is to be written, sends one Lua compare-and-set: every key of the request must
+//! still hold the value that was read, else nothing is written and the request is decided again
+//! (at most [`MAX_ATTEMPTS`] times). On success each changed key is `SET … PXAT` the instant its
+//! state equals no state (plus [`EXPIRY_GRACE_MS`]). A denied or check-only request costs one
+//! round trip, an admitted one two. All of a request's keys share the `{domain}` hash tag, so on a
+//! cluster they are in one slot and the script is one atomic step on one master.
+//!
+//! Time: the instance's clock (`now` is passed in, as for the memory store); see docs/redis.md for
+//! the skew tolerance. Values are `a` or `a:b`, the two words of `limiter::State` in decimal.
+
+mod conn;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ::redis::Script;
+use smallvec::SmallVec;
+
+pub use conn::{RedisConfig, RedisTls, Topology};
+
+use super::{Charge, Store, StoreError, TextKey, TextKeyBuilder, Verdicts, decide};
+use crate::clock::Nanos;
+use crate::limiter::{self, LimitParams, State};
+
+/// Decisions tried before giving up under contention (each retry means another instance wrote
+/// one of the request's keys between our read and our write).
+pub const MAX_ATTEMPTS: usize = 16;
+/// Kept past the instant a state equals no state, so an instance whose clock is up to this much
+/// behind Redis's (or another instance's) still reads it.
+pub const EXPIRY_GRACE_MS: u64 = 1000;
+
+/// KEYS = the request's keys; ARGV = per key (expected value, '' = absent; new value, '' = leave,
+/// '-' = delete; PXAT in ms). Writes only if every key holds what the caller read.
+const CAS: &str = r"
+for i = 1, #KEYS do
+  local cur = redis.call('GET', KEYS[i])
+  local want = ARGV[3*i-2]
+  if want == '' then
+    if cur then return 0 end
+  elseif cur ~= want then
+    return 0
+  end
+end
+for i = 1, #KEYS do
+  local new = ARGV[3*i-1]
+  if new == '-' then
+    redis.call('DEL', KEYS[i])
+  elseif new ~= '' then
+    redis.call('SET', KEYS[i], new, 'PXAT', ARGV[3*i])
+  end
+end
+return 1
+";
+
+/// A state as stored.
+pub fn encode(state: &State) -> String {
+    if state.b == 0 {
+        state.a.to_string()
+    } else {
+        format!("{}:{}", state.a, state.b)
+    }
+}
+
+/// A stored value as a state (anything unreadable counts as no state).
+pub fn decode(value: &[u8]) -> Option<State> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (a, b) = text.split_once(':').unwrap_or((text, "0"));
+    Some(State {
+        a: a.parse().ok()?,
+        b: b.parse().ok()?,
+    })
+}
+
+struct Inner {
+    conns: Arc<conn::Conns>,
+    keys: TextKeyBuilder,
+    timeout: Duration,
+    cas: Script,
+    conflicts: AtomicU64,
+    /// Writers of one instance queue per key stripe after a conflict, so a hot key's retries race
+    /// only with other instances, not with this instance's own requests.
+    stripes: Box<[tokio::sync::Mutex<()>]>,
+}
+
+/// Key stripes per instance.
+const STRIPES: usize = 256;
+
+/// A handle to the Redis store (cheap to clone).
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+/// What one read of a request's keys found.
+struct Read {
+    keys: SmallVec<[TextKey; 4]>,
+    /// The raw values, `None` for an absent key.
+    raw: SmallVec<[Option<Vec<u8>>; 4]>,
+}
+
+impl Read {
+    fn state(&self, key: &TextKey) -> Option<State> {
+        let i = self.keys.iter().position(|k| k == key)?;
+        self.raw[i].as_deref().and_then(decode)
+    }
+}
+
+/// Waits before retry `attempt`: a yield for the first few (the other writer has just
+/// written), then a jittered sleep of up to 2 ms.
+async fn backoff(attempt: usize) {
+    if attempt < 4 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    let jitter = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    tokio::time::sleep(Duration::from_micros(u64::from(jitter % 2000))).await;
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl RedisStore {
+    /// Connects as `config` says (failing if Redis does not answer within its timeout).
+    pub async fn connect(config: &RedisConfig) -> Result<RedisStore, StoreError> {
+        // rustls needs a process-wide crypto provider; ours is ring. (Err: one is installed.)
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let conns = tokio::time::timeout(config.timeout, conn::Conns::connect(config))
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable(format!(
+                    "no answer from Redis within {:?} (REDIS_TIMEOUT)",
+                    config.timeout
+                ))
+            })?
+            .map_err(unavailable)?;
+        let conns = Arc::new(conns);
+        if conns.is_sentinel() {
+            let weak = Arc::downgrade(&conns);
+            tokio::spawn(conn::Conns::watch(move || weak.upgrade()));
+        }
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                conns,
+                keys: TextKeyBuilder::new(config.prefix.clone()),
+                timeout: config.timeout,
+                cas: Script::new(CAS),
+                conflicts: AtomicU64::new(0),
+                stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            }),
+        };
+        store.ping().await?;
+        Ok(store)
+    }
+
+    /// Checks that Redis answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut c = self.inner.conns.get();
+        self.bounded(::redis::cmd("PING").query_async::<String>(&mut c))
+            .await
+            .map(drop)
+    }
+
+    /// Compare-and-set conflicts seen so far (each one cost a retry).
+    pub fn conflicts(&self) -> u64 {
+        self.inner.conflicts.load(Ordering::Relaxed)
+    }
+
+    async fn bounded<T>(
+        &self,
+        call: impl Future<Output = ::redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.inner.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                self.inner.conns.failed(Some(&e)).await;
+                Err(unavailable(e))
+            }
+            Err(_) => {
+                self.inner.conns.failed(None).await;
+                Err(StoreError::Unavailable(format!(
+                    "Redis call timed out after {:?}",
+                    self.inner.timeout
+                )))
+            }
+        }
+    }
+
+    /// Reads the distinct keys of `charges` in one `MGET`.
+    async fn read(&self, charges: &[Charge<TextKey>]) -> Result<Read, StoreError> {
+        let mut keys: SmallVec<[TextKey; 4]> = SmallVec::new();
+        for c in charges {
+            if !keys.contains(&c.key) {
+                keys.push(c.key.clone());
+            }
+        }
+        let mut cmd = ::redis::cmd("MGET");
+        for k in &keys {
+            cmd.arg(k.as_str());
+        }
+        let mut c = self.inner.conns.get();
+        let raw: Vec<Option<Vec<u8>>> = self.bounded(cmd.query_async(&mut c)).await?;
+        Ok(Read {
+            keys,
+            raw: raw.into_iter().collect(),
+        })
+    }
+
+    /// Writes `new` (one entry per read key, `None` = unchanged) if every read key still holds
+    /// what was read. Returns whether it was written.
+    async fn compare_and_set(
+        &self,
+        read: &Read,
+        new: &[Option<State>],
+        now: Nanos,
+    ) -> Result<bool, StoreError> {
+        let mut invocation = self.inner.cas.prepare_invoke();
+        for ((key, raw), new) in read.keys.iter().zip(&read.raw).zip(new) {
+            invocation.key(key.as_str());
+            invocation.arg(raw.as_deref().unwrap_or(b""));
+            match new {
+                None => invocation.arg("").arg(0),
+                Some(s) if s.expires_at() <= now => invocation.arg("-").arg(0),
+                Some(s) => invocation
+                    .arg(encode(s))
+                    .arg(s.expires_at().div_ceil(1_000_000) + EXPIRY_GRACE_MS),
+            };
+        }
+        let mut c = self.inner.conns.get();
+        let written: i64 = self.bounded(invocation.invoke_async(&mut c)).await?;
+        Ok(written == 1)
+    }
+
+    /// One read-decide-write. `None` if another writer changed a key in between.
+    async fn attempt(
+        &self,
+        charges: &[Charge<TextKey>],
+        now: Nanos,
+    ) -> Result<Option<Verdicts>, StoreError> {
+        let read = self.read(charges).await?;
+        let decision = decide(charges, now, |k| read.state(k));
+        // The last state written per key; None where nothing changes.
+        let mut new: SmallVec<[Option<State>; 4]> = SmallVec::from_elem(None, read.keys.len());
+        for (index, state) in &decision.writes {
+            let i = read
+                .keys
+                .iter()
+                .position(|k| *k == charges[*index].key)
+                .unwrap_or(0);
+            new[i] = Some(*state);
+        }
+        for (slot, key) in new.iter_mut().zip(&read.keys) {
+            if slot.is_some() && *slot == read.state(key) {
+                *slot = None;
+            }
+        }
+        if new.iter().all(Option::is_none) || self.compare_and_set(&read, &new, now).await? {
+            return Ok(Some(decision.verdicts));
+        }
+        self.inner.conflicts.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    /// Locks the stripes of `charges`' keys, in stripe order (so two requests never deadlock).
+    async fn lock_stripes(
+        &self,
+        charges: &[Charge<TextKey>],
+    ) -> SmallVec<[tokio::sync::MutexGuard<'_, ()>; 4]> {
+        let mut ids: SmallVec<[usize; 4]> = charges
+            .iter()
+            .map(|c| (c.key.digest() % STRIPES as u128) as usize)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut guards = SmallVec::new();
+        for id in ids {
+            guards.push(self.inner.stripes[id].lock().await);
+        }
+        guards
+    }
+
+    /// `Store::apply`, on text keys: optimistic first; after a conflict, queued behind this
+    /// instance's other writers of the same keys, retrying up to [`MAX_ATTEMPTS`] in all.
+    pub async fn apply_text(
+        &self,
+        charges: &[Charge<TextKey>],
+        now: Nanos,
+    ) -> Result<Verdicts, StoreError> {
+        if let Some(verdicts) = self.attempt(charges, now).await? {
+            return Ok(verdicts);
+        }
+        let _queued = self.lock_stripes(charges).await;
+        for attempt in 1..MAX_ATTEMPTS {
+            backoff(attempt).await;
+            if let Some(verdicts) = self.attempt(charges, now).await? {
+                return Ok(verdicts);
+            }
+        }
+        Err(StoreError::Contention(MAX_ATTEMPTS))
+    }
+
+    /// Gives the leaky-bucket turns of `charges` back, by the same compare-and-set.
+    pub async fn refund_text(
+        &self,
+        charges: &[Charge<TextKey>],
+        now: Nanos,
+    ) -> Result<(), StoreError> {
+        for _ in 0..MAX_ATTEMPTS {
+            let read = self.read(charges).await?;
+            let mut new: SmallVec<[Option<State>; 4]> = SmallVec::from_elem(None, read.keys.len());
+            for charge in charges {
+                let i = read.keys.iter().position(|k| *k == charge.key).unwrap_or(0);
+                let Some(state) = new[i].or_else(|| read.state(&charge.key)) else {
+                    continue;
+                };
+                new[i] = Some(limiter::refund(&charge.params, &state, now, charge.hits));
+            }
+            for (slot, key) in new.iter_mut().zip(&read.keys) {
+                if *slot == read.state(key) {
+                    *slot = None;
+                }
+            }
+            if new.iter().all(Option::is_none) || self.compare_and_set(&read, &new, now).await? {
+                return Ok(());
+            }
+            self.inner.conflicts.fetch_add(1, Ordering::Relaxed);
+            backoff(1).await;
+        }
+        Err(StoreError::Contention(MAX_ATTEMPTS))
+    }
+
+    /// A key's raw value (for tests and `/explain`).
+    pub async fn get_raw(&self, key: &TextKey) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut c = self.inner.conns.get();
+        self.bounded(::redis::cmd("GET").arg(key.as_str()).query_async(&mut c))
+            .await
+    }
+
+    /// Runs any command (for tests and tools).
+    pub async fn command<T: ::redis::FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let mut c = self.inner.conns.get();
+        self.bounded(cmd.query_async(&mut c)).await
+    }
+}
+
+impl Store for RedisStore {
+    type Key = TextKey;
+
+    fn key<'e>(
+        &self,
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        slot: usize,
+        params: &LimitParams,
+    ) -> TextKey {
+        self.inner.keys.key(domain, entries, slot, params)
+    }
+
+    async fn apply(&self, charges: &[Charge<TextKey>], now: Nanos) -> Result<Verdicts, StoreError> {
+        self.apply_text(charges, now).await
+    }
+
+    fn refund(&self, charges: &[Charge<TextKey>], now: Nanos) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("leaky-bucket refund dropped: no async runtime");
+            return;
+        };
+        let store = self.clone();
+        let charges = charges.to_vec();
+        runtime.spawn(async move {
+            if let Err(e) = store.refund_text(&charges, now).await {
+                tracing::warn!(error = %e, "leaky-bucket refund to Redis failed");
+            }
+        });
+    }
+
+    async fn peek(&self, key: &TextKey) -> Result<Option<State>, StoreError> {
+        Ok(self.get_raw(key).await?.as_deref().and_then(decode))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_their_text() {
+        for s in [
+            State { a: 0, b: 0 },
+            State {
+                a: 1_767_225_600_000_000_000,
+                b: 0,
+            },
+            State {
+                a: u64::MAX,
+                b: u64::MAX,
+            },
+            State { a: 5, b: 7 },
+        ] {
+            assert_eq!(decode(encode(&s).as_bytes()), Some(s));
+        }
+        assert_eq!(encode(&State { a: 12, b: 3 }), "12:3");
+        assert_eq!(decode(b"junk"), None);
+        assert_eq!(decode(b"1:x"), None);
+    }
+}

@@ -1,0 +1,233 @@
+//! Text keys for stores shared between processes (Redis): every instance computes the same key for
+//! the same counter, across processes and restarts, with no secret.
+//!
+//! Format: `<prefix>{<domain>}|<k>=<v>|<k>=<v>…|<slot>.<algorithm code>.<period>` — e.g.
+//! `rl:{edge}|remote_address=10.0.0.1|0.0.60s`.
+//!
+//! - Domain, keys and values are percent-encoded: `%`, `|`, `=`, `{`, `}` and every byte that is
+//!   not printable ASCII (space and non-ASCII included) become `%XX`. So the text is ASCII and
+//!   parses back one way only: (`a`, `b_c`) and (`a_b`, `c`) never meet, as they do in the
+//!   reference's `key_value` joining.
+//! - `{<domain>}` is a Redis Cluster hash tag: all of one domain's keys live in one slot, so one
+//!   request's keys are read and written in one atomic step (a domain's load lands on one master).
+//! - The tail names which limit of the rule (`slot`), its algorithm (the stable codes of
+//!   `Algorithm`: 0 token bucket, 1 fixed window, 2 sliding window, 3 leaky bucket) and its window
+//!   (`60s`, or `…ns` for a period that is not whole seconds). Limit values (requests per unit,
+//!   burst) are not in the key, so editing a limit keeps the counter, as in the memory store.
+//! - Length is bounded: a domain longer than [`MAX_TAG`] bytes (encoded) keeps its head and gets a
+//!   hash of the whole (`~<16 hex>`); entries that would take the key past [`MAX_KEY`] bytes keep a
+//!   readable head and end in `|~<32 hex>`, a 128-bit SipHash (fixed keys) of the full entries text.
+//!   An entry always holds a `=`, so a hashed tail never reads as an entry.
+
+use std::fmt::Write;
+use std::hash::Hasher;
+
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use crate::clock::NANOS_PER_SECOND;
+use crate::limiter::LimitParams;
+
+/// Longest key before its entries are hashed.
+pub const MAX_KEY: usize = 256;
+/// Longest encoded domain kept whole in the hash tag.
+pub const MAX_TAG: usize = 64;
+
+/// A key in a shared store. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TextKey(pub std::sync::Arc<str>);
+
+impl TextKey {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A 128-bit digest of the key (for a memory store holding text keys).
+    pub fn digest(&self) -> u128 {
+        hash128(self.0.as_bytes())
+    }
+}
+
+/// Builds text keys under one prefix (`CACHE_KEY_PREFIX`).
+#[derive(Debug, Clone, Default)]
+pub struct TextKeyBuilder {
+    prefix: String,
+}
+
+fn hash128(bytes: &[u8]) -> u128 {
+    // Fixed keys: the same text hashes alike in every process. (Not a secret: this only shortens
+    // long keys; an attacker who crafts a collision shares a counter with themselves.)
+    let mut h = SipHasher13::new_with_keys(0x7261_7465_6c69_6d69, 0x7420_7365_7276_6572);
+    h.write(bytes);
+    h.finish128().as_u128()
+}
+
+/// Appends `s` percent-encoded.
+fn encode(out: &mut String, s: &str) {
+    for &b in s.as_bytes() {
+        let plain = b.is_ascii_graphic() && !matches!(b, b'%' | b'|' | b'=' | b'{' | b'}');
+        if plain {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+}
+
+/// The longest head of `s` of at most `max` bytes (ASCII text, so any cut is a char boundary).
+fn head(s: &str, max: usize) -> &str {
+    &s[..s.len().min(max)]
+}
+
+impl TextKeyBuilder {
+    /// `prefix` must not contain `{` or `}` (the hash tag must be the domain's); the settings
+    /// refuse one that does.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        TextKeyBuilder {
+            prefix: prefix.into(),
+        }
+    }
+
+    pub fn key<'e>(
+        &self,
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        slot: usize,
+        params: &LimitParams,
+    ) -> TextKey {
+        let mut key = String::with_capacity(64);
+        key.push_str(&self.prefix);
+        key.push('{');
+        let mut tag = String::new();
+        encode(&mut tag, domain);
+        if tag.len() > MAX_TAG {
+            let digest = hash128(tag.as_bytes()) as u64;
+            let _ = write!(key, "{}~{digest:016x}", head(&tag, MAX_TAG - 17));
+        } else {
+            key.push_str(&tag);
+        }
+        key.push('}');
+        let mut body = String::new();
+        for (k, v) in entries {
+            body.push('|');
+            encode(&mut body, k);
+            body.push('=');
+            encode(&mut body, v);
+        }
+        let mut tail = String::new();
+        let _ = write!(tail, "|{slot}.{}.", params.algorithm.code());
+        if params.period.is_multiple_of(NANOS_PER_SECOND) {
+            let _ = write!(tail, "{}s", params.period / NANOS_PER_SECOND);
+        } else {
+            let _ = write!(tail, "{}ns", params.period);
+        }
+        if key.len() + body.len() + tail.len() > MAX_KEY {
+            // `|~` + 32 hex digits.
+            let room = MAX_KEY.saturating_sub(key.len() + tail.len() + 34);
+            let digest = hash128(body.as_bytes());
+            key.push_str(head(&body, room));
+            let _ = write!(key, "|~{digest:032x}");
+        } else {
+            key.push_str(&body);
+        }
+        key.push_str(&tail);
+        TextKey(key.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Algorithm;
+
+    fn params(algorithm: Algorithm, period_s: u64) -> LimitParams {
+        LimitParams {
+            algorithm,
+            requests_per_unit: 10,
+            period: period_s * NANOS_PER_SECOND,
+            burst: 10,
+            max_delay: 0,
+        }
+    }
+
+    #[test]
+    fn algorithm_codes_are_stable() {
+        // Written into every store key: changing one orphans every counter of that algorithm.
+        let codes: Vec<(u8, &str)> = Algorithm::ALL
+            .iter()
+            .map(|a| (a.code(), a.name()))
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                (0, "token_bucket"),
+                (1, "fixed_window"),
+                (2, "sliding_window"),
+                (3, "leaky_bucket")
+            ]
+        );
+    }
+
+    #[test]
+    fn the_format_is_readable_and_deterministic() {
+        let b = TextKeyBuilder::new("rl:");
+        let p = params(Algorithm::FixedWindow, 60);
+        let k = b.key("edge", [("remote_address", "10.0.0.1")], 0, &p);
+        assert_eq!(k.as_str(), "rl:{edge}|remote_address=10.0.0.1|0.1.60s");
+        assert_eq!(
+            k,
+            TextKeyBuilder::new("rl:").key("edge", [("remote_address", "10.0.0.1")], 0, &p)
+        );
+        let odd = LimitParams {
+            period: 1500,
+            ..params(Algorithm::LeakyBucket, 1)
+        };
+        assert_eq!(
+            b.key("d", [("k", "")], 2, &odd).as_str(),
+            "rl:{d}|k=|2.3.1500ns"
+        );
+    }
+
+    #[test]
+    fn keys_are_unambiguous() {
+        let b = TextKeyBuilder::new("");
+        let p = params(Algorithm::TokenBucket, 1);
+        let k = |d: &str, e: &[(&str, &str)]| b.key(d, e.iter().copied(), 0, &p);
+        assert_ne!(k("d", &[("a", "b_c")]), k("d", &[("a_b", "c")]));
+        assert_ne!(k("d", &[("a", "b=c")]), k("d", &[("a=b", "c")]));
+        assert_ne!(k("d", &[("a", "b|c=d")]), k("d", &[("a", "b"), ("c", "d")]));
+        assert_ne!(k("d}|x", &[("a", "b")]), k("d", &[("x", ""), ("a", "b")]));
+        assert_eq!(
+            k("d{x}", &[("k", "é %")]).as_str(),
+            "{d%7Bx%7D}|k=%C3%A9%20%25|0.0.1s"
+        );
+        assert_ne!(
+            b.key("d", [("a", "b")], 0, &p),
+            b.key("d", [("a", "b")], 1, &p)
+        );
+        assert_ne!(
+            b.key("d", [("a", "b")], 0, &p),
+            b.key("d", [("a", "b")], 0, &params(Algorithm::TokenBucket, 2))
+        );
+    }
+
+    #[test]
+    fn long_keys_are_bounded_keep_a_readable_head_and_stay_distinct() {
+        let b = TextKeyBuilder::new("prefix:");
+        let p = params(Algorithm::SlidingWindow, 3600);
+        let long = "x".repeat(4096);
+        let k1 = b.key("api", [("user", long.as_str())], 0, &p);
+        let k2 = b.key("api", [("user", &long[1..])], 0, &p);
+        assert!(k1.as_str().len() <= MAX_KEY, "{}", k1.as_str().len());
+        assert!(k1.as_str().starts_with("prefix:{api}|user=xxxx"));
+        assert!(k1.as_str().ends_with("|0.2.3600s"));
+        assert!(k1.as_str().contains("|~"));
+        assert_ne!(k1, k2);
+        let domain = "d".repeat(1000);
+        let k3 = b.key(&domain, [("a", "b")], 0, &p);
+        let k4 = b.key(&domain[1..], [("a", "b")], 0, &p);
+        assert!(k3.as_str().len() <= MAX_KEY);
+        assert_ne!(k3, k4);
+        let tag_end = k3.as_str().find('}').unwrap();
+        assert!(tag_end <= MAX_TAG + "prefix:{".len());
+    }
+}

@@ -1,0 +1,220 @@
+//! Sentinel: one master, one replica, one sentinel (redis-server --sentinel with a conf the test
+//! writes); the server finds the master through the sentinel and decides there, and follows a
+//! failover without a restart.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::redis::{RedisServer, ServerProcess, free_port};
+use common::{Code, code, request};
+
+struct Sentinel {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sentinel(master_port: u16) -> Sentinel {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = dir.path().join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
+             sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+             sentinel down-after-milliseconds mymaster 5000\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("redis-server")
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server --sentinel");
+    let s = Sentinel {
+        port,
+        child,
+        _dir: dir,
+    };
+    let started = Instant::now();
+    while !cli(port, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
+        .contains(&master_port.to_string())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "sentinel never knew the master"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s
+}
+
+#[tokio::test]
+async fn the_server_finds_the_master_through_the_sentinel() {
+    let Some(master) = RedisServer::start() else {
+        return;
+    };
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]).unwrap();
+    let sentinel = sentinel(master.port);
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("s.yaml"),
+        "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "SENTINEL".into()),
+        ("REDIS_URL", format!("mymaster,127.0.0.1:{}", sentinel.port)),
+        ("CACHE_KEY_PREFIX", "sn:".into()),
+    ];
+    let mut server = ServerProcess::start(rules.path(), &env);
+    let mut client = server.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .should_rate_limit(request("s", &[&[("k", "v")]]))
+            .await
+            .expect("answered")
+            .into_inner();
+        codes.push(code(r.overall_code));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(
+        master.keys("sn:*"),
+        ["sn:{s}|k=v|0.0.3600s"],
+        "written on the master"
+    );
+    let started = Instant::now();
+    while replica.keys("sn:*").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never replicated"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting() {
+    let Some(master) = RedisServer::start() else {
+        return;
+    };
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]).unwrap();
+    let sentinel = sentinel(master.port);
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("s.yaml"),
+        "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: fixed_window}\n",
+    )
+    .unwrap();
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "sentinel".into()),
+        ("REDIS_URL", format!("mymaster,127.0.0.1:{}", sentinel.port)),
+        ("REDIS_TIMEOUT", "500ms".into()),
+    ];
+    let mut server = ServerProcess::start(rules.path(), &env);
+    let mut client = server.client().await;
+    let mut call = async || {
+        client
+            .should_rate_limit(request("s", &[&[("k", "v")]]))
+            .await
+            .map(|r| {
+                (
+                    code(r.get_ref().overall_code),
+                    r.get_ref().statuses[0].limit_remaining,
+                )
+            })
+    };
+    assert_eq!(call().await.unwrap(), (Code::Ok, 4));
+    assert_eq!(call().await.unwrap(), (Code::Ok, 3));
+    let started = Instant::now();
+    while replica
+        .cli(&["GET", "{s}|k=v|0.1.3600s"])
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never replicated"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cli(sentinel.port, &["SENTINEL", "FAILOVER", "mymaster"]).contains("OK"));
+    let started = Instant::now();
+    while !cli(
+        sentinel.port,
+        &["SENTINEL", "get-master-addr-by-name", "mymaster"],
+    )
+    .contains(&replica.port.to_string())
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "failover never happened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Until Sentinel turns the old master into a replica it still takes writes (any Sentinel
+    // client can lose those); from then on the server must follow to the new master.
+    let started = Instant::now();
+    while !master.info("replication").contains("role:slave") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "old master never demoted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The next calls may fail while the server notices; then it decides on the new master, where
+    // the count went on.
+    let started = Instant::now();
+    let mut failed = 0;
+    let answer = loop {
+        match call().await {
+            Ok(answer) => break answer,
+            Err(_) => failed += 1,
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never followed the failover"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "followed the failover after {failed} failed call(s) in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(answer, (Code::Ok, 2));
+    assert_eq!(call().await.unwrap(), (Code::Ok, 1));
+    assert_eq!(
+        replica
+            .cli(&["GET", "{s}|k=v|0.1.3600s"])
+            .map(|v| v.trim().ends_with(":4")),
+        Ok(true)
+    );
+}
