@@ -81,5 +81,6 @@ async fn explain_reports_a_server_it_cannot_reach() {
         .await
         .unwrap();
     assert_eq!(status, 1, "{out}");
-    assert!(out.contains("cannot connect"), "{out}");
+    assert!(out.contains("cannot reach"), "{out}");
+    assert!(out.contains("Connection refused"), "names the cause: {out}");
 }

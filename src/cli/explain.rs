@@ -4,8 +4,13 @@
 
 use std::path::Path;
 
+use axum::http::Uri;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::limiter::LimitDefaults;
 use crate::policy::parse_descriptor;
@@ -164,62 +169,92 @@ fn print_live(server: &str, live: &Value) {
     }
 }
 
-/// Percent-encodes a query value (everything but unreserved characters).
+/// What a query value keeps unencoded: RFC 3986's unreserved characters.
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    utf8_percent_encode(text, QUERY_VALUE).to_string()
 }
 
-/// `GET /explain` on the server's admin port: one HTTP/1.1 request, no client library needed.
-async fn fetch(server: &str, domain: &str, descriptor: &str) -> Result<Value, String> {
-    let authority = server
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap_or_default();
-    let mut stream = tokio::net::TcpStream::connect(authority)
-        .await
-        .map_err(|e| format!("cannot connect: {e}"))?;
-    let request = format!(
-        "GET /explain?domain={}&descriptor={} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n",
+/// The `/explain` address on a server given as `host:port` or `http://host:port[/]`.
+fn explain_uri(server: &str, domain: &str, descriptor: &str) -> Result<Uri, String> {
+    let base = server.trim_end_matches('/');
+    let base = if base.contains("://") {
+        base.to_string()
+    } else {
+        format!("http://{base}")
+    };
+    let text = format!(
+        "{base}/explain?domain={}&descriptor={}",
         encode(domain),
         encode(descriptor)
     );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .await
-        .map_err(|e| e.to_string())?;
-    let response = String::from_utf8_lossy(&response);
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        let status = head.lines().next().unwrap_or_default();
-        return Err(format!("{status}: {body}"));
+    text.parse()
+        .map_err(|e| format!("not an address ({e}); give host:port or http://host:port"))
+}
+
+/// An error and its causes, one after the other ("client error (Connect): tcp connect error:
+/// Connection refused"): hyper's own message alone names no cause.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        cause = e.source();
     }
-    serde_json::from_str(body).map_err(|e| format!("bad JSON from /explain: {e}"))
+    text
+}
+
+/// `GET /explain` on the server's admin port.
+async fn fetch(server: &str, domain: &str, descriptor: &str) -> Result<Value, String> {
+    let uri = explain_uri(server, domain, descriptor)?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let response = client
+        .get(uri)
+        .await
+        .map_err(|e| format!("cannot reach: {}", with_causes(&e)))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| with_causes(&e))?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
+    }
+    serde_json::from_slice(&body).map_err(|e| format!("bad JSON from /explain: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::encode;
+    use super::{encode, explain_uri};
 
     #[test]
     fn query_values_are_percent_encoded() {
         assert_eq!(encode("a=b,c=/v1 x"), "a%3Db%2Cc%3D%2Fv1%20x");
         assert_eq!(encode("é"), "%C3%A9");
+        assert_eq!(encode("A-z.0_9~"), "A-z.0_9~");
+    }
+
+    #[test]
+    fn a_server_is_host_port_or_an_http_address() {
+        for server in [
+            "127.0.0.1:8080",
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+        ] {
+            assert_eq!(
+                explain_uri(server, "edge", "k=v").unwrap().to_string(),
+                "http://127.0.0.1:8080/explain?domain=edge&descriptor=k%3Dv",
+                "{server}"
+            );
+        }
+        assert!(explain_uri("not an address", "d", "k=v").is_err());
     }
 }
