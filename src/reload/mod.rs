@@ -1,8 +1,10 @@
 //! Hot reload: re-read, parse and validate every rules file; only a fully valid set replaces the
-//! live rules. Counters live in the store under keys that do not depend on the rules, so they
-//! survive every reload. A failed reload is logged with every error, counted, shown on
-//! `/rlconfig`, and the previous rules keep serving. Files byte-identical to the last load are a
-//! no-op (not counted, not logged above debug). The watcher that calls it is in `watch`.
+//! live rules. Counters live in the store under keys made of the descriptor, the limit's position
+//! in its rule, its algorithm and its window, not its numbers: they survive every reload that
+//! keeps those (a raised or lowered limit keeps its counter; a new algorithm or window starts
+//! afresh). A failed reload is logged with every error, counted, shown on `/rlconfig`, and the
+//! previous rules keep serving. Files byte-identical to the last load are a no-op (not counted,
+//! not logged above debug). The watcher that calls it is in `watch`.
 
 mod watch;
 

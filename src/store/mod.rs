@@ -50,7 +50,7 @@ pub struct Verdict {
     pub delay: Nanos,
 }
 
-/// One verdict per charge, in order. Inline up to four, so the common request allocates nothing.
+/// One verdict per charge, in order. Inline up to two (most requests have one or two descriptors), so the common request allocates nothing.
 pub type Verdicts = SmallVec<[Verdict; 2]>;
 
 #[derive(Debug, thiserror::Error)]
