@@ -38,18 +38,18 @@ async fn wait_for_limit(s: &mut TestServer, domain: &str, expected: Option<u32>)
     .await;
 }
 
-async fn metric(s: &TestServer, name: &str) -> u64 {
-    let text = reqwest::get(s.http("/metrics"))
+/// The `/rlconfig` report (what the last load said).
+async fn rlconfig(s: &TestServer) -> serde_json::Value {
+    reqwest::get(s.http("/rlconfig"))
         .await
         .unwrap()
-        .text()
+        .json()
         .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
+        .unwrap()
+}
+
+async fn metric(s: &TestServer, name: &str) -> u64 {
+    common::scrape_metric(&s.http("/metrics"), name).await
 }
 
 #[tokio::test]
@@ -164,12 +164,7 @@ async fn a_broken_edit_keeps_the_old_rules_and_is_reported_until_fixed() {
         Some(5),
         "old rules still in force"
     );
-    let report: serde_json::Value = reqwest::get(s.http("/rlconfig"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let report = rlconfig(&s).await;
     let last = &report["last_load"];
     assert_eq!(last["ok"], false);
     let errors: Vec<&str> = last["errors"]
@@ -191,12 +186,7 @@ async fn a_broken_edit_keeps_the_old_rules_and_is_reported_until_fixed() {
 
     fs::write(s.dir.path().join("a.yaml"), rules("a", 11)).unwrap();
     wait_for_limit(&mut s, "a", Some(11)).await;
-    let report: serde_json::Value = reqwest::get(s.http("/rlconfig"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let report = rlconfig(&s).await;
     assert_eq!(report["last_load"]["ok"], true);
     assert_eq!(metric(&s, "ratelimit_service_config_load_success").await, 2);
 }
@@ -317,17 +307,8 @@ async fn two_servers_on_one_directory_stay_quiet() {
             .await
             .expect("second server starts")
     };
-    let second_metric = |name: &'static str| {
-        let url = format!("http://{}/metrics", second.http_addr);
-        async move {
-            let text = reqwest::get(url).await.unwrap().text().await.unwrap();
-            text.lines()
-                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-                .and_then(|l| l.rsplit(' ').next())
-                .and_then(|v| v.parse::<f64>().ok())
-                .map_or(0, |v| v as u64)
-        }
-    };
+    let second_metrics = format!("http://{}/metrics", second.http_addr);
+    let second_metric = |name: &'static str| common::scrape_metric(&second_metrics, name);
     read_and_stat(first.dir.path());
     stays_at(&first, SUCCESS, 1, QUIET).await;
     assert_eq!(second_metric(SUCCESS).await, 1, "second server reloaded");
@@ -382,12 +363,7 @@ async fn deleting_every_file_allows_everything_with_a_warning() {
     let mut s = start(&[("a.yaml", &rules("a", 5))]).await;
     fs::remove_file(s.dir.path().join("a.yaml")).unwrap();
     wait_for_limit(&mut s, "a", None).await;
-    let report: serde_json::Value = reqwest::get(s.http("/rlconfig"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let report = rlconfig(&s).await;
     let summary = report["last_load"]["summary"].as_str().unwrap();
     let warning = format!(
         "no rules files in {}: every request is allowed",

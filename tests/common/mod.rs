@@ -148,3 +148,18 @@ pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitReques
         hits_addend: 0,
     }
 }
+
+/// A counter or gauge without labels from the `/metrics` page at `metrics_url` (0 when absent).
+pub async fn scrape_metric(metrics_url: &str, name: &str) -> u64 {
+    let text = reqwest::get(metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}

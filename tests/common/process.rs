@@ -73,17 +73,7 @@ impl Served {
 
     /// A counter or gauge from `/metrics` (0 when absent).
     pub async fn metric(&self, name: &str) -> u64 {
-        let text = reqwest::get(format!("{}/metrics", self.http))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .map_or(0, |v| v as u64)
+        super::scrape_metric(&format!("{}/metrics", self.http), name).await
     }
 
     /// Waits (at most 5 s) until `name` reaches `value`.
