@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::free_port;
+
 #[path = "../examples/load/codec.rs"]
 mod raw_codec;
 
@@ -255,14 +257,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// The real binary with 256 file descriptors, flooded with 300 silent connections: it must not

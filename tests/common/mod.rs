@@ -2,8 +2,11 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod ports;
 pub mod process;
 pub mod redis;
+
+pub use ports::free_port;
 
 use std::sync::Arc;
 use std::time::Duration;

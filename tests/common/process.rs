@@ -7,19 +7,13 @@ use std::time::{Duration, Instant};
 
 use tempfile::NamedTempFile;
 
+use super::free_port;
+
 /// A `ratelimit-server serve` child, killed when dropped.
 pub struct Served {
     child: Child,
     pub http: String,
     log: NamedTempFile,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Served {

@@ -3,18 +3,11 @@
 //! where `.ci/run` installs it and a missing one fails the test.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free TCP port on 127.0.0.1 (bound, then released for the child to take).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
+pub use super::ports::free_port;
 
 /// Whether `redis-server` can be run; if not, says so loudly (and fails under CI).
 pub fn available() -> bool {

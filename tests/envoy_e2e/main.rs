@@ -9,6 +9,8 @@ mod hot_reload;
 mod http;
 mod jwt;
 mod limits;
+#[path = "../common/ports.rs"]
+mod ports;
 mod redis;
 #[path = "../common/redis.rs"]
 mod redis_server;
