@@ -21,7 +21,7 @@ const HANDSHAKE_BYTES: u64 = 33;
 /// How long a connection may stay silent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
-    /// From accept until the peer has sent [`HANDSHAKE_BYTES`]; activity does not extend it.
+    /// From accept until the peer has sent `HANDSHAKE_BYTES`; activity does not extend it.
     pub handshake: Duration,
     /// After the handshake: longest time with nothing read or written.
     pub idle: Duration,

@@ -1,6 +1,6 @@
 //! The listening sockets: accept loops that set TCP_NODELAY on every accepted connection, cap how
 //! many connections a listener holds, back off when accepting fails (out of file descriptors), and
-//! close connections that stay silent (see [`guard`]). Both the gRPC and the admin HTTP listener
+//! close connections that stay silent (see `guard`). Both the gRPC and the admin HTTP listener
 //! accept through here, so no socket of ours is served with the kernel's defaults.
 
 mod guard;
@@ -37,7 +37,7 @@ pub struct ConnectionCaps {
 
 impl ConnectionCaps {
     /// Caps that fit in `fd_limit` descriptors: the admin listener gets an eighth (at most
-    /// `admin`), gRPC three quarters (at most `grpc`), and [`RESERVED_FDS`] stay free, so a flood
+    /// `admin`), gRPC three quarters (at most `grpc`), and `RESERVED_FDS` stay free, so a flood
     /// of connections on one port never starves the other port or the rules reload of
     /// descriptors. `None` (no limit known) keeps the asked caps.
     pub fn fitted(grpc: usize, admin: usize, fd_limit: Option<u64>) -> ConnectionCaps {

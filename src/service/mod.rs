@@ -1,7 +1,7 @@
 //! The gRPC face: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over tonic,
 //! translating engine errors into gRPC statuses (INVALID_ARGUMENT, UNAVAILABLE) and recording call
 //! counts, errors and latency. The route is ours rather than envoy-types' generated server so that
-//! the request's bytes are bounded before they are decoded (see [`codec`] and [`body`]).
+//! the request's bytes are bounded before they are decoded (see `codec` and `body`).
 
 mod body;
 mod codec;

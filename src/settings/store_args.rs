@@ -92,7 +92,7 @@ pub struct StoreArgs {
     /// Where counters live: memory (per instance) or redis (shared by every instance).
     #[arg(long, env = "BACKEND_TYPE", default_value = "memory", value_parser = parse_backend)]
     pub backend: Backend,
-    /// Redis address: host:port, redis://[user:pass@]host:port[/db], rediss://… (TLS), or a Unix
+    /// Redis address: host:port, redis://user:pass@host:port/db (user, pass and db optional), rediss://… (TLS), or a Unix
     /// socket path (with REDIS_SOCKET_TYPE=unix); cluster: comma-separated seed nodes; sentinel:
     /// master_name,host:port[,host:port…] (the sentinels).
     #[arg(long, env = "REDIS_URL", default_value = "127.0.0.1:6379")]
