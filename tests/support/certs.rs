@@ -62,6 +62,11 @@ impl Ca {
         )
     }
 
+    /// A server certificate with the given SANs.
+    pub fn server_named(&self, cn: &str, sans: &[&str]) -> Leaf {
+        self.leaf(cn, sans, ExtendedKeyUsagePurpose::ServerAuth)
+    }
+
     /// A client certificate with the given SANs.
     pub fn client(&self, sans: &[&str]) -> Leaf {
         self.leaf("client", sans, ExtendedKeyUsagePurpose::ClientAuth)
