@@ -17,6 +17,7 @@ pub use crate::health::HEALTH_SERVICES;
 use crate::health::HealthReporter;
 use crate::http::{self, Admin};
 use crate::metrics::Metrics;
+use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
 use crate::net::{self, Acceptor, ConnectionCaps, TransportArgs};
 use crate::policy::Policy;
 use crate::reload::{self, Reloader};
@@ -39,6 +40,8 @@ pub enum StartError {
     Setting(#[from] crate::settings::SettingError),
     #[error("cannot use the store: {0}")]
     Store(#[from] crate::store::StoreError),
+    #[error("{0}")]
+    Tls(#[from] TlsError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -125,6 +128,15 @@ fn connection_caps(transport: &TransportArgs) -> ConnectionCaps {
     caps
 }
 
+/// A listener's TLS config, loaded now (start-up errors are fatal), if it has TLS.
+fn tls_source(
+    spec: Option<tls::TlsSpec>,
+    metrics: &TlsMetrics,
+) -> Result<Option<Arc<TlsSource>>, TlsError> {
+    spec.map(|spec| TlsSource::load(spec, metrics.clone()).map(Arc::new))
+        .transpose()
+}
+
 /// Resolves when `stop` turns true.
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -164,12 +176,21 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         dir: settings.config.display().to_string(),
         errors,
     })?;
+    let tls_metrics = TlsMetrics::register(metrics.registry());
+    let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics)?;
+    let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics)?;
     let (grpc_listener, grpc_addr) = bind(settings.grpc_addr).await?;
     let (http_listener, http_addr) = bind(settings.http_addr).await?;
     let caps = connection_caps(&settings.transport);
     let timeouts = settings.transport.timeouts();
     let (shutdown, shutdown_rx) = watch::channel(false);
     let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
+    let mut tasks = Vec::new();
+    for source in grpc_tls.iter().chain(&admin_tls) {
+        let interval = settings.tls.tls_reload_interval;
+        let files = tls::watch_files(source.clone(), interval, shutdown_rx.clone());
+        tasks.push(tokio::spawn(files));
+    }
     let (health, health_service) = HealthReporter::new();
     let grpc = {
         let acceptor = Acceptor::new(grpc_listener, caps.grpc, timeouts, "gRPC");
@@ -183,7 +204,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         let stop = stopped(shutdown_rx.clone());
         tokio::spawn(async move {
             let result = server
-                .serve_with_incoming_shutdown(acceptor.into_stream(), stop)
+                .serve_with_incoming_shutdown(tls::incoming(acceptor, grpc_tls), stop)
                 .await;
             if let Err(e) = result {
                 tracing::error!(error = %e, "gRPC server failed");
@@ -200,12 +221,14 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         let header_timeout = settings.transport.handshake_timeout;
         tokio::spawn(net::serve_http(
             acceptor,
+            admin_tls,
             http::router(admin),
             header_timeout,
             stopped(shutdown_rx.clone()),
         ))
     };
     let sweeper = tokio::spawn(sweep(store, clock, shutdown_rx));
+    tasks.extend([grpc, http, sweeper, watcher]);
     tracing::info!(%grpc_addr, %http_addr, rules = %loaded.summary, "serving");
     Ok(Server {
         grpc_addr,
@@ -215,7 +238,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         status,
         health,
         shutdown,
-        tasks: vec![grpc, http, sweeper, watcher],
+        tasks,
         drain_timeout: settings.drain_timeout,
         shutdown_delay: settings.shutdown_delay,
     })

@@ -140,6 +140,11 @@ impl Metrics {
         table
     }
 
+    /// The registry, for metrics defined next to their code (TLS).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut buffer = Vec::new();

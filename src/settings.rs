@@ -10,6 +10,7 @@ use clap::{ArgAction, Args};
 use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
 use crate::limiter::LimitDefaults;
+use crate::net::tls::TlsArgs;
 use crate::net::{TransportArgs, byte_size};
 use crate::rules_dir::SizeCaps;
 
@@ -156,6 +157,8 @@ pub struct ServeSettings {
     pub transport: TransportArgs,
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 impl ServeSettings {

@@ -76,9 +76,12 @@ pub struct Document {
 
 /// Parses `text` as a single YAML document.
 pub fn parse(text: &str) -> Document {
-    let mut builder = Builder::default();
     // A UTF-8 byte-order mark (some Windows editors write one) is not part of the content.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut builder = Builder {
+        lines: LineIndex::new(text),
+        ..Builder::default()
+    };
     let mut parser = Parser::new_from_str(text);
     let fatal = loop {
         match parser.next_token() {
@@ -90,7 +93,7 @@ pub fn parse(text: &str) -> Document {
             }
             Err(e) => {
                 break Some(YamlError {
-                    location: location(e.marker()),
+                    location: builder.lines.at(e.marker()),
                     message: format!("YAML syntax error: {}", e.info()),
                 });
             }
@@ -109,10 +112,40 @@ pub fn parse(text: &str) -> Document {
     }
 }
 
-fn location(m: &Marker) -> Location {
-    Location {
-        line: m.line(),
-        column: m.col() + 1,
+/// Where each line of the text starts, to place a parser mark as an editor would: lines end at
+/// `\n` only (YAML also breaks lines at a lone `\r`, which editors show inside a line), and a mark
+/// past the end of the text (an error at the end of a file without a final newline) is placed at
+/// the end of the last line, so every location names a line and column that exist.
+#[derive(Debug, Default)]
+struct LineIndex {
+    /// Character index of the first character of each line after the first.
+    starts: Vec<usize>,
+    /// Characters in the text.
+    len: usize,
+}
+
+impl LineIndex {
+    fn new(text: &str) -> LineIndex {
+        let mut starts = Vec::new();
+        let mut len = 0;
+        for (i, c) in text.chars().enumerate() {
+            if c == '\n' {
+                starts.push(i + 1);
+            }
+            len = i + 1;
+        }
+        LineIndex { starts, len }
+    }
+
+    /// The 1-based line and column of the character at `m.index()`.
+    fn at(&self, m: &Marker) -> Location {
+        let index = m.index().min(self.len);
+        let line = self.starts.partition_point(|&s| s <= index);
+        let start = if line == 0 { 0 } else { self.starts[line - 1] };
+        Location {
+            line: line + 1,
+            column: index - start + 1,
+        }
     }
 }
 
@@ -137,6 +170,7 @@ enum Frame {
 
 #[derive(Default)]
 struct Builder {
+    lines: LineIndex,
     stack: Vec<Frame>,
     root: Option<Node>,
     documents: usize,
@@ -146,7 +180,7 @@ struct Builder {
 impl Builder {
     fn event(&mut self, ev: Event, mark: Marker) -> Result<(), YamlError> {
         let fatal = |message: String| YamlError {
-            location: location(&mark),
+            location: self.lines.at(&mark),
             message,
         };
         match ev {
@@ -168,18 +202,18 @@ impl Builder {
             Event::Scalar(text, style, anchor, tag) => {
                 let kind = resolve(&text, style, tag.as_ref()).map_err(fatal)?;
                 if anchor != 0 {
-                    self.errors.push(anchor_error(location(&mark)));
+                    self.errors.push(anchor_error(self.lines.at(&mark)));
                 }
                 self.push(
                     Node {
                         kind: NodeKind::Scalar(text, kind),
-                        location: location(&mark),
+                        location: self.lines.at(&mark),
                     },
                     mark.index(),
                 );
             }
             Event::SequenceStart(anchor, tag) => {
-                check_collection_tag(tag.as_ref(), "seq", &mark)?;
+                check_collection_tag(tag.as_ref(), "seq", self.lines.at(&mark))?;
                 self.open(
                     Frame::Seq {
                         start: mark,
@@ -190,7 +224,7 @@ impl Builder {
                 )?;
             }
             Event::MappingStart(anchor, tag) => {
-                check_collection_tag(tag.as_ref(), "map", &mark)?;
+                check_collection_tag(tag.as_ref(), "map", self.lines.at(&mark))?;
                 self.open(
                     Frame::Map {
                         start: mark,
@@ -212,7 +246,7 @@ impl Builder {
                     }) => (
                         Node {
                             kind: NodeKind::Seq(items),
-                            location: location(&start),
+                            location: self.lines.at(&start),
                         },
                         anchored,
                     ),
@@ -225,7 +259,7 @@ impl Builder {
                     }) => {
                         let loc = match first_key {
                             Some((index, loc)) if index < start.index() => loc,
-                            _ => location(&start),
+                            _ => self.lines.at(&start),
                         };
                         let kind = NodeKind::Map(entries);
                         (
@@ -251,7 +285,7 @@ impl Builder {
     fn open(&mut self, frame: Frame, mark: &Marker) -> Result<(), YamlError> {
         if self.stack.len() >= MAX_DEPTH {
             return Err(YamlError {
-                location: location(mark),
+                location: self.lines.at(mark),
                 message: format!("YAML nested deeper than {MAX_DEPTH} levels"),
             });
         }
@@ -260,7 +294,7 @@ impl Builder {
         }) = self.stack.last()
         {
             return Err(YamlError {
-                location: location(mark),
+                location: self.lines.at(mark),
                 message: "a mapping key must be a plain value, not a mapping or a list".into(),
             });
         }

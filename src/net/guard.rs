@@ -32,6 +32,7 @@ pub struct GuardedStream<S> {
     inner: S,
     timeouts: Timeouts,
     deadline: Pin<Box<Sleep>>,
+    accepted: Instant,
     last_activity: Instant,
     received: u64,
     _slot: OwnedSemaphorePermit,
@@ -39,15 +40,38 @@ pub struct GuardedStream<S> {
 
 impl<S> GuardedStream<S> {
     pub fn new(inner: S, timeouts: Timeouts, slot: OwnedSemaphorePermit) -> Self {
-        let now = Instant::now();
+        GuardedStream::resume(inner, timeouts, slot, Instant::now())
+    }
+
+    /// A guard over `inner` for a connection accepted at `accepted`: its handshake deadline is
+    /// `accepted` + the handshake timeout, and it counts the bytes read from `inner` afresh. TLS
+    /// uses it to move a connection's guard from the TCP stream onto the decrypted stream, so the
+    /// one deadline covers the TLS handshake and the first request bytes after it.
+    pub fn resume(
+        inner: S,
+        timeouts: Timeouts,
+        slot: OwnedSemaphorePermit,
+        accepted: Instant,
+    ) -> Self {
         GuardedStream {
             inner,
             timeouts,
-            deadline: Box::pin(tokio::time::sleep_until(now + timeouts.handshake)),
-            last_activity: now,
+            deadline: Box::pin(tokio::time::sleep_until(accepted + timeouts.handshake)),
+            accepted,
+            last_activity: Instant::now(),
             received: 0,
             _slot: slot,
         }
+    }
+
+    /// The connection, its timeouts, its slot and when it was accepted (see [`GuardedStream::resume`]).
+    pub fn into_parts(self) -> (S, Timeouts, OwnedSemaphorePermit, Instant) {
+        (self.inner, self.timeouts, self._slot, self.accepted)
+    }
+
+    /// When the handshake timeout of this connection ends.
+    pub fn handshake_deadline(&self) -> Instant {
+        self.accepted + self.timeouts.handshake
     }
 
     pub fn get_ref(&self) -> &S {

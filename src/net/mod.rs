@@ -6,6 +6,7 @@
 mod guard;
 mod serve_http;
 mod settings;
+pub mod tls;
 
 use std::io;
 use std::net::SocketAddr;

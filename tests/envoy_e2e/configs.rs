@@ -14,8 +14,9 @@ use ratelimit_server::rules_dir::{SizeCaps, load_rules_dir};
 
 use crate::harness::{envoy_or_skip, repo_root};
 
-const CONFIGS: [&str; 4] = [
+const CONFIGS: [&str; 5] = [
     "per-api-key.yaml",
+    "per-ip-mtls.yaml",
     "per-ip.yaml",
     "per-route.yaml",
     "per-user-jwt.yaml",
@@ -133,7 +134,17 @@ fn envoy_accepts_every_shipped_config() {
     let Some(bin) = envoy_or_skip("validate_configs") else {
         return;
     };
-    for (name, path, _) in configs() {
+    // Envoy reads the TLS files while validating: the mTLS config gets certificates of the test's.
+    let tls = tempfile::tempdir().unwrap();
+    crate::mtls::write_certs(tls.path());
+    for (name, path, text) in configs() {
+        let path = if text.contains(crate::mtls::SHIPPED_TLS_DIR) {
+            let rendered = tls.path().join(&name);
+            std::fs::write(&rendered, crate::mtls::with_tls_dir(&text, tls.path())).unwrap();
+            rendered
+        } else {
+            path
+        };
         let out = Command::new(&bin)
             .args(["--mode", "validate", "-l", "warning", "-c"])
             .arg(&path)

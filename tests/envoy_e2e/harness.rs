@@ -274,9 +274,15 @@ pub const RULES_FILE: &str = "rules.yaml";
 
 impl RateLimit {
     pub async fn start(rules: &str) -> RateLimit {
+        RateLimit::start_with(rules, |_| {}).await
+    }
+
+    /// Same, letting the test adjust the settings first.
+    pub async fn start_with(rules: &str, adjust: impl FnOnce(&mut ServeSettings)) -> RateLimit {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join(RULES_FILE), rules).expect("write rules");
-        let settings = ServeSettings::for_tests(dir.path().to_path_buf());
+        let mut settings = ServeSettings::for_tests(dir.path().to_path_buf());
+        adjust(&mut settings);
         let server = app::start(&settings, Arc::new(SystemClock))
             .await
             .expect("ratelimit-server starts");

@@ -2,6 +2,8 @@
 //! shipped `envoy/*.yaml` configs, ratelimit-server, and plain HTTP requests. Without Envoy they
 //! skip loudly, except under CI where they fail.
 
+#[path = "../support/certs.rs"]
+mod certs;
 mod configs;
 mod failure;
 mod harness;
@@ -9,6 +11,7 @@ mod hot_reload;
 mod http;
 mod jwt;
 mod limits;
+mod mtls;
 #[path = "../common/ports.rs"]
 mod ports;
 mod redis;

@@ -2,9 +2,9 @@
 //! few standard tags we accept (`!!str`, `!!int`, `!!float`, `!!bool`, `!!null`, `!!map`, `!!seq`).
 
 use yaml_rust2::parser::Tag;
-use yaml_rust2::scanner::{Marker, TScalarStyle};
+use yaml_rust2::scanner::TScalarStyle;
 
-use super::{ScalarKind, YamlError, location};
+use super::{Location, ScalarKind, YamlError};
 
 const CORE: &str = "tag:yaml.org,2002:";
 
@@ -19,13 +19,13 @@ fn tag_name(tag: &Tag) -> String {
 pub(super) fn check_collection_tag(
     tag: Option<&Tag>,
     expected: &str,
-    mark: &Marker,
+    location: Location,
 ) -> Result<(), YamlError> {
     match tag {
         None => Ok(()),
         Some(t) if t.handle == CORE && t.suffix == expected => Ok(()),
         Some(t) => Err(YamlError {
-            location: location(mark),
+            location,
             message: format!("unsupported YAML tag '{}'", tag_name(t)),
         }),
     }

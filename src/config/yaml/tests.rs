@@ -215,3 +215,32 @@ mod fuzz {
         }
     }
 }
+
+/// Fuzz finding (rules target, fuzz/corpus/rules/regression-crash-46acc…): a syntax error at the
+/// end of a file without a final newline was placed on a line after the last one.
+#[test]
+fn an_error_at_the_end_of_a_file_without_a_newline_is_on_its_last_line() {
+    let text = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      requests_per_unit";
+    let e = single_error(text);
+    assert_eq!(e.location, loc(6, 24), "{e:?}");
+    let e = single_error("domain: d\nkey");
+    assert_eq!(e.location.line, 2, "{e:?}");
+}
+
+/// Fuzz finding (rules target, fuzz/corpus/rules/regression-crash-b6e29…): YAML breaks lines at a
+/// lone carriage return, so every location after one was a line too far for an editor, which
+/// shows `\r` inside the line; lines are now counted at `\n` only.
+#[test]
+fn a_lone_carriage_return_does_not_shift_the_lines_after_it() {
+    let r = root("domain: a\nname: 'x\r  y'\ndescriptors:\n  - key: k\n");
+    let entries = map(&r);
+    assert_eq!(entries[2].0.location, loc(3, 1));
+    let e = single_error("a: 'x\r  y'\nb: c: d\n");
+    assert_eq!(e.location.line, 2, "{e:?}");
+}
+
+#[test]
+fn columns_count_characters_after_multibyte_text() {
+    let r = root("domain: é\nkey: 'ü'\n");
+    assert_eq!(map(&r)[1].1.location, loc(2, 6));
+}

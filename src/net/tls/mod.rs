@@ -1,0 +1,26 @@
+//! TLS on our listeners (rustls, ring provider; no OpenSSL). It sits on top of the [`Acceptor`](super::Acceptor)
+//! (crate::net::Acceptor): a connection is accepted, capped and guarded as a plaintext one is,
+//! then its TLS handshake must finish within the connection's handshake timeout, and the guard
+//! moves onto the decrypted stream with the same deadline for the first request bytes. Certificate,
+//! key and CA files are polled and swapped in when they change (`reload`); established connections
+//! keep the config they were made with.
+//!
+//! Owns: TLS settings, files → `ServerConfig`, reloading, handshakes. Must not touch: the engine,
+//! rules, or how requests are served.
+
+mod files;
+mod metrics;
+mod reload;
+mod settings;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+pub use files::{
+    ADMIN_SETTINGS, GRPC_SETTINGS, MAX_PEM_BYTES, PemFiles, SanVerifier, SettingNames, TlsError,
+    TlsSpec, parse_san,
+};
+pub use metrics::TlsMetrics;
+pub use reload::{Polled, TlsSource, watch_files};
+pub use settings::TlsArgs;
+pub use stream::{Conn, handshake, incoming};

@@ -1,0 +1,164 @@
+//! Connections after TLS: the handshake of one accepted connection, bounded by the connection's
+//! handshake deadline, then the guard moved onto the decrypted stream; and the stream of ready
+//! connections for tonic, with handshakes run side by side so a slow one holds up no other.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::{Stream, future::BoxFuture};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use super::TlsSource;
+use crate::net::{Acceptor, GuardedStream};
+
+/// An accepted connection, plaintext or after its TLS handshake; guarded either way.
+pub enum Conn {
+    Plain(GuardedStream<TcpStream>),
+    Tls(Box<GuardedStream<TlsStream<TcpStream>>>),
+}
+
+impl Conn {
+    /// The TCP connection underneath.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s.get_ref(),
+            Conn::Tls(s) => s.get_ref().get_ref().0,
+        }
+    }
+
+    /// The client's certificate chain, when it presented one over TLS.
+    pub fn peer_certificates(&self) -> Option<&[rustls::pki_types::CertificateDer<'static>]> {
+        match self {
+            Conn::Plain(_) => None,
+            Conn::Tls(s) => s.get_ref().get_ref().1.peer_certificates(),
+        }
+    }
+}
+
+/// Runs the TLS handshake on `stream` with the config serving now. It must end by the
+/// connection's handshake deadline; the guard then watches the decrypted stream, with the same
+/// deadline for the first request bytes. `None` (counted, logged at debug) when it fails.
+pub async fn handshake(source: &TlsSource, stream: GuardedStream<TcpStream>) -> Option<Conn> {
+    let deadline = stream.handshake_deadline();
+    let (tcp, timeouts, slot, accepted) = stream.into_parts();
+    let peer = tcp.peer_addr().ok();
+    let acceptor = TlsAcceptor::from(source.config());
+    let listener = source.listener();
+    let error = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => {
+            let guarded = GuardedStream::resume(tls, timeouts, slot, accepted);
+            return Some(Conn::Tls(Box::new(guarded)));
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no TLS handshake within the handshake timeout".to_owned(),
+    };
+    source.metrics().handshake_error(listener);
+    tracing::debug!(listener, ?peer, %error, "TLS handshake failed; connection closed");
+    None
+}
+
+/// The accepted connections, after their handshakes when `tls` is set, as an endless stream for
+/// tonic's `serve_with_incoming_shutdown`. Dropping it closes the listening socket.
+pub fn incoming(
+    acceptor: Acceptor,
+    tls: Option<Arc<TlsSource>>,
+) -> impl Stream<Item = Result<Conn, io::Error>> + Send {
+    type Pending = FuturesUnordered<BoxFuture<'static, Option<Conn>>>;
+    futures_util::stream::unfold(
+        (acceptor, Pending::new()),
+        move |(acceptor, mut pending)| {
+            let tls = tls.clone();
+            async move {
+                let Some(tls) = tls else {
+                    let (stream, _) = acceptor.accept().await;
+                    return Some((Ok(Conn::Plain(stream)), (acceptor, pending)));
+                };
+                loop {
+                    tokio::select! {
+                        (stream, _) = acceptor.accept() => {
+                            let tls = tls.clone();
+                            pending.push(Box::pin(async move { handshake(&tls, stream).await }));
+                        }
+                        Some(done) = pending.next(), if !pending.is_empty() => {
+                            if let Some(conn) = done {
+                                return Some((Ok(conn), (acceptor, pending)));
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write(cx, data),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(s) => s.is_write_vectored(),
+            Conn::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.tcp().connect_info()
+    }
+}
