@@ -43,7 +43,8 @@ fn names_parse_in_any_case_and_bad_ones_name_the_setting() {
     assert!(e.contains("--cache-key-prefix"), "{e}");
     let d = args(&[]).unwrap();
     assert_eq!(d.backend, Backend::Memory);
-    assert_eq!(d.redis_timeout, Duration::from_secs(1));
+    assert_eq!(d.redis_timeout, Duration::from_millis(100));
+    assert_eq!(d.redis_failure_mode, FailureMode::Local);
 }
 
 #[test]
