@@ -141,9 +141,14 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         Backend::Redis => {
             let config = settings.store.redis_config()?;
             let mode = settings.store.redis_failure_mode;
-            let store =
-                AnyStore::redis_guarded(&config, mode, settings.max_keys, metrics.store.clone())
-                    .await?;
+            let store = AnyStore::redis_guarded(
+                &config,
+                mode,
+                settings.max_keys,
+                settings.store.local_cache_size_in_bytes,
+                metrics.store.clone(),
+            )
+            .await?;
             tracing::info!(redis = %config.describe(), prefix = %config.prefix, failure_mode = mode.name(), "counters in Redis");
             store
         }

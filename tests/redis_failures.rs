@@ -1,7 +1,8 @@
 //! When Redis fails: a real redis-server that the test freezes (SIGSTOP), thaws (SIGCONT), kills
 //! and restarts on the same port, or starts only after the server. Each failure mode answers as
 //! documented, every request is answered (no hang), and decisions go back to Redis on their own,
-//! seen on the `ratelimit_store_up` gauge and by keys appearing in Redis.
+//! seen on the `ratelimit_store_up` gauge and by keys appearing in Redis. Also the local
+//! over-limit cache: Redis calls saved (`INFO commandstats`), and a raised limit admitted at once.
 
 mod common;
 
@@ -29,6 +30,11 @@ const DEADLINE: Duration = Duration::from_secs(20);
 /// A server on Redis at `redis_addr` with a 100 ms REDIS_TIMEOUT. Its (manual) clock follows the
 /// real time, since Redis expires keys by its own clock.
 async fn server(redis_addr: &str, mode: FailureMode) -> TestServer {
+    server_with(redis_addr, mode, 0).await
+}
+
+/// [`server`] with a local over-limit cache of `cache_bytes`.
+async fn server_with(redis_addr: &str, mode: FailureMode, cache_bytes: usize) -> TestServer {
     let addr = redis_addr.to_owned();
     let s = start_with(&[("f.yaml", RULES)], move |s| {
         s.store.backend = Backend::Redis;
@@ -36,6 +42,7 @@ async fn server(redis_addr: &str, mode: FailureMode) -> TestServer {
         s.store.redis_timeout = Duration::from_millis(100);
         s.store.redis_failure_mode = mode;
         s.store.cache_key_prefix = "rf:".into();
+        s.store.local_cache_size_in_bytes = cache_bytes;
     })
     .await;
     let clock = s.clock.clone();
@@ -317,4 +324,44 @@ async fn redis_down_at_start_up_the_server_starts_then_uses_redis_once_it_appear
         sample(&metrics(&s).await, "ratelimit_store_switches{to=\"redis\"}"),
         1.0
     );
+}
+
+/// `calls` of one command in `INFO commandstats` (0 if never called).
+fn command_calls(redis: &RedisServer, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    redis
+        .info("commandstats")
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn the_local_cache_saves_redis_calls_and_a_raised_limit_is_admitted_at_once() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let s = server_with(&redis.addr(), FailureMode::Error, 1 << 20).await;
+    let mgets = command_calls(&redis, "mget");
+    let mut codes = Vec::new();
+    for _ in 0..22 {
+        codes.push(decide(&s, "tight", "c").await.unwrap());
+    }
+    assert_eq!(codes[..3], [Code::Ok, Code::Ok, Code::OverLimit]);
+    assert!(codes[2..].iter().all(|c| *c == Code::OverLimit));
+    // Two admitted and the first denial went to Redis; the other 19 denials did not.
+    assert_eq!(command_calls(&redis, "mget") - mgets, 3);
+    let text = metrics(&s).await;
+    assert_eq!(sample(&text, "ratelimit_over_limit_with_local_cache"), 19.0);
+    // Other keys still go to Redis.
+    assert_eq!(decide(&s, "tight", "other").await, Ok(Code::Ok));
+    // A reload raising the limit: the cached denial no longer applies.
+    std::fs::write(
+        s.dir.path().join("f.yaml"),
+        RULES.replace("requests_per_unit: 2,", "requests_per_unit: 5,"),
+    )
+    .unwrap();
+    s.server.reloader.reload().expect("valid rules");
+    assert_eq!(decide(&s, "tight", "c").await, Ok(Code::Ok));
 }

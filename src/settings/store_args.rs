@@ -83,6 +83,14 @@ pub fn parse_failure_mode(text: &str) -> Result<FailureMode, String> {
     })
 }
 
+/// A byte size, or 0 (off).
+fn cache_bytes(text: &str) -> Result<usize, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    crate::net::byte_size(text)
+}
+
 fn parse_prefix(text: &str) -> Result<String, String> {
     if text.contains(['{', '}']) {
         return Err(format!(
@@ -138,6 +146,10 @@ pub struct StoreArgs {
     /// allow (OK), deny (OVER_LIMIT) or error (gRPC UNAVAILABLE).
     #[arg(long, env = "REDIS_FAILURE_MODE", default_value = "local", value_parser = parse_failure_mode)]
     pub redis_failure_mode: FailureMode,
+    /// Bytes for the local over-limit cache (0 = off; 1MiB, 64KiB accepted): a fixed-window key
+    /// Redis denied is answered OVER_LIMIT without a Redis call until its window ends.
+    #[arg(long, env = "LOCAL_CACHE_SIZE_IN_BYTES", default_value = "0", value_parser = cache_bytes)]
+    pub local_cache_size_in_bytes: usize,
     /// Prepended to every Redis key (no braces).
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "", value_parser = parse_prefix)]
     pub cache_key_prefix: String,

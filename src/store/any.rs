@@ -115,18 +115,28 @@ impl AnyStore {
     /// A Redis store whose failures are errors (`REDIS_FAILURE_MODE=error`), for tests and
     /// tools; it starts even if nobody answers yet.
     pub async fn redis(config: &super::RedisConfig) -> Result<AnyStore, StoreError> {
-        Self::redis_guarded(config, FailureMode::Error, 0, StoreMetrics::unregistered()).await
+        Self::redis_guarded(
+            config,
+            FailureMode::Error,
+            0,
+            0,
+            StoreMetrics::unregistered(),
+        )
+        .await
     }
 
     /// The Redis store as the server runs it: behind a breaker, `mode` answering while Redis is
-    /// unreachable (a `local` memory store holds about `local_max_keys` keys).
+    /// unreachable (a `local` memory store holds about `local_max_keys` keys), with an over-limit
+    /// cache of `local_cache_bytes` (0: none).
     pub async fn redis_guarded(
         config: &super::RedisConfig,
         mode: FailureMode,
         local_max_keys: usize,
+        local_cache_bytes: usize,
         metrics: StoreMetrics,
     ) -> Result<AnyStore, StoreError> {
-        let store = GuardedRedis::start(config, mode, local_max_keys, metrics).await?;
+        let store =
+            GuardedRedis::start(config, mode, local_max_keys, local_cache_bytes, metrics).await?;
         Ok(AnyStore::Redis(store))
     }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 
 use super::breaker::{Breaker, Change, Permit};
+use super::over_limit_cache::OverLimitCache;
 use super::{
     Charge, MemoryStore, RedisConfig, RedisStore, Store, StoreError, StoreMetrics, TextKey,
     TextKeyBuilder, Verdict, Verdicts,
@@ -69,6 +70,8 @@ struct Shared {
     /// Bound on one whole decision (its Redis calls are each bounded by `REDIS_TIMEOUT`).
     deadline: Duration,
     metrics: StoreMetrics,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: keys known over their limit, answered without a call.
+    cache: Option<OverLimitCache>,
 }
 
 /// The Redis store behind a breaker and a failure mode (cheap to clone).
@@ -85,6 +88,7 @@ impl GuardedRedis {
         config: &RedisConfig,
         mode: FailureMode,
         local_max_keys: usize,
+        local_cache_bytes: usize,
         metrics: StoreMetrics,
     ) -> Result<GuardedRedis, StoreError> {
         let probe_timeout = config.timeout * 2 + Duration::from_millis(50);
@@ -117,6 +121,7 @@ impl GuardedRedis {
             mode,
             deadline: config.timeout * 2,
             metrics,
+            cache: OverLimitCache::new(local_cache_bytes),
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
@@ -349,9 +354,17 @@ impl Store for GuardedRedis {
     }
 
     async fn apply(&self, charges: &[Charge<TextKey>], now: Nanos) -> Result<Verdicts, StoreError> {
+        let cache = self.shared.cache.as_ref();
+        if let Some(verdicts) = cache.and_then(|c| c.answer(charges, now)) {
+            self.shared.metrics.over_limit_with_local_cache.inc();
+            return Ok(verdicts);
+        }
         if let Some(redis) = self.shared.redis.load_full()
             && let Some(answer) = self.through(redis.apply_text(charges, now)).await
         {
+            if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
+                cache.learn(charges, verdicts, now);
+            }
             return answer;
         }
         self.fallback(charges, now)

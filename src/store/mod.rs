@@ -12,6 +12,7 @@ mod guarded;
 mod key;
 mod memory;
 mod metrics;
+mod over_limit_cache;
 pub mod redis;
 mod text_key;
 
