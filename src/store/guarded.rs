@@ -243,6 +243,10 @@ fn metrics_switch(shared: &Shared, change: Change, log: bool) {
             }
         }
         Change::Up => {
+            // Redis may have lost counts while away (a restart without persistence).
+            if let Some(cache) = &shared.cache {
+                cache.clear();
+            }
             m.store_up.set(1);
             m.switches.with_label_values(&["redis"]).inc();
             tracing::warn!("Redis answers again: decisions are back on Redis");

@@ -101,6 +101,13 @@ impl OverLimitCache {
         }
     }
 
+    /// Forgets everything (Redis came back after an outage: it may have lost counts).
+    pub fn clear(&self) {
+        let mut guard = self.lock();
+        guard.0.clear();
+        guard.1 = 0;
+    }
+
     /// Entries held.
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -202,5 +209,7 @@ mod tests {
         // Once they expire, room is made again.
         cache.learn(&[charge("key-late", 5, 1)], &denied(S), 2 * S);
         assert_eq!(cache.len(), 1);
+        cache.clear();
+        assert_eq!(cache.len(), 0);
     }
 }
