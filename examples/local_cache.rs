@@ -117,8 +117,19 @@ async fn run(args: &Args, port: u16, cache_bytes: usize, prefix: &str) {
     }
     let secs = started.elapsed().as_secs_f64();
     let commands = redis_commands(port) - before;
+    let metrics = reqwest::get(format!("http://{}/metrics", server.http_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let fallbacks: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("ratelimit_store_failure_mode_decisions{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
     println!(
-        "| {} | {} | {} | {} | {:.2} | {:.0} |",
+        "| {} | {} | {} | {} | {:.2} | {:.0} | {fallbacks} |",
         if cache_bytes == 0 {
             "off".to_string()
         } else {
@@ -154,8 +165,10 @@ async fn main() {
         "zipf(1.0) over {} keys, fixed window {}/hour, {} in flight",
         args.keys, args.limit, args.in_flight
     );
-    println!("\n| local cache | requests | OVER_LIMIT | Redis commands | per request | req/s |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "\n| local cache | requests | OVER_LIMIT | Redis commands | per request | req/s | answered by REDIS_FAILURE_MODE |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     run(&args, port, 0, "off:").await;
     run(&args, port, args.cache_bytes, "on:").await;
     let _ = redis.kill();
