@@ -146,11 +146,22 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
     let store = Arc::new(match settings.store.backend {
-        Backend::Memory => AnyStore::memory(settings.max_keys),
+        Backend::Memory => {
+            metrics.store.store_up.set(1);
+            AnyStore::memory(settings.max_keys)
+        }
         Backend::Redis => {
             let config = settings.store.redis_config()?;
-            let store = AnyStore::redis(&config).await?;
-            tracing::info!(redis = %config.describe(), prefix = %config.prefix, "counters in Redis");
+            let mode = settings.store.redis_failure_mode;
+            let store = AnyStore::redis_guarded(
+                &config,
+                mode,
+                settings.max_keys,
+                settings.store.local_cache_size_in_bytes,
+                metrics.store.clone(),
+            )
+            .await?;
+            tracing::info!(redis = %config.describe(), prefix = %config.prefix, failure_mode = mode.name(), "counters in Redis");
             store
         }
     });

@@ -24,6 +24,7 @@ pub use rules::{DetailedBudget, OVERFLOW_SUFFIX, OVERRIDE_RULE, PolicyMetrics, R
 pub use series::{Counts, HitOutcome};
 
 use crate::policy::Policy;
+use crate::store::StoreMetrics;
 
 pub struct Metrics {
     registry: Registry,
@@ -39,7 +40,8 @@ pub struct Metrics {
     pub response_time: HistogramVec,
     pub store_keys: IntGauge,
     pub store_evictions: IntCounter,
-    pub store_errors: IntCounter,
+    /// Redis calls and errors, store up/down, breaker, failure mode, `ratelimit_store_errors`.
+    pub store: StoreMetrics,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -120,7 +122,11 @@ impl Metrics {
                 "ratelimit_store_evictions",
                 "Live keys evicted because the key bound was reached",
             ),
-            store_errors: counter(&r, "ratelimit_store_errors", "Store operations that failed"),
+            store: {
+                let store = StoreMetrics::unregistered();
+                store.register(&r);
+                store
+            },
             registry: r,
             live,
             installing: Mutex::new(()),

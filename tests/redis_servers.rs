@@ -29,11 +29,16 @@ fn rules() -> tempfile::TempDir {
     dir
 }
 
+/// Exactness is Redis' guarantee while it answers: a slow debug build on a shared machine must
+/// not fall back to per-instance decisions (REDIS_FAILURE_MODE=local), so a failure here is an
+/// error, and calls may take up to 2 s.
 pub fn redis_env(url: &str) -> Vec<(&'static str, String)> {
     vec![
         ("BACKEND_TYPE", "redis".into()),
         ("REDIS_URL", url.into()),
         ("CACHE_KEY_PREFIX", "it:".into()),
+        ("REDIS_TIMEOUT", "2s".into()),
+        ("REDIS_FAILURE_MODE", "error".into()),
     ]
 }
 

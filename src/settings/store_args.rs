@@ -9,7 +9,7 @@ use clap::{ArgAction, Args};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::config::parse_duration;
-use crate::store::{RedisConfig, RedisTls, Topology};
+use crate::store::{FailureMode, RedisConfig, RedisTls, Topology};
 
 /// Where counters live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,20 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+pub fn parse_failure_mode(text: &str) -> Result<FailureMode, String> {
+    FailureMode::parse(text).ok_or_else(|| {
+        format!("'{text}' is not a failure mode (expected local, allow, deny or error)")
+    })
+}
+
+/// A byte size, or 0 (off).
+fn cache_bytes(text: &str) -> Result<usize, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    crate::net::byte_size(text)
+}
+
 fn parse_prefix(text: &str) -> Result<String, String> {
     if text.contains(['{', '}']) {
         return Err(format!(
@@ -124,9 +138,18 @@ pub struct StoreArgs {
     /// Multiplexed connections to Redis (requests are pipelined over them).
     #[arg(long, env = "REDIS_POOL_SIZE", default_value = "4", value_parser = parse_pool_size)]
     pub redis_pool_size: usize,
-    /// Bound on every Redis call, connecting included (500ms, 2s).
-    #[arg(long, env = "REDIS_TIMEOUT", default_value = "1s", value_parser = parse_timeout)]
+    /// Bound on every Redis call, connecting included (100ms, 2s). Envoy's rate-limit filter
+    /// `timeout` (20ms by default) should be longer, or Envoy gives up first (see README).
+    #[arg(long, env = "REDIS_TIMEOUT", default_value = "100ms", value_parser = parse_timeout)]
     pub redis_timeout: Duration,
+    /// While Redis is unreachable: local (decide from this instance's memory, same rules),
+    /// allow (OK), deny (OVER_LIMIT) or error (gRPC UNAVAILABLE).
+    #[arg(long, env = "REDIS_FAILURE_MODE", default_value = "local", value_parser = parse_failure_mode)]
+    pub redis_failure_mode: FailureMode,
+    /// Bytes for the local over-limit cache (0 = off; 1MiB, 64KiB accepted): a fixed-window key
+    /// Redis denied is answered OVER_LIMIT without a Redis call until its window ends.
+    #[arg(long, env = "LOCAL_CACHE_SIZE_IN_BYTES", default_value = "0", value_parser = cache_bytes)]
+    pub local_cache_size_in_bytes: usize,
     /// Prepended to every Redis key (no braces).
     #[arg(long, env = "CACHE_KEY_PREFIX", default_value = "", value_parser = parse_prefix)]
     pub cache_key_prefix: String,

@@ -3,15 +3,15 @@
 //! inlined, allocation-free decision.
 
 use super::{
-    Charge, MemoryKey, MemoryStore, RedisStore, Store, StoreError, StoreKey, StoreStats, TextKey,
-    Verdicts,
+    Charge, FailureMode, GuardedRedis, MemoryKey, MemoryStore, Store, StoreError, StoreKey,
+    StoreMetrics, StoreStats, TextKey, Verdicts,
 };
 use crate::clock::Nanos;
 use crate::limiter::{LimitParams, State};
 
 pub enum AnyStore {
     Memory(MemoryStore),
-    Redis(RedisStore),
+    Redis(GuardedRedis),
 }
 
 /// A key of either store. (A store is only ever given keys it built; a memory store handed a
@@ -112,9 +112,32 @@ impl AnyStore {
         AnyStore::Memory(MemoryStore::new(max_keys))
     }
 
-    /// A Redis store, connected (fails if Redis does not answer).
+    /// A Redis store whose failures are errors (`REDIS_FAILURE_MODE=error`), for tests and
+    /// tools; it starts even if nobody answers yet.
     pub async fn redis(config: &super::RedisConfig) -> Result<AnyStore, StoreError> {
-        Ok(AnyStore::Redis(RedisStore::connect(config).await?))
+        Self::redis_guarded(
+            config,
+            FailureMode::Error,
+            0,
+            0,
+            StoreMetrics::unregistered(),
+        )
+        .await
+    }
+
+    /// The Redis store as the server runs it: behind a breaker, `mode` answering while Redis is
+    /// unreachable (a `local` memory store holds about `local_max_keys` keys), with an over-limit
+    /// cache of `local_cache_bytes` (0: none).
+    pub async fn redis_guarded(
+        config: &super::RedisConfig,
+        mode: FailureMode,
+        local_max_keys: usize,
+        local_cache_bytes: usize,
+        metrics: StoreMetrics,
+    ) -> Result<AnyStore, StoreError> {
+        let store =
+            GuardedRedis::start(config, mode, local_max_keys, local_cache_bytes, metrics).await?;
+        Ok(AnyStore::Redis(store))
     }
 
     /// Which backend this is, for logs and metrics.

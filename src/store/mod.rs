@@ -6,9 +6,13 @@
 //! [`AnyStore`].
 
 mod any;
+pub mod breaker;
 mod decide;
+mod guarded;
 mod key;
 mod memory;
+mod metrics;
+mod over_limit_cache;
 pub mod redis;
 mod text_key;
 
@@ -19,8 +23,10 @@ use smallvec::SmallVec;
 
 pub use any::{AnyKey, AnyStore};
 pub use decide::{Decision, decide};
+pub use guarded::{FailureMode, GuardedRedis};
 pub use key::{KeyBuilder, StoreKey};
 pub use memory::{MemoryKey, MemoryStore};
+pub use metrics::StoreMetrics;
 pub use redis::{RedisConfig, RedisStore, RedisTls, Topology};
 pub use text_key::{MAX_KEY, TextKey, TextKeyBuilder};
 
@@ -57,6 +63,9 @@ pub type Verdicts = SmallVec<[Verdict; 2]>;
 pub enum StoreError {
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// Nobody answered (connection refused, no answer within `REDIS_TIMEOUT`).
+    #[error("store unreachable: {0}")]
+    Unreachable(String),
     /// Other instances kept changing the request's keys between our read and our write.
     #[error("store contention: gave up after {0} attempts")]
     Contention(usize),

@@ -36,6 +36,8 @@ pub struct RedisServer {
     pub dir: tempfile::TempDir,
     /// Extra redis-cli arguments to reach it (TLS, password).
     pub cli_args: Vec<String>,
+    /// The extra redis-server arguments it was started with (kept for [`RedisServer::restart`]).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -56,24 +58,69 @@ impl RedisServer {
     /// Starts redis-server on `port` with `extra` arguments, reached by redis-cli with `cli_args`.
     pub fn spawn(port: u16, extra: &[&str], cli_args: Vec<String>) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--dir", &dir.path().display().to_string()])
-            .args(["--logfile", "redis.log"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = cmd.spawn().expect("redis-server starts");
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let child = Self::run(port, dir.path(), &extra);
         let server = RedisServer {
             port,
             child,
             dir,
             cli_args,
+            extra,
         };
         server.wait_ready();
         server
+    }
+
+    fn run(port: u16, dir: &Path, extra: &[String]) -> Child {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.display().to_string()])
+            .args(["--logfile", "redis.log"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd.spawn().expect("redis-server starts")
+    }
+
+    /// The redis-server process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (STOP, CONT, KILL) to the redis-server process with `kill`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a frozen server run again (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to be gone; [`RedisServer::restart`] brings
+    /// it back on the same port.
+    pub fn kill_now(&mut self) {
+        self.kill();
+    }
+
+    /// Starts redis-server again on the same port with the same arguments (empty: nothing was
+    /// saved) and waits until it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Self::run(self.port, self.dir.path(), &self.extra);
+        self.wait_ready();
     }
 
     fn wait_ready(&self) {

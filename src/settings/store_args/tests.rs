@@ -43,7 +43,16 @@ fn names_parse_in_any_case_and_bad_ones_name_the_setting() {
     assert!(e.contains("--cache-key-prefix"), "{e}");
     let d = args(&[]).unwrap();
     assert_eq!(d.backend, Backend::Memory);
-    assert_eq!(d.redis_timeout, Duration::from_secs(1));
+    assert_eq!(d.redis_timeout, Duration::from_millis(100));
+    assert_eq!(d.redis_failure_mode, FailureMode::Local);
+    assert_eq!(d.local_cache_size_in_bytes, 0);
+    assert_eq!(cache_bytes("1MiB"), Ok(1 << 20));
+    assert_eq!(parse_failure_mode("DENY"), Ok(FailureMode::Deny));
+    assert!(
+        parse_failure_mode("open")
+            .unwrap_err()
+            .contains("local, allow, deny or error")
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@ use smallvec::SmallVec;
 
 pub use conn::{RedisConfig, RedisTls, Topology};
 
-use super::{Charge, Store, StoreError, TextKey, TextKeyBuilder, Verdicts, decide};
+use super::{Charge, Store, StoreError, StoreMetrics, TextKey, TextKeyBuilder, Verdicts, decide};
 use crate::clock::Nanos;
 use crate::limiter::{self, LimitParams, State};
 
@@ -85,6 +85,7 @@ struct Inner {
     /// Writers of one instance queue per key stripe after a conflict, so a hot key's retries race
     /// only with other instances, not with this instance's own requests.
     stripes: Box<[tokio::sync::Mutex<()>]>,
+    metrics: StoreMetrics,
 }
 
 /// Key stripes per instance.
@@ -127,20 +128,51 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+/// A connection error as a store error: `Unreachable` when nobody answered (refused, timed out),
+/// else `Unavailable` (Redis or TLS answered, with an error: wrong password, bad certificate).
+fn classify(e: &::redis::RedisError) -> StoreError {
+    if e.is_connection_refusal() || e.is_timeout() {
+        StoreError::Unreachable(e.to_string())
+    } else {
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
+/// The `ratelimit_redis_errors` kind of a failed call.
+fn error_kind(e: &::redis::RedisError) -> &'static str {
+    if e.is_timeout() {
+        "timeout"
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        "connection"
+    } else {
+        "script"
+    }
+}
+
 impl RedisStore {
     /// Connects as `config` says (failing if Redis does not answer within its timeout).
     pub async fn connect(config: &RedisConfig) -> Result<RedisStore, StoreError> {
+        Self::connect_observed(config, StoreMetrics::unregistered()).await
+    }
+
+    /// [`RedisStore::connect`], counting calls, errors and latency in `metrics`. Fails with
+    /// `Unreachable` when nobody answered (refused, no answer within the timeout), with
+    /// `Unavailable` when Redis or its TLS refused us (password, certificate).
+    pub async fn connect_observed(
+        config: &RedisConfig,
+        metrics: StoreMetrics,
+    ) -> Result<RedisStore, StoreError> {
         // rustls needs a process-wide crypto provider; ours is ring. (Err: one is installed.)
         let _ = rustls::crypto::ring::default_provider().install_default();
         let conns = tokio::time::timeout(config.timeout, conn::Conns::connect(config))
             .await
             .map_err(|_| {
-                StoreError::Unavailable(format!(
+                StoreError::Unreachable(format!(
                     "no answer from Redis within {:?} (REDIS_TIMEOUT)",
                     config.timeout
                 ))
             })?
-            .map_err(unavailable)?;
+            .map_err(|e| classify(&e))?;
         let conns = Arc::new(conns);
         if conns.is_sentinel() {
             let weak = Arc::downgrade(&conns);
@@ -154,6 +186,7 @@ impl RedisStore {
                 cas: Script::new(CAS),
                 conflicts: AtomicU64::new(0),
                 stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+                metrics,
             }),
         };
         store.ping().await?;
@@ -177,13 +210,20 @@ impl RedisStore {
         &self,
         call: impl Future<Output = ::redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.inner.timeout, call).await {
+        let m = &self.inner.metrics;
+        m.redis_calls.inc();
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(self.inner.timeout, call).await;
+        m.redis_latency.observe(started.elapsed().as_secs_f64());
+        match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => {
+                m.error(error_kind(&e));
                 self.inner.conns.failed(Some(&e)).await;
                 Err(unavailable(e))
             }
             Err(_) => {
+                m.error("timeout");
                 self.inner.conns.failed(None).await;
                 Err(StoreError::Unavailable(format!(
                     "Redis call timed out after {:?}",
@@ -303,6 +343,7 @@ impl RedisStore {
                 return Ok(verdicts);
             }
         }
+        self.inner.metrics.error("conflict_exhausted");
         Err(StoreError::Contention(MAX_ATTEMPTS))
     }
 

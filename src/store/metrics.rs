@@ -1,0 +1,122 @@
+//! The store's own Prometheus series (Redis calls, errors by kind, call latency, up/down, the
+//! breaker, failure-mode decisions, local-cache hits). Built unregistered, so a store works
+//! without a registry (tests, tools); `crate::metrics` registers the server's set.
+
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, core::Collector,
+};
+
+/// Kinds of failed Redis calls (`ratelimit_redis_errors{kind}`).
+pub const ERROR_KINDS: [&str; 4] = ["timeout", "connection", "script", "conflict_exhausted"];
+
+/// Failure modes, as labels of `ratelimit_store_failure_mode_decisions{mode}`.
+pub const MODES: [&str; 4] = ["local", "allow", "deny", "error"];
+
+#[derive(Clone)]
+pub struct StoreMetrics {
+    pub redis_calls: IntCounter,
+    pub redis_errors: IntCounterVec,
+    pub redis_latency: Histogram,
+    pub store_up: IntGauge,
+    pub breaker_state: IntGauge,
+    pub switches: IntCounterVec,
+    pub failure_mode_decisions: IntCounterVec,
+    /// `ratelimit_store_errors`: store operations that failed (each failed decision or peek).
+    pub store_errors: IntCounter,
+    pub over_limit_with_local_cache: IntCounter,
+}
+
+fn counter_vec(name: &str, help: &str, label: &str, values: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric definition");
+    // Every label value exists from the start, so dashboards see zeros, not gaps.
+    for v in values {
+        c.with_label_values(&[v]);
+    }
+    c
+}
+
+impl StoreMetrics {
+    /// A set not registered anywhere.
+    pub fn unregistered() -> StoreMetrics {
+        StoreMetrics {
+            redis_calls: IntCounter::new("ratelimit_redis_calls", "Calls sent to Redis")
+                .expect("valid metric definition"),
+            redis_errors: counter_vec(
+                "ratelimit_redis_errors",
+                "Failed Redis calls by kind: timeout (no answer within REDIS_TIMEOUT), connection, script (Redis answered with an error), conflict_exhausted (a decision gave up after its compare-and-set retries)",
+                "kind",
+                &ERROR_KINDS,
+            ),
+            redis_latency: Histogram::with_opts(
+                HistogramOpts::new("ratelimit_redis_call_seconds", "Redis call latency").buckets(
+                    vec![
+                        0.000_05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                        0.05, 0.1, 0.25, 0.5, 1.0,
+                    ],
+                ),
+            )
+            .expect("valid metric definition"),
+            store_up: IntGauge::new(
+                "ratelimit_store_up",
+                "1 while decisions go to the configured store; 0 while Redis is unreachable and REDIS_FAILURE_MODE decides",
+            )
+            .expect("valid metric definition"),
+            breaker_state: IntGauge::new(
+                "ratelimit_redis_breaker_state",
+                "Circuit breaker in front of Redis: 0 closed, 1 open, 2 half-open (probing)",
+            )
+            .expect("valid metric definition"),
+            switches: counter_vec(
+                "ratelimit_store_switches",
+                "Switches of the decisions between Redis (to=redis) and REDIS_FAILURE_MODE (to=failure_mode)",
+                "to",
+                &["redis", "failure_mode"],
+            ),
+            failure_mode_decisions: counter_vec(
+                "ratelimit_store_failure_mode_decisions",
+                "Requests decided by REDIS_FAILURE_MODE because Redis was unreachable",
+                "mode",
+                &MODES,
+            ),
+            store_errors: IntCounter::new(
+                "ratelimit_store_errors",
+                "Store operations that failed (a Redis decision or read that did not complete)",
+            )
+            .expect("valid metric definition"),
+            over_limit_with_local_cache: IntCounter::new(
+                "ratelimit_over_limit_with_local_cache",
+                "Requests answered OVER_LIMIT from the local over-limit cache, without a Redis call",
+            )
+            .expect("valid metric definition"),
+        }
+    }
+
+    /// Registers every series in `registry`.
+    pub fn register(&self, registry: &Registry) {
+        let all: [Box<dyn Collector>; 9] = [
+            Box::new(self.redis_calls.clone()),
+            Box::new(self.redis_errors.clone()),
+            Box::new(self.redis_latency.clone()),
+            Box::new(self.store_up.clone()),
+            Box::new(self.breaker_state.clone()),
+            Box::new(self.switches.clone()),
+            Box::new(self.failure_mode_decisions.clone()),
+            Box::new(self.store_errors.clone()),
+            Box::new(self.over_limit_with_local_cache.clone()),
+        ];
+        for c in all {
+            registry.register(c).expect("metric registered once");
+        }
+    }
+
+    /// Counts one failed Redis call of `kind` (one of `ERROR_KINDS`).
+    pub fn error(&self, kind: &str) {
+        self.redis_errors.with_label_values(&[kind]).inc();
+    }
+}
+
+impl Default for StoreMetrics {
+    fn default() -> Self {
+        StoreMetrics::unregistered()
+    }
+}
