@@ -127,6 +127,9 @@ fn check(dir: &Path, caps: SizeCaps) -> i32 {
         });
     match loaded {
         Ok(configs) => {
+            for warning in configs.iter().flat_map(|c| &c.warnings) {
+                eprintln!("warning: {warning}");
+            }
             let rules: usize = Policy::new(&configs)
                 .domains()
                 .iter()

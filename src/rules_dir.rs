@@ -190,7 +190,12 @@ pub fn parse_rules(files: RulesFiles) -> Result<Vec<DomainConfig>, ConfigErrors>
     let parsed = config::parse_files(&texts);
     drop(texts);
     match parsed {
-        Ok(configs) if errors.is_empty() => Ok(configs),
+        Ok(configs) if errors.is_empty() => {
+            for warning in configs.iter().flat_map(|c| &c.warnings) {
+                tracing::warn!("{warning}");
+            }
+            Ok(configs)
+        }
         Ok(_) => Err(ConfigErrors(errors)),
         Err(ConfigErrors(more)) => {
             errors.extend(more);

@@ -110,6 +110,14 @@ pub struct ServeSettings {
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,
+    /// Treat every descriptor as `quota_mode` (the reference's QUOTA_MODE): over the limit, the
+    /// request is denied only when every descriptor is over.
+    #[arg(long, env = "QUOTA_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub quota_mode: bool,
+    /// Return the request and the passing descriptors' `metadata` in the response's dynamic
+    /// metadata (the reference's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub response_dynamic_metadata: bool,
     /// Share of a limit past which hits count as near the limit (metrics).
     #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
     pub near_limit_ratio: f64,
@@ -178,6 +186,8 @@ impl ServeSettings {
     pub fn engine_settings(&self) -> EngineSettings {
         EngineSettings {
             shadow_mode: self.shadow_mode,
+            quota_mode: self.quota_mode,
+            dynamic_metadata: self.response_dynamic_metadata,
             near_limit_ratio: self.near_limit_ratio,
             response_headers: self.limit_response_headers_enabled.then(|| HeaderNames {
                 limit: self.limit_limit_header.clone(),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub use duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
-    Algorithm, DescriptorConfig, DomainConfig, Limit, Location, MAX_DESCRIPTOR_DEPTH,
+    Algorithm, DescriptorConfig, DomainConfig, Limit, Location, MAX_DESCRIPTOR_DEPTH, MetaValue,
     RateLimitSpec, Unit,
 };
 pub use text::decode;

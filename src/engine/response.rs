@@ -113,7 +113,13 @@ pub(super) fn build(
         };
         statuses.push(status);
     }
-    let any_over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
+    // The reference's rule: a non-quota descriptor over its limit denies; quota descriptors deny
+    // only when there is one and every one is over. Unlimited descriptors are in neither group.
+    let quota = |(p, _): &(&Plan<'_>, &DescriptorStatus)| p.quota && p.kind != Kind::Unlimited;
+    let pairs = || plans.iter().zip(&statuses);
+    let any_over = pairs().filter(|x| !quota(x)).any(|(_, s)| over(s))
+        || (pairs().any(|x| quota(&x)) && pairs().filter(quota).all(|(_, s)| over(s)));
     let overall = if any_over && !settings.shadow_mode {
         Code::OverLimit
     } else {

@@ -121,7 +121,11 @@ fn full_example_is_parsed_field_by_field() {
                 },
             ])),
             shadow_mode: false,
+            quota_mode: false,
             detailed_metric: false,
+            value_to_metric: false,
+            share_threshold: false,
+            metadata: None,
             descriptors: vec![],
             location: Location {
                 line: 16,
@@ -299,4 +303,51 @@ fn hostile_inputs_give_errors_not_panics() {
     for text in inputs {
         assert!(!errors_of(&text).is_empty(), "{text:?} accepted");
     }
+}
+
+#[test]
+fn reference_descriptor_fields_are_parsed() {
+    let text = r#"
+domain: a
+descriptors:
+  - key: files
+    value: "shared/*"
+    share_threshold: true
+    quota_mode: true
+    value_to_metric: true
+    metadata:
+      name: service_1
+      weight: 2.5
+      tags: [x, 1, true, ~]
+      nested: {a: {b: c}}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"#;
+    let configs = parse_files(&[(PathBuf::from("r.yaml"), text.to_string())]).expect("valid");
+    let d = &configs[0].descriptors[0];
+    assert!(d.share_threshold && d.quota_mode && d.value_to_metric);
+    use crate::config::MetaValue as M;
+    assert_eq!(
+        d.metadata,
+        Some(vec![
+            ("name".into(), M::String("service_1".into())),
+            ("weight".into(), M::Number("2.5".into())),
+            (
+                "tags".into(),
+                M::List(vec![
+                    M::String("x".into()),
+                    M::Number("1".into()),
+                    M::Bool(true),
+                    M::Null
+                ])
+            ),
+            (
+                "nested".into(),
+                M::Map(vec![(
+                    "a".into(),
+                    M::Map(vec![("b".into(), M::String("c".into()))])
+                )])
+            ),
+        ])
+    );
+    assert!(configs[0].warnings.is_empty());
 }
