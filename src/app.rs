@@ -50,6 +50,8 @@ pub enum StartError {
 pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The debug listener's address, when `--debug-addr` is set.
+    pub debug_addr: Option<SocketAddr>,
     pub engine: Arc<Engine<AnyStore>>,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
@@ -166,6 +168,11 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     })?;
     let (grpc_listener, grpc_addr) = bind(settings.grpc_addr).await?;
     let (http_listener, http_addr) = bind(settings.http_addr).await?;
+    let debug = match settings.debug_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let debug_addr = debug.as_ref().map(|(_, a)| *a);
     let caps = connection_caps(&settings.transport);
     let timeouts = settings.transport.timeouts();
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -190,6 +197,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             }
         })
     };
+    let mut tasks = Vec::new();
     let http = {
         let acceptor = Acceptor::new(http_listener, caps.admin, timeouts, "admin");
         let admin = Arc::new(Admin {
@@ -198,6 +206,14 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             status: status.clone(),
         });
         let header_timeout = settings.transport.handshake_timeout;
+        if let Some((listener, _)) = debug {
+            tasks.push(tokio::spawn(net::serve_http(
+                Acceptor::new(listener, caps.admin, timeouts, "debug"),
+                http::debug_router(admin.clone()),
+                header_timeout,
+                stopped(shutdown_rx.clone()),
+            )));
+        }
         tokio::spawn(net::serve_http(
             acceptor,
             http::router(admin),
@@ -206,16 +222,18 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         ))
     };
     let sweeper = tokio::spawn(sweep(store, clock, shutdown_rx));
-    tracing::info!(%grpc_addr, %http_addr, rules = %loaded.summary, "serving");
+    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %loaded.summary, "serving");
+    tasks.extend([grpc, http, sweeper, watcher]);
     Ok(Server {
         grpc_addr,
         http_addr,
+        debug_addr,
         engine,
         reloader,
         status,
         health,
         shutdown,
-        tasks: vec![grpc, http, sweeper, watcher],
+        tasks,
         drain_timeout: settings.drain_timeout,
         shutdown_delay: settings.shutdown_delay,
     })

@@ -27,8 +27,9 @@ use crate::settings::{DefaultsArgs, RulesFilesArgs, ServeSettings};
     about = "An Envoy-compatible external rate-limit service"
 )]
 pub struct Cli {
+    /// With no command, `serve` from the environment alone (as the reference's binary does).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -81,7 +82,10 @@ pub enum Command {
 
 /// Runs a command; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
-    match cli.command {
+    let command = cli
+        .command
+        .unwrap_or_else(|| Command::Serve(Box::new(ServeSettings::from_env())));
+    match command {
         Command::Serve(settings) => match crate::app::run(&settings, Arc::new(SystemClock)).await {
             Ok(()) => 0,
             Err(e) => {

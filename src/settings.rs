@@ -107,6 +107,10 @@ pub struct ServeSettings {
     /// HTTP admin listen address (/metrics, /healthcheck, /readyz, /rlconfig, POST /json).
     #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
+    /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
+    #[arg(long, env = "DEBUG_ADDR")]
+    pub debug_addr: Option<SocketAddr>,
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,
@@ -181,6 +185,17 @@ impl ServeSettings {
         settings.http_addr = "127.0.0.1:0".parse().expect("valid address");
         settings.shutdown_delay = Duration::ZERO;
         settings
+    }
+
+    /// Settings from the environment (and defaults) alone: `ratelimit-server` with no command.
+    pub fn from_env() -> ServeSettings {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            settings: ServeSettings,
+        }
+        Wrapper::parse_from(["ratelimit-server"]).settings
     }
 
     pub fn engine_settings(&self) -> EngineSettings {

@@ -41,6 +41,18 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .with_state(admin)
 }
 
+/// The debug listener (`DEBUG_ADDR`, the reference's `DEBUG_PORT`): an index and `/rlconfig`.
+pub fn debug_router(admin: Arc<Admin>) -> Router {
+    Router::new()
+        .route("/", get(debug_index))
+        .route("/rlconfig", get(rlconfig::rlconfig))
+        .with_state(admin)
+}
+
+async fn debug_index() -> &'static str {
+    "/rlconfig: the rules in force\n"
+}
+
 async fn metrics(State(admin): AdminState) -> impl IntoResponse {
     let stats = admin.engine.store().stats();
     admin.metrics.store_keys.set(stats.keys as i64);
