@@ -185,15 +185,26 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
         dir.push(lookup("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
         set("CONFIG_DIR", Some(dir.display().to_string()));
     }
-    set("HTTP_ADDR", host_port(lookup, "HOST", "PORT", 8080));
-    set(
-        "GRPC_ADDR",
-        host_port(lookup, "GRPC_HOST", "GRPC_PORT", 8081),
-    );
-    set(
-        "DEBUG_ADDR",
-        host_port(lookup, "DEBUG_HOST", "DEBUG_PORT", 6070),
-    );
+    let mut bad_addresses = Vec::new();
+    for (ours, host, port, default) in [
+        ("HTTP_ADDR", "HOST", "PORT", 8080),
+        ("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", 8081),
+        ("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", 6070),
+    ] {
+        match host_port(lookup, host, port, default) {
+            // Only an IP address and port can be listened on; a shell's own HOST (a host name)
+            // must not stop the server.
+            Some(a) if a.parse::<std::net::SocketAddr>().is_err() => {
+                if lookup(ours).is_none() {
+                    bad_addresses.push(format!(
+                        "{host}/{port} ignored: '{a}' is not an IP address and port; set {ours}"
+                    ));
+                }
+            }
+            addr => set(ours, addr),
+        }
+    }
+    t.warnings.extend(bad_addresses);
     for (name, why) in UNSUPPORTED {
         match lookup(name) {
             Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("false") => t
@@ -277,6 +288,16 @@ mod tests {
                 "CONFIG_DIR",
                 "/srv/runtime_data/current/rl/rules".to_owned()
             )]
+        );
+    }
+
+    #[test]
+    fn a_host_name_in_host_is_ignored_with_a_warning() {
+        let t = run(&[("HOST", "myhost.local")]);
+        assert!(t.set.is_empty());
+        assert_eq!(
+            t.warnings,
+            ["HOST/PORT ignored: 'myhost.local:8080' is not an IP address and port; set HTTP_ADDR"]
         );
     }
 
