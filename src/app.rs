@@ -154,14 +154,17 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         .with_metrics(metrics.clone()),
     );
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
-    let reloader = Arc::new(Reloader::new(
-        settings.config.clone(),
-        settings.rules_files.caps(),
-        engine.clone(),
-        metrics.clone(),
-        status.clone(),
-        clock.clone(),
-    ));
+    let reloader = Arc::new(
+        Reloader::new(
+            settings.config.clone(),
+            settings.rules_files.caps(),
+            engine.clone(),
+            metrics.clone(),
+            status.clone(),
+            clock.clone(),
+        )
+        .with_merged_domains(settings.rules_files.merge_domain_config),
+    );
     let loaded = reloader.reload().map_err(|errors| StartError::Rules {
         dir: settings.config.display().to_string(),
         errors,

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use crate::clock::SystemClock;
 use crate::policy::Policy;
 use crate::policy::parse_descriptor;
-use crate::rules_dir::{SizeCaps, no_rules_warning, parse_rules, read_rules_dir};
+use crate::rules_dir::{SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir};
 use crate::settings::{DefaultsArgs, RulesFilesArgs, ServeSettings};
 
 #[derive(Debug, Parser)]
@@ -93,7 +93,9 @@ pub async fn run(cli: Cli) -> i32 {
                 1
             }
         },
-        Command::Check { dir, rules_files } => check(&dir, rules_files.caps()),
+        Command::Check { dir, rules_files } => {
+            check(&dir, rules_files.caps(), rules_files.merge_domain_config)
+        }
         Command::Explain {
             dir,
             domain,
@@ -120,14 +122,14 @@ pub async fn run(cli: Cli) -> i32 {
     }
 }
 
-fn check(dir: &Path, caps: SizeCaps) -> i32 {
+fn check(dir: &Path, caps: SizeCaps, merge_domains: bool) -> i32 {
     let loaded = read_rules_dir(dir, caps)
         .map_err(|e| crate::config::ConfigErrors(vec![e.into()]))
         .and_then(|files| {
             if files.is_empty() {
                 eprintln!("warning: {}", no_rules_warning(dir));
             }
-            parse_rules(files)
+            parse_rules_merging(files, merge_domains)
         });
     match loaded {
         Ok(configs) => {

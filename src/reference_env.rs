@@ -88,7 +88,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     ("DISABLE_STATS", "metrics are always on"),
     ("EXTRA_TAGS", "metrics carry no extra tags"),
-    ("MERGE_DOMAIN_CONFIG", "a domain must be in one file"),
     (
         "FORCE_START_WITHOUT_INITIAL_CONFIG",
         "the server always starts on the rules it finds",

@@ -23,6 +23,10 @@ pub struct RulesFilesArgs {
     /// Most bytes of all rules files together; more is a load error.
     #[arg(long, env = "MAX_TOTAL_BYTES", default_value = "32MiB", value_parser = byte_size)]
     pub max_total_bytes: usize,
+    /// Let one domain span several files (their descriptors are merged; the same key and value
+    /// at the top level of two files is an error), as the reference's MERGE_DOMAIN_CONFIG.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub merge_domain_config: bool,
 }
 
 impl RulesFilesArgs {

@@ -184,3 +184,23 @@ async fn value_to_metric_and_detailed_metric_label_rule_series() {
         assert!(text.contains(&series), "missing {series} in:\n{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_domain_config_serves_one_domain_from_several_files() {
+    let files = [
+        (
+            "merge_a.yaml",
+            include_str!("fixtures/reference/merge_a.yaml"),
+        ),
+        (
+            "merge_b.yaml",
+            include_str!("fixtures/reference/merge_b.yaml"),
+        ),
+    ];
+    let mut s = start_with(&files, |settings| {
+        settings.rules_files.merge_domain_config = true;
+    })
+    .await;
+    assert_eq!(s.hit("merged", &[("a", "x")]).await, (Code::Ok, 0));
+    assert_eq!(s.hit("merged", &[("b", "x")]).await, (Code::Ok, 1));
+}

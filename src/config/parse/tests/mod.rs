@@ -351,3 +351,36 @@ descriptors:
     );
     assert!(configs[0].warnings.is_empty());
 }
+
+#[test]
+fn merge_domain_config_joins_files_and_rejects_the_same_descriptor_twice() {
+    let a = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    let b = "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
+    let files = [
+        (PathBuf::from("a.yaml"), a.to_string()),
+        (PathBuf::from("b.yaml"), b.to_string()),
+    ];
+    assert!(
+        parse_files(&files).is_err(),
+        "one file per domain by default"
+    );
+    let merged = crate::config::parse_files_merging(&files, true).expect("merged");
+    assert_eq!(merged.len(), 1);
+    let keys: Vec<&str> = merged[0]
+        .descriptors
+        .iter()
+        .map(|d| d.key.as_str())
+        .collect();
+    assert_eq!(keys, ["a", "b"]);
+    let again = [
+        (PathBuf::from("a.yaml"), a.to_string()),
+        (PathBuf::from("a2.yaml"), a.to_string()),
+    ];
+    let Err(ConfigErrors(errors)) = crate::config::parse_files_merging(&again, true) else {
+        panic!("the same descriptor in two files")
+    };
+    assert_eq!(
+        errors[0].to_string(),
+        "a2.yaml:3:5: duplicate descriptor with key 'a' in domain 'd': already defined in a.yaml:3"
+    );
+}
