@@ -207,6 +207,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             engine: engine.clone(),
             metrics,
             status: status.clone(),
+            healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
         });
         let header_timeout = settings.transport.handshake_timeout;
         if let Some((listener, _)) = debug {

@@ -92,10 +92,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "FORCE_START_WITHOUT_INITIAL_CONFIG",
         "the server always starts on the rules it finds",
     ),
-    (
-        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
-        "health does not depend on the rules loaded",
-    ),
     ("REDIS_PERSECOND", "one Redis serves every unit"),
     ("REDIS_PERSECOND_URL", "one Redis serves every unit"),
     ("REDIS_PIPELINE_WINDOW", "pipelining is automatic"),

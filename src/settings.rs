@@ -111,6 +111,10 @@ pub struct ServeSettings {
     /// HTTP admin listen address (/metrics, /healthcheck, /readyz, /rlconfig, POST /json).
     #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    /// `/healthcheck` fails while no rules domain is loaded (the reference's
+    /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub healthy_with_at_least_one_config_loaded: bool,
     /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
     /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
     #[arg(long, env = "DEBUG_ADDR")]

@@ -204,3 +204,23 @@ async fn merge_domain_config_serves_one_domain_from_several_files() {
     assert_eq!(s.hit("merged", &[("a", "x")]).await, (Code::Ok, 0));
     assert_eq!(s.hit("merged", &[("b", "x")]).await, (Code::Ok, 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_with_at_least_one_config_loaded_fails_health_without_rules() {
+    let health = |s: &common::TestServer| {
+        let url = s.http("/healthcheck");
+        async move { reqwest::get(url).await.unwrap().status().as_u16() }
+    };
+    let empty = start_with(&[], |settings| {
+        settings.healthy_with_at_least_one_config_loaded = true;
+    })
+    .await;
+    assert_eq!(health(&empty).await, 500);
+    let loaded = start_with(&[("share.yaml", SHARE)], |settings| {
+        settings.healthy_with_at_least_one_config_loaded = true;
+    })
+    .await;
+    assert_eq!(health(&loaded).await, 200);
+    let default = start(&[]).await;
+    assert_eq!(health(&default).await, 200, "off by default");
+}
