@@ -224,3 +224,29 @@ async fn healthy_with_at_least_one_config_loaded_fails_health_without_rules() {
     let default = start(&[]).await;
     assert_eq!(health(&default).await, 200, "off by default");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_json_endpoint_returns_the_dynamic_metadata_too() {
+    let s = start_with(&[("meta.yaml", METADATA)], |settings| {
+        settings.response_dynamic_metadata = true;
+    })
+    .await;
+    let body = r#"{"domain":"meta","descriptors":[{"entries":[{"key":"backend","value":"b"}]}]}"#;
+    let answer: serde_json::Value = reqwest::Client::new()
+        .post(s.http("/json"))
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["dynamicMetadata"]["metadata"]["name"], "service_b",
+        "{answer}"
+    );
+    assert_eq!(
+        answer["dynamicMetadata"]["descriptors"][0]["entries"][0],
+        "backend=b"
+    );
+}

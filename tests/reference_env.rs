@@ -103,7 +103,12 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
         .text()
         .await
         .unwrap();
-    assert!(dump.contains("\"rl\""), "{dump}");
+    assert!(
+        dump.starts_with(
+            "rl.user: unit=MINUTE requests_per_unit=5, shadow_mode: false, quota_mode: false"
+        ),
+        "the reference's text dump: {dump}"
+    );
     // An edit in place (RUNTIME_WATCH_ROOT=false style) reloads.
     std::fs::write(config.join("config.yaml"), rules(50)).unwrap();
     let started = Instant::now();

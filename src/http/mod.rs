@@ -47,12 +47,12 @@ pub fn router(admin: Arc<Admin>) -> Router {
 pub fn debug_router(admin: Arc<Admin>) -> Router {
     Router::new()
         .route("/", get(debug_index))
-        .route("/rlconfig", get(rlconfig::rlconfig))
+        .route("/rlconfig", get(rlconfig::rlconfig_text))
         .with_state(admin)
 }
 
 async fn debug_index() -> &'static str {
-    "/rlconfig: the rules in force\n"
+    "/rlconfig: the rules in force, one line per limit (JSON on the HTTP port's /rlconfig)\n"
 }
 
 async fn metrics(State(admin): AdminState) -> impl IntoResponse {
