@@ -184,7 +184,13 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     let grpc = {
         let acceptor = Acceptor::new(grpc_listener, caps.grpc, timeouts, "gRPC");
         let t = &settings.transport;
-        let server = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(age) = settings.grpc_max_connection_age {
+            builder = builder
+                .max_connection_age(age)
+                .max_connection_age_grace(settings.grpc_max_connection_age_grace);
+        }
+        let server = builder
             .http2_keepalive_interval(Some(t.grpc_keepalive_interval))
             .http2_keepalive_timeout(Some(t.grpc_keepalive_timeout))
             .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))

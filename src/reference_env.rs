@@ -51,14 +51,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "gRPC TLS is not supported by this build",
     ),
     (
-        "GRPC_MAX_CONNECTION_AGE",
-        "connections are not aged out (see IDLE_TIMEOUT)",
-    ),
-    (
-        "GRPC_MAX_CONNECTION_AGE_GRACE",
-        "connections are not aged out (see IDLE_TIMEOUT)",
-    ),
-    (
         "USE_STATSD",
         "only Prometheus is exported, on the HTTP port's /metrics",
     ),

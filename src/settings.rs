@@ -115,6 +115,15 @@ pub struct ServeSettings {
     /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
     #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub healthy_with_at_least_one_config_loaded: bool,
+    /// Close each gRPC connection (with a GOAWAY) after this long, so clients rebalance across
+    /// instances; Go-style durations (`24h`, `1h30m`, `90s`). Off unless set (the reference's
+    /// GRPC_MAX_CONNECTION_AGE; there 24h by default).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE", value_parser = parse_go_duration)]
+    pub grpc_max_connection_age: Option<Duration>,
+    /// After GRPC_MAX_CONNECTION_AGE, how long calls in progress may finish (the reference's
+    /// GRPC_MAX_CONNECTION_AGE_GRACE).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = parse_go_duration)]
+    pub grpc_max_connection_age_grace: Duration,
     /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
     /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
     #[arg(long, env = "DEBUG_ADDR")]
@@ -227,9 +236,57 @@ impl ServeSettings {
     }
 }
 
+/// A Go-style duration, as the reference's settings are written: one or more `<n><unit>` with
+/// units `h`, `m`, `s`, `ms` (`24h`, `1h30m`, `500ms`).
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("'{text}' is not a duration (write e.g. 24h, 1h30m, 90s or 500ms)");
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let after = &rest[digits..];
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let unit = match &after[..unit_len] {
+            "h" => Duration::from_secs(3_600),
+            "m" => Duration::from_secs(60),
+            "s" => Duration::from_secs(1),
+            "ms" => Duration::from_millis(1),
+            _ => return Err(bad()),
+        };
+        let part = u32::try_from(value)
+            .ok()
+            .and_then(|v| unit.checked_mul(v))
+            .ok_or_else(bad)?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &after[unit_len..];
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_as_the_reference_writes_them() {
+        assert_eq!(parse_go_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_go_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "h", "5", "5d", "1.5h", "-1h"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn defaults_parse_and_reject_bad_values() {

@@ -56,6 +56,9 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
         .env("USE_STATSD", "false")
         .env("LOG_LEVEL", "DEBUG")
         .env("MEMCACHE_HOST_PORT", "memcached:11211")
+        .env("GRPC_MAX_CONNECTION_AGE", "24h")
+        .env("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")
+        .env("MERGE_DOMAIN_CONFIG", "true")
         .stdout(Stdio::null())
         .stderr(log.reopen().unwrap())
         .spawn()
@@ -142,6 +145,11 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
     assert!(
         !text.contains("USE_STATSD"),
         "USE_STATSD=false needs no warning:\n{text}"
+    );
+    assert_eq!(
+        text.matches(" WARN ").count(),
+        1,
+        "one warning only:\n{text}"
     );
     assert!(text.contains("DEBUG"), "debug lines are logged:\n{text}");
 }
