@@ -44,6 +44,11 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on the Unix socket {path}: {source}")]
+    BindUnix {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// A running server: its bound addresses, its engine, and a handle to stop it.
@@ -181,6 +186,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     let (shutdown, shutdown_rx) = watch::channel(false);
     let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
     let (health, health_service) = HealthReporter::new();
+    let mut tasks = Vec::new();
     let grpc = {
         let acceptor = Acceptor::new(grpc_listener, caps.grpc, timeouts, "gRPC");
         let t = &settings.transport;
@@ -196,6 +202,24 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
             .add_service(health_service)
             .add_service(RateLimitGrpc::new(engine.clone(), t.call_limits()));
+        if let Some(path) = &settings.grpc_uds {
+            // Also on a Unix socket (Envoy's pipe address). A stale socket file is replaced.
+            let _ = std::fs::remove_file(path);
+            let listener =
+                tokio::net::UnixListener::bind(path).map_err(|source| StartError::BindUnix {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            let uds = server.clone();
+            let stop = stopped(shutdown_rx.clone());
+            tracing::info!(path = %path.display(), "gRPC also on a Unix socket");
+            tasks.push(tokio::spawn(async move {
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+                if let Err(e) = uds.serve_with_incoming_shutdown(incoming, stop).await {
+                    tracing::error!(error = %e, "gRPC server on the Unix socket failed");
+                }
+            }));
+        }
         let stop = stopped(shutdown_rx.clone());
         tokio::spawn(async move {
             let result = server
@@ -206,7 +230,6 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             }
         })
     };
-    let mut tasks = Vec::new();
     let http = {
         let acceptor = Acceptor::new(http_listener, caps.admin, timeouts, "admin");
         let admin = Arc::new(Admin {

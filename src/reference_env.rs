@@ -29,7 +29,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "CONFIG_GRPC_XDS_NODE_ID",
         "rules come from files only (no xDS)",
     ),
-    ("GRPC_UDS", "gRPC listens on TCP only (GRPC_HOST/GRPC_PORT)"),
     (
         "GRPC_SERVER_USE_TLS",
         "gRPC TLS is not supported by this build",

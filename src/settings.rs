@@ -115,6 +115,10 @@ pub struct ServeSettings {
     /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
     #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub healthy_with_at_least_one_config_loaded: bool,
+    /// Also serve gRPC on this Unix socket (Envoy can use it as a pipe address); the reference's
+    /// GRPC_UDS.
+    #[arg(long, env = "GRPC_UDS")]
+    pub grpc_uds: Option<PathBuf>,
     /// Close each gRPC connection (with a GOAWAY) after this long, so clients rebalance across
     /// instances; Go-style durations (`24h`, `1h30m`, `90s`). Off unless set (the reference's
     /// GRPC_MAX_CONNECTION_AGE; there 24h by default).
