@@ -170,10 +170,24 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         )
         .with_merged_domains(settings.rules_files.merge_domain_config),
     );
-    let loaded = reloader.reload().map_err(|errors| StartError::Rules {
-        dir: settings.config.display().to_string(),
-        errors,
-    })?;
+    let summary = match reloader.reload() {
+        Ok(loaded) => loaded.summary,
+        // The reference's FORCE_START_WITHOUT_INITIAL_CONFIG: serve with no rules (the error is
+        // logged, counted and on /rlconfig) until a reload brings valid ones.
+        Err(errors) if settings.force_start_without_initial_config => {
+            tracing::error!(
+                dir = %settings.config.display(),
+                "invalid rules; starting with none in force (FORCE_START_WITHOUT_INITIAL_CONFIG):\n{errors}"
+            );
+            "no rules in force (the rules are invalid)".to_owned()
+        }
+        Err(errors) => {
+            return Err(StartError::Rules {
+                dir: settings.config.display().to_string(),
+                errors,
+            });
+        }
+    };
     let (grpc_listener, grpc_addr) = bind(settings.grpc_addr).await?;
     let (http_listener, http_addr) = bind(settings.http_addr).await?;
     let debug = match settings.debug_addr {
@@ -255,7 +269,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         ))
     };
     let sweeper = tokio::spawn(sweep(store, clock, shutdown_rx));
-    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %loaded.summary, "serving");
+    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
     tasks.extend([grpc, http, sweeper, watcher]);
     Ok(Server {
         grpc_addr,

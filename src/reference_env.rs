@@ -79,10 +79,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     ("DISABLE_STATS", "metrics are always on"),
     ("EXTRA_TAGS", "metrics carry no extra tags"),
-    (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "the server always starts on the rules it finds",
-    ),
     ("REDIS_PERSECOND", "one Redis serves every unit"),
     ("REDIS_PERSECOND_URL", "one Redis serves every unit"),
     ("REDIS_PIPELINE_WINDOW", "pipelining is automatic"),

@@ -128,6 +128,11 @@ pub struct ServeSettings {
     /// GRPC_MAX_CONNECTION_AGE_GRACE).
     #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = parse_go_duration)]
     pub grpc_max_connection_age_grace: Duration,
+    /// Start even when the rules are invalid, with none in force, until a reload brings valid
+    /// ones (the reference's FORCE_START_WITHOUT_INITIAL_CONFIG); by default invalid rules stop
+    /// the start.
+    #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub force_start_without_initial_config: bool,
     /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
     /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
     #[arg(long, env = "DEBUG_ADDR")]

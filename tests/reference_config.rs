@@ -250,3 +250,23 @@ async fn the_json_endpoint_returns_the_dynamic_metadata_too() {
         "backend=b"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_start_without_initial_config_serves_until_the_rules_are_fixed() {
+    let broken = "domain: share\ndescriptors:\n  - key: files\n    rate_limit: {unit: fortnight}\n";
+    let mut s = start_with(&[("share.yaml", broken)], |settings| {
+        settings.force_start_without_initial_config = true;
+    })
+    .await;
+    // No rules in force: an unknown domain, allowed without a limit.
+    let r = s.call(request("share", &[&[("files", "shared/a")]])).await;
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert!(r.statuses[0].current_limit.is_none());
+    std::fs::write(s.dir.path().join("share.yaml"), SHARE).unwrap();
+    s.eventually("fixed rules", |mut c| async move {
+        c.should_rate_limit(request("share", &[&[("files", "own/x")]]))
+            .await
+            .is_ok_and(|r| r.into_inner().statuses[0].current_limit.is_some())
+    })
+    .await;
+}
