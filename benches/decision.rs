@@ -74,6 +74,7 @@ fn decision(c: &mut Criterion) {
                         params: p,
                         hits: 1,
                         enforced: true,
+                        quota: None,
                     };
                     black_box(store.apply_now(black_box(&[charge]), now))
                 })
@@ -106,6 +107,7 @@ fn decision_two_threads(c: &mut Criterion) {
                         params: p,
                         hits: 1,
                         enforced: true,
+                        quota: None,
                     })
                     .collect(),
             );

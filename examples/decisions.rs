@@ -53,6 +53,7 @@ fn main() {
             params,
             hits: 1,
             enforced: true,
+            quota: None,
         };
         allowed += usize::from(store.apply_now(black_box(&[charge]), now)[0].allowed);
     }

@@ -47,6 +47,7 @@ fn fill(store: &MemoryStore, keys: &KeyBuilder, count: usize, now: u64, algorith
                 params,
                 hits: 1,
                 enforced: true,
+                quota: None,
             }],
             now,
         );

@@ -47,12 +47,19 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on the Unix socket {path}: {source}")]
+    BindUnix {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// A running server: its bound addresses, its engine, and a handle to stop it.
 pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
+    /// The debug listener's address, when `--debug-addr` is set.
+    pub debug_addr: Option<SocketAddr>,
     pub engine: Arc<Engine<AnyStore>>,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
@@ -175,23 +182,45 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         .with_metrics(metrics.clone()),
     );
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
-    let reloader = Arc::new(Reloader::new(
-        settings.config.clone(),
-        settings.rules_files.caps(),
-        engine.clone(),
-        metrics.clone(),
-        status.clone(),
-        clock.clone(),
-    ));
-    let loaded = reloader.reload().map_err(|errors| StartError::Rules {
-        dir: settings.config.display().to_string(),
-        errors,
-    })?;
+    let reloader = Arc::new(
+        Reloader::new(
+            settings.config.clone(),
+            settings.rules_files.caps(),
+            engine.clone(),
+            metrics.clone(),
+            status.clone(),
+            clock.clone(),
+        )
+        .with_merged_domains(settings.rules_files.merge_domain_config),
+    );
+    let summary = match reloader.reload() {
+        Ok(loaded) => loaded.summary,
+        // The reference's FORCE_START_WITHOUT_INITIAL_CONFIG: serve with no rules (the error is
+        // logged, counted and on /rlconfig) until a reload brings valid ones.
+        Err(errors) if settings.force_start_without_initial_config => {
+            tracing::error!(
+                dir = %settings.config.display(),
+                "invalid rules; starting with none in force (FORCE_START_WITHOUT_INITIAL_CONFIG):\n{errors}"
+            );
+            "no rules in force (the rules are invalid)".to_owned()
+        }
+        Err(errors) => {
+            return Err(StartError::Rules {
+                dir: settings.config.display().to_string(),
+                errors,
+            });
+        }
+    };
     let tls_metrics = TlsMetrics::register(metrics.registry());
     let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics)?;
     let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics)?;
     let (grpc_listener, grpc_addr) = bind(settings.grpc_addr).await?;
     let (http_listener, http_addr) = bind(settings.http_addr).await?;
+    let debug = match settings.debug_addr {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let debug_addr = debug.as_ref().map(|(_, a)| *a);
     let caps = connection_caps(&settings.transport);
     let timeouts = settings.transport.timeouts();
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -203,15 +232,40 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         tasks.push(tokio::spawn(files));
     }
     let (health, health_service) = HealthReporter::new();
+    let mut tasks = Vec::new();
     let grpc = {
         let acceptor = Acceptor::new(grpc_listener, caps.grpc, timeouts, "gRPC");
         let t = &settings.transport;
-        let server = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(age) = settings.grpc_max_connection_age {
+            builder = builder
+                .max_connection_age(age)
+                .max_connection_age_grace(settings.grpc_max_connection_age_grace);
+        }
+        let server = builder
             .http2_keepalive_interval(Some(t.grpc_keepalive_interval))
             .http2_keepalive_timeout(Some(t.grpc_keepalive_timeout))
             .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
             .add_service(health_service)
             .add_service(RateLimitGrpc::new(engine.clone(), t.call_limits()));
+        if let Some(path) = &settings.grpc_uds {
+            // Also on a Unix socket (Envoy's pipe address). A stale socket file is replaced.
+            let _ = std::fs::remove_file(path);
+            let listener =
+                tokio::net::UnixListener::bind(path).map_err(|source| StartError::BindUnix {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+            let uds = server.clone();
+            let stop = stopped(shutdown_rx.clone());
+            tracing::info!(path = %path.display(), "gRPC also on a Unix socket");
+            tasks.push(tokio::spawn(async move {
+                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+                if let Err(e) = uds.serve_with_incoming_shutdown(incoming, stop).await {
+                    tracing::error!(error = %e, "gRPC server on the Unix socket failed");
+                }
+            }));
+        }
         let stop = stopped(shutdown_rx.clone());
         tokio::spawn(async move {
             let result = server
@@ -228,8 +282,19 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             engine: engine.clone(),
             metrics,
             status: status.clone(),
+            healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
         });
         let header_timeout = settings.transport.handshake_timeout;
+        if let Some((listener, _)) = debug {
+            tasks.push(tokio::spawn(net::serve_http(
+                Acceptor::new(listener, caps.admin, timeouts, "debug"),
+                // Plaintext, as the reference's debug port.
+                None,
+                http::debug_router(admin.clone()),
+                header_timeout,
+                stopped(shutdown_rx.clone()),
+            )));
+        }
         tokio::spawn(net::serve_http(
             acceptor,
             admin_tls,
@@ -240,10 +305,11 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     };
     let sweeper = tokio::spawn(sweep(store, clock, shutdown_rx));
     tasks.extend([grpc, http, sweeper, watcher]);
-    tracing::info!(%grpc_addr, %http_addr, rules = %loaded.summary, "serving");
+    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
     Ok(Server {
         grpc_addr,
         http_addr,
+        debug_addr,
         engine,
         reloader,
         status,

@@ -10,12 +10,14 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::RateLimit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use crate::clock::SystemClock;
 use crate::policy::Policy;
 use crate::policy::parse_descriptor;
-use crate::rules_dir::{SizeCaps, no_rules_warning, parse_rules, read_rules_dir};
+use crate::rules_dir::{SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir};
 use crate::settings::{DefaultsArgs, RulesFilesArgs, ServeSettings};
 
 #[derive(Debug, Parser)]
@@ -25,8 +27,9 @@ use crate::settings::{DefaultsArgs, RulesFilesArgs, ServeSettings};
     about = "An Envoy-compatible external rate-limit service"
 )]
 pub struct Cli {
+    /// With no command, `serve` from the environment alone (as the reference's binary does).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,8 +62,9 @@ pub enum Command {
     },
     /// Send one ShouldRateLimit request to a running server and print the answer.
     Query {
-        /// The server's gRPC address.
-        #[arg(long, default_value = "http://127.0.0.1:8081")]
+        /// The server's gRPC address: `host:port` (as in Envoy's configs) or a URL
+        /// (`http://host:port`, `https://host:port`).
+        #[arg(long, default_value = "127.0.0.1:8081")]
         server: String,
         #[arg(long)]
         domain: String,
@@ -78,7 +82,10 @@ pub enum Command {
 
 /// Runs a command; returns the process exit code.
 pub async fn run(cli: Cli) -> i32 {
-    match cli.command {
+    let command = cli
+        .command
+        .unwrap_or_else(|| Command::Serve(Box::new(ServeSettings::from_env())));
+    match command {
         Command::Serve(settings) => match crate::app::run(&settings, Arc::new(SystemClock)).await {
             Ok(()) => 0,
             Err(e) => {
@@ -86,7 +93,9 @@ pub async fn run(cli: Cli) -> i32 {
                 1
             }
         },
-        Command::Check { dir, rules_files } => check(&dir, rules_files.caps()),
+        Command::Check { dir, rules_files } => {
+            check(&dir, rules_files.caps(), rules_files.merge_domain_config)
+        }
         Command::Explain {
             dir,
             domain,
@@ -113,17 +122,20 @@ pub async fn run(cli: Cli) -> i32 {
     }
 }
 
-fn check(dir: &Path, caps: SizeCaps) -> i32 {
+fn check(dir: &Path, caps: SizeCaps, merge_domains: bool) -> i32 {
     let loaded = read_rules_dir(dir, caps)
         .map_err(|e| crate::config::ConfigErrors(vec![e.into()]))
         .and_then(|files| {
             if files.is_empty() {
                 eprintln!("warning: {}", no_rules_warning(dir));
             }
-            parse_rules(files)
+            parse_rules_merging(files, merge_domains)
         });
     match loaded {
         Ok(configs) => {
+            for warning in configs.iter().flat_map(|c| &c.warnings) {
+                eprintln!("warning: {warning}");
+            }
             let rules: usize = Policy::new(&configs)
                 .domains()
                 .iter()
@@ -168,10 +180,11 @@ async fn query(server: &str, domain: &str, hits: u32, repeat: u32, descriptors: 
             }
         }
     }
-    let mut client = match RateLimitServiceClient::connect(server.to_owned()).await {
+    let endpoint = grpc_endpoint(server);
+    let mut client = match RateLimitServiceClient::connect(endpoint.clone()).await {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: cannot connect to {server}: {e}");
+            eprintln!("error: cannot connect to {endpoint}: {}", error_chain(&e));
             return 1;
         }
     };
@@ -182,9 +195,10 @@ async fn query(server: &str, domain: &str, hits: u32, repeat: u32, descriptors: 
                 let code = |c: i32| Code::try_from(c).map_or("UNKNOWN", |c| c.as_str_name());
                 println!("overall: {}", code(r.overall_code));
                 for (text, s) in descriptors.iter().zip(&r.statuses) {
-                    let limit = s.current_limit.as_ref().map_or("no limit".to_owned(), |l| {
-                        format!("{} per unit {}", l.requests_per_unit, l.unit)
-                    });
+                    let limit = s
+                        .current_limit
+                        .as_ref()
+                        .map_or("no limit".to_owned(), describe_limit);
                     println!(
                         "  {text}: {} ({limit}), remaining {}, reset in {}s",
                         code(s.code),
@@ -197,10 +211,108 @@ async fn query(server: &str, domain: &str, hits: u32, repeat: u32, descriptors: 
                 }
             }
             Err(status) => {
-                eprintln!("error: {}: {}", status.code(), status.message());
+                eprintln!(
+                    "error: {}: {}",
+                    status.code(),
+                    error_chain(&status).trim_start_matches("status: ")
+                );
                 return 1;
             }
         }
     }
     0
+}
+
+/// The URL to dial for `--server`: `host:port` gets `http://`, a URL is kept as it is.
+fn grpc_endpoint(server: &str) -> String {
+    if server.contains("://") {
+        server.to_owned()
+    } else {
+        format!("http://{server}")
+    }
+}
+
+/// An error and its causes, `outer: inner: …` (tonic's "transport error" alone says nothing).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A status's limit as people say it: "1000 per minute", "5 per second, name 'burst'".
+fn describe_limit(l: &RateLimit) -> String {
+    let unit = Unit::try_from(l.unit).map_or_else(
+        |_| format!("unit {}", l.unit),
+        |u| u.as_str_name().to_ascii_lowercase(),
+    );
+    let mut text = format!("{} per {unit}", l.requests_per_unit);
+    if !l.name.is_empty() {
+        text.push_str(&format!(", name '{}'", l.name));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_port_gets_a_scheme_and_urls_are_kept() {
+        assert_eq!(grpc_endpoint("127.0.0.1:8081"), "http://127.0.0.1:8081");
+        assert_eq!(grpc_endpoint("rls.local:8081"), "http://rls.local:8081");
+        assert_eq!(grpc_endpoint("http://[::1]:8081"), "http://[::1]:8081");
+        assert_eq!(grpc_endpoint("https://rls:443"), "https://rls:443");
+    }
+
+    #[test]
+    fn limits_print_unit_names() {
+        let limit = |requests_per_unit, unit: Unit, name: &str| RateLimit {
+            name: name.into(),
+            requests_per_unit,
+            unit: unit as i32,
+        };
+        assert_eq!(
+            describe_limit(&limit(1000, Unit::Minute, "")),
+            "1000 per minute"
+        );
+        assert_eq!(
+            describe_limit(&limit(5, Unit::Second, "burst")),
+            "5 per second, name 'burst'"
+        );
+        assert_eq!(describe_limit(&limit(1, Unit::Week, "")), "1 per week");
+        let odd = RateLimit {
+            unit: 42,
+            ..limit(1, Unit::Day, "")
+        };
+        assert_eq!(describe_limit(&odd), "1 per unit 42");
+    }
+
+    #[test]
+    fn error_chain_names_the_cause() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("transport error")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Outer(std::io::Error::other("Connection refused (os error 111)"));
+        assert_eq!(
+            error_chain(&e),
+            "transport error: Connection refused (os error 111)"
+        );
+    }
 }

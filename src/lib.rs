@@ -6,7 +6,7 @@
 //! - state: [`store`] (where limiter state lives);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
 //! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files);
-//! - wiring: [`app`], [`settings`], [`status`], [`logging`], [`cli`].
+//! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`].
 pub mod app;
 pub mod cli;
 pub mod clock;
@@ -19,6 +19,7 @@ pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod policy;
+pub mod reference_env;
 pub mod reload;
 pub mod rules_dir;
 pub mod service;

@@ -6,7 +6,7 @@ use tracing_subscriber::EnvFilter;
 
 pub fn init() {
     let filter = std::env::var("RUST_LOG")
-        .or_else(|_| std::env::var("LOG_LEVEL").map(|l| l.to_lowercase()))
+        .or_else(|_| std::env::var("LOG_LEVEL").map(|l| crate::reference_env::log_level(&l)))
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));

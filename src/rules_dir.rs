@@ -174,6 +174,14 @@ fn read_capped(path: &Path, caps: SizeCaps, total: u64) -> Result<Vec<u8>, Rules
 /// that is not UTF-8 is an error at its first invalid byte. Errors come in file order. Each text
 /// is dropped as soon as it is parsed.
 pub fn parse_rules(files: RulesFiles) -> Result<Vec<DomainConfig>, ConfigErrors> {
+    parse_rules_merging(files, false)
+}
+
+/// Same, merging a domain's files when `merge_domains` (`MERGE_DOMAIN_CONFIG`).
+pub fn parse_rules_merging(
+    files: RulesFiles,
+    merge_domains: bool,
+) -> Result<Vec<DomainConfig>, ConfigErrors> {
     let order: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
     let mut texts = Vec::with_capacity(files.len());
     let mut errors = Vec::new();
@@ -187,10 +195,15 @@ pub fn parse_rules(files: RulesFiles) -> Result<Vec<DomainConfig>, ConfigErrors>
             }),
         }
     }
-    let parsed = config::parse_files(&texts);
+    let parsed = config::parse_files_merging(&texts, merge_domains);
     drop(texts);
     match parsed {
-        Ok(configs) if errors.is_empty() => Ok(configs),
+        Ok(configs) if errors.is_empty() => {
+            for warning in configs.iter().flat_map(|c| &c.warnings) {
+                tracing::warn!("{warning}");
+            }
+            Ok(configs)
+        }
         Ok(_) => Err(ConfigErrors(errors)),
         Err(ConfigErrors(more)) => {
             errors.extend(more);

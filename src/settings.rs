@@ -24,6 +24,10 @@ pub struct RulesFilesArgs {
     /// Most bytes of all rules files together; more is a load error.
     #[arg(long, env = "MAX_TOTAL_BYTES", default_value = "32MiB", value_parser = byte_size)]
     pub max_total_bytes: usize,
+    /// Let one domain span several files (their descriptors are merged; the same key and value
+    /// at the top level of two files is an error), as the reference's MERGE_DOMAIN_CONFIG.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub merge_domain_config: bool,
 }
 
 impl RulesFilesArgs {
@@ -108,9 +112,43 @@ pub struct ServeSettings {
     /// HTTP admin listen address (/metrics, /healthcheck, /readyz, /rlconfig, POST /json).
     #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
     pub http_addr: SocketAddr,
+    /// `/healthcheck` fails while no rules domain is loaded (the reference's
+    /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub healthy_with_at_least_one_config_loaded: bool,
+    /// Also serve gRPC on this Unix socket (Envoy can use it as a pipe address); the reference's
+    /// GRPC_UDS.
+    #[arg(long, env = "GRPC_UDS")]
+    pub grpc_uds: Option<PathBuf>,
+    /// Close each gRPC connection (with a GOAWAY) after this long, so clients rebalance across
+    /// instances; Go-style durations (`24h`, `1h30m`, `90s`). Off unless set (the reference's
+    /// GRPC_MAX_CONNECTION_AGE; there 24h by default).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE", value_parser = parse_go_duration)]
+    pub grpc_max_connection_age: Option<Duration>,
+    /// After GRPC_MAX_CONNECTION_AGE, how long calls in progress may finish (the reference's
+    /// GRPC_MAX_CONNECTION_AGE_GRACE).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = parse_go_duration)]
+    pub grpc_max_connection_age_grace: Duration,
+    /// Start even when the rules are invalid, with none in force, until a reload brings valid
+    /// ones (the reference's FORCE_START_WITHOUT_INITIAL_CONFIG); by default invalid rules stop
+    /// the start.
+    #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub force_start_without_initial_config: bool,
+    /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
+    /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
+    #[arg(long, env = "DEBUG_ADDR")]
+    pub debug_addr: Option<SocketAddr>,
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,
+    /// Treat every descriptor as `quota_mode` (the reference's QUOTA_MODE): over the limit, the
+    /// request is denied only when every descriptor is over.
+    #[arg(long, env = "QUOTA_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub quota_mode: bool,
+    /// Return the request and the passing descriptors' `metadata` in the response's dynamic
+    /// metadata (the reference's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub response_dynamic_metadata: bool,
     /// Share of a limit past which hits count as near the limit (metrics).
     #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
     pub near_limit_ratio: f64,
@@ -178,9 +216,22 @@ impl ServeSettings {
         settings
     }
 
+    /// Settings from the environment (and defaults) alone: `ratelimit-server` with no command.
+    pub fn from_env() -> ServeSettings {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            settings: ServeSettings,
+        }
+        Wrapper::parse_from(["ratelimit-server"]).settings
+    }
+
     pub fn engine_settings(&self) -> EngineSettings {
         EngineSettings {
             shadow_mode: self.shadow_mode,
+            quota_mode: self.quota_mode,
+            dynamic_metadata: self.response_dynamic_metadata,
             near_limit_ratio: self.near_limit_ratio,
             response_headers: self.limit_response_headers_enabled.then(|| HeaderNames {
                 limit: self.limit_limit_header.clone(),
@@ -197,9 +248,57 @@ impl ServeSettings {
     }
 }
 
+/// A Go-style duration, as the reference's settings are written: one or more `<n><unit>` with
+/// units `h`, `m`, `s`, `ms` (`24h`, `1h30m`, `500ms`).
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("'{text}' is not a duration (write e.g. 24h, 1h30m, 90s or 500ms)");
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let after = &rest[digits..];
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let unit = match &after[..unit_len] {
+            "h" => Duration::from_secs(3_600),
+            "m" => Duration::from_secs(60),
+            "s" => Duration::from_secs(1),
+            "ms" => Duration::from_millis(1),
+            _ => return Err(bad()),
+        };
+        let part = u32::try_from(value)
+            .ok()
+            .and_then(|v| unit.checked_mul(v))
+            .ok_or_else(bad)?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &after[unit_len..];
+    }
+    Ok(total)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_as_the_reference_writes_them() {
+        assert_eq!(parse_go_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_go_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "h", "5", "5d", "1.5h", "-1h"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn defaults_parse_and_reject_bad_values() {

@@ -17,7 +17,7 @@ const LAYERS: &[&[&str]] = &[
     &["engine"],
     &["service", "http", "reload"],
     &["net"],
-    &["settings"],
+    &["settings", "reference_env"],
     &["app"],
     &["cli", "logging"],
 ];

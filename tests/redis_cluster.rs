@@ -122,6 +122,7 @@ async fn the_store_contract_holds_on_a_cluster_and_domains_spread_over_masters()
                 params: p,
                 hits: 1,
                 enforced: true,
+                quota: None,
             })
             .collect();
         assert!(

@@ -157,6 +157,7 @@ async fn race(redis: &RedisServer, algorithm: Algorithm, limit: u32, per_instanc
                     params: p,
                     hits: 1,
                     enforced: true,
+                    quota: None,
                 };
                 store
                     .apply(&[charge], SystemClock.now())

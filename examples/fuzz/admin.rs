@@ -99,6 +99,7 @@ impl AdminTarget {
             engine: Arc::new(engine),
             metrics,
             status: Arc::new(ServerStatus::new(LoadReport::default())),
+            healthy_needs_a_domain: false,
         });
         AdminTarget {
             runtime: tokio::runtime::Builder::new_current_thread()

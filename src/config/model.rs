@@ -174,6 +174,18 @@ pub struct Location {
 /// have by default (`MAX_ENTRIES`), since a rule matches a descriptor of exactly its depth.
 pub const MAX_DESCRIPTOR_DEPTH: usize = 32;
 
+/// A `metadata` value as written (any YAML): returned to Envoy in the response's dynamic
+/// metadata. Numbers keep their text (the model stays `Eq`); they become doubles on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaValue {
+    Null,
+    Bool(bool),
+    Number(String),
+    String(String),
+    List(Vec<MetaValue>),
+    Map(Vec<(String, MetaValue)>),
+}
+
 /// One descriptor entry of the rules tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DescriptorConfig {
@@ -182,7 +194,18 @@ pub struct DescriptorConfig {
     pub value: Option<String>,
     pub rate_limit: Option<RateLimitSpec>,
     pub shadow_mode: bool,
+    /// `quota_mode`: over its limit, this descriptor denies the request only when every quota
+    /// descriptor of the request is over (the reference's rule).
+    pub quota_mode: bool,
     pub detailed_metric: bool,
+    /// `value_to_metric`: the request's value at this level goes into the rule's metric label.
+    pub value_to_metric: bool,
+    /// `share_threshold` (wildcard values only): every value the pattern matches shares one
+    /// counter.
+    pub share_threshold: bool,
+    /// `metadata`: a mapping returned in the response's dynamic metadata when this descriptor
+    /// passes (`RESPONSE_DYNAMIC_METADATA`).
+    pub metadata: Option<Vec<(String, MetaValue)>>,
     pub descriptors: Vec<DescriptorConfig>,
     pub location: Location,
 }
@@ -194,4 +217,6 @@ pub struct DomainConfig {
     pub descriptors: Vec<DescriptorConfig>,
     /// The file it came from, for messages.
     pub source: PathBuf,
+    /// Accepted as the reference accepts it, but worth a log line (`file:line:column: message`).
+    pub warnings: Vec<String>,
 }

@@ -4,6 +4,7 @@
 //! buckets, wait for the request's turn before answering. The gRPC service and the HTTP `/json`
 //! endpoint both call `Engine::should_rate_limit`.
 
+mod metadata;
 mod observe;
 mod plan;
 mod request;
@@ -30,6 +31,10 @@ use crate::store::{Charge, Store, StoreError, Verdicts};
 pub struct EngineSettings {
     /// `SHADOW_MODE`: answer OK overall even when over the limit (statuses still tell the truth).
     pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor is a quota descriptor.
+    pub quota_mode: bool,
+    /// `RESPONSE_DYNAMIC_METADATA`: fill the response's dynamic metadata as the reference does.
+    pub dynamic_metadata: bool,
     /// `NEAR_LIMIT_RATIO`: the share of a limit past which a hit counts as near the limit.
     pub near_limit_ratio: f64,
     /// `LIMIT_RESPONSE_HEADERS_ENABLED` and the header names.
@@ -44,6 +49,8 @@ impl Default for EngineSettings {
     fn default() -> Self {
         EngineSettings {
             shadow_mode: false,
+            quota_mode: false,
+            dynamic_metadata: false,
             near_limit_ratio: 0.8,
             response_headers: None,
             defaults: LimitDefaults::default(),
@@ -157,14 +164,19 @@ impl<S: Store> Engine<S> {
     ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
-        let plans = plan::plan(&live.policy, request, &self.settings.defaults)?;
+        let plans = plan::plan(&live.policy, request, &self.settings)?;
         let mut charges = Vec::new();
-        for (descriptor, plan) in request.descriptors.iter().zip(&plans) {
+        for (index, (descriptor, plan)) in request.descriptors.iter().zip(&plans).enumerate() {
+            let shared = plan.rule.map_or(&[][..], |r| &r.shared[..]);
+            // A `share_threshold` wildcard's pattern stands for the value: one counter for all.
             let entries = || {
-                descriptor
-                    .entries
-                    .iter()
-                    .map(|e| (e.key.as_str(), e.value.as_str()))
+                descriptor.entries.iter().enumerate().map(|(i, e)| {
+                    let value = shared
+                        .iter()
+                        .find(|(at, _)| *at == i)
+                        .map_or(e.value.as_str(), |(_, p)| p.as_str());
+                    (e.key.as_str(), value)
+                })
             };
             for limit in plan.limits() {
                 charges.push(Charge {
@@ -174,6 +186,7 @@ impl<S: Store> Engine<S> {
                     params: limit.params,
                     hits: plan.hits,
                     enforced: !plan.shadow_mode,
+                    quota: plan.quota.then_some(index as u32),
                 });
             }
         }
@@ -183,7 +196,10 @@ impl<S: Store> Engine<S> {
             self.store.apply(&charges, self.clock.now()).await?
         };
         let tightest = response::tightest(&plans, &verdicts);
-        let response = response::build(&plans, &tightest, &self.settings);
+        let mut response = response::build(&plans, &tightest, &self.settings);
+        if self.settings.dynamic_metadata {
+            response.dynamic_metadata = Some(metadata::build(request, &plans, &response.statuses));
+        }
         if let Some(metrics) = &self.metrics {
             observe::record(
                 metrics,

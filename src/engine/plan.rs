@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 
-use super::InvalidRequest;
+use super::{EngineSettings, InvalidRequest};
 use crate::config::Unit;
-use crate::limiter::{LimitDefaults, LimitParams};
+use crate::limiter::LimitParams;
 use crate::policy::{Policy, Rule, RuleKind};
 
 /// One limit a descriptor is checked against.
@@ -35,6 +35,8 @@ pub(super) struct Plan<'p> {
     pub kind: Kind<'p>,
     pub hits: u64,
     pub shadow_mode: bool,
+    /// `quota_mode` (the rule's, or the server's `QUOTA_MODE`).
+    pub quota: bool,
     /// The matched rule (None for overrides and unmatched descriptors).
     pub rule: Option<&'p Rule>,
 }
@@ -68,8 +70,9 @@ pub(super) const MAX_HITS: u64 = 1 << 32;
 pub(super) fn plan<'p>(
     policy: &'p Policy,
     request: &RateLimitRequest,
-    defaults: &LimitDefaults,
+    settings: &EngineSettings,
 ) -> Result<Vec<Plan<'p>>, InvalidRequest> {
+    let defaults = &settings.defaults;
     let request_hits = u64::from(request.hits_addend.max(1));
     let domain = policy.domain(&request.domain);
     let mut plans = Vec::with_capacity(request.descriptors.len());
@@ -82,6 +85,7 @@ pub(super) fn plan<'p>(
             kind: Kind::NoLimit,
             hits,
             shadow_mode: false,
+            quota: settings.quota_mode,
             rule: None,
         };
         let Some(domain) = domain.filter(|_| !descriptor.entries.is_empty()) else {
@@ -115,6 +119,7 @@ pub(super) fn plan<'p>(
         if let Some(rule) = domain.rule_for(entries) {
             plan.rule = Some(rule);
             plan.shadow_mode = rule.shadow_mode;
+            plan.quota |= rule.quota_mode;
             plan.kind = match &rule.kind {
                 RuleKind::Unlimited { .. } => Kind::Unlimited,
                 RuleKind::Limited(limits) => Kind::Limited(

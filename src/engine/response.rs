@@ -113,7 +113,13 @@ pub(super) fn build(
         };
         statuses.push(status);
     }
-    let any_over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
+    // The reference's rule: a non-quota descriptor over its limit denies; quota descriptors deny
+    // only when there is one and every one is over. Unlimited descriptors are in neither group.
+    let quota = |(p, _): &(&Plan<'_>, &DescriptorStatus)| p.quota && p.kind != Kind::Unlimited;
+    let pairs = || plans.iter().zip(&statuses);
+    let any_over = pairs().filter(|x| !quota(x)).any(|(_, s)| over(s))
+        || (pairs().any(|x| quota(&x)) && pairs().filter(quota).all(|(_, s)| over(s)));
     let overall = if any_over && !settings.shadow_mode {
         Code::OverLimit
     } else {
@@ -122,7 +128,10 @@ pub(super) fn build(
     let response_headers_to_add = settings
         .response_headers
         .as_ref()
-        .map(|names| headers(&statuses, names))
+        .map(|names| {
+            let quota: Vec<bool> = plans.iter().map(|p| p.quota).collect();
+            headers(&statuses, &quota, names)
+        })
         .unwrap_or_default();
     RateLimitResponse {
         overall_code: overall as i32,
@@ -133,11 +142,15 @@ pub(super) fn build(
 }
 
 /// The reference's choice: the status with the least remaining among those with a limit (first on
-/// ties), overridden by the last OVER_LIMIT one. No headers when no descriptor had a limit.
-fn headers(statuses: &[DescriptorStatus], names: &HeaderNames) -> Vec<HeaderValue> {
+/// ties), overridden by the last OVER_LIMIT one that is not a quota descriptor. No headers when no
+/// descriptor had a limit.
+fn headers(statuses: &[DescriptorStatus], quota: &[bool], names: &HeaderNames) -> Vec<HeaderValue> {
     let limited = statuses.iter().filter(|s| s.current_limit.is_some());
-    let chosen = limited
-        .clone()
+    let chosen = statuses
+        .iter()
+        .zip(quota)
+        .filter(|(s, q)| !**q && s.current_limit.is_some())
+        .map(|(s, _)| s)
         .rfind(|s| s.code == Code::OverLimit as i32)
         .or_else(|| limited.min_by_key(|s| s.limit_remaining));
     let Some(status) = chosen else {

@@ -208,7 +208,31 @@ pub fn response_json(response: &RateLimitResponse) -> Value {
             .collect();
         out.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if let Some(m) = &response.dynamic_metadata {
+        out.insert("dynamicMetadata".into(), struct_json(m));
+    }
     Value::Object(out)
+}
+
+/// A protobuf Struct as proto3 JSON (a plain JSON object).
+fn struct_json(s: &envoy_types::pb::google::protobuf::Struct) -> Value {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    fn value(v: &envoy_types::pb::google::protobuf::Value) -> Value {
+        match &v.kind {
+            None | Some(Kind::NullValue(_)) => Value::Null,
+            Some(Kind::NumberValue(n)) => json!(n),
+            Some(Kind::StringValue(s)) => json!(s),
+            Some(Kind::BoolValue(b)) => json!(b),
+            Some(Kind::StructValue(s)) => struct_json(s),
+            Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value).collect()),
+        }
+    }
+    Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value(v)))
+            .collect(),
+    )
 }
 
 fn error(status: StatusCode, message: String) -> Response {

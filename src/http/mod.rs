@@ -26,6 +26,8 @@ pub struct Admin {
     pub engine: Arc<Engine<AnyStore>>,
     pub metrics: Arc<Metrics>,
     pub status: Arc<ServerStatus>,
+    /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
+    pub healthy_needs_a_domain: bool,
 }
 
 type AdminState = State<Arc<Admin>>;
@@ -39,6 +41,18 @@ pub fn router(admin: Arc<Admin>) -> Router {
         .route("/explain", get(explain::explain))
         .route("/json", post(json::json))
         .with_state(admin)
+}
+
+/// The debug listener (`DEBUG_ADDR`, the reference's `DEBUG_PORT`): an index and `/rlconfig`.
+pub fn debug_router(admin: Arc<Admin>) -> Router {
+    Router::new()
+        .route("/", get(debug_index))
+        .route("/rlconfig", get(rlconfig::rlconfig_text))
+        .with_state(admin)
+}
+
+async fn debug_index() -> &'static str {
+    "/rlconfig: the rules in force, one line per limit (JSON on the HTTP port's /rlconfig)\n"
 }
 
 async fn metrics(State(admin): AdminState) -> impl IntoResponse {
@@ -59,6 +73,8 @@ async fn metrics(State(admin): AdminState) -> impl IntoResponse {
 async fn healthcheck(State(admin): AdminState) -> impl IntoResponse {
     if admin.status.is_draining() {
         (StatusCode::INTERNAL_SERVER_ERROR, "draining")
+    } else if admin.healthy_needs_a_domain && admin.engine.policy().domains().is_empty() {
+        (StatusCode::INTERNAL_SERVER_ERROR, "no rules loaded")
     } else {
         (StatusCode::OK, "OK")
     }

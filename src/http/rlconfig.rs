@@ -51,6 +51,7 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
         "unlimited": matches!(rule.kind, RuleKind::Unlimited { .. }),
         "limits": limits,
         "shadow_mode": rule.shadow_mode,
+        "quota_mode": rule.quota_mode,
         "detailed_metric": rule.detailed_metric,
     })
 }
@@ -64,21 +65,22 @@ pub fn text(policy: &Policy, defaults: &LimitDefaults) -> String {
             match &rule.kind {
                 RuleKind::Unlimited { .. } => {
                     out.push_str(&format!(
-                        "{full}: unlimited, shadow_mode: {}\n",
-                        rule.shadow_mode
+                        "{full}: unlimited, shadow_mode: {}, quota_mode: {}\n",
+                        rule.shadow_mode, rule.quota_mode
                     ));
                 }
                 RuleKind::Limited(limits) => {
                     for rl in limits {
                         let l = &rl.limit;
                         out.push_str(&format!(
-                            "{full}: unit={} requests_per_unit={}, unit_multiplier: {}, algorithm: {}, burst: {}, shadow_mode: {}\n",
+                            "{full}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}, unit_multiplier: {}, algorithm: {}, burst: {}\n",
                             l.unit.name().to_uppercase(),
                             l.requests_per_unit,
+                            rule.shadow_mode,
+                            rule.quota_mode,
                             l.unit_multiplier,
                             rl.params(defaults).algorithm,
                             l.effective_burst(),
-                            rule.shadow_mode
                         ));
                     }
                 }
@@ -86,6 +88,11 @@ pub fn text(policy: &Policy, defaults: &LimitDefaults) -> String {
         }
     }
     out
+}
+
+/// The debug listener's `/rlconfig`: the text dump, as the reference's debug port serves it.
+pub(super) async fn rlconfig_text(State(admin): AdminState) -> Response {
+    text(&admin.engine.policy(), &admin.engine.settings().defaults).into_response()
 }
 
 pub(super) async fn rlconfig(State(admin): AdminState, Query(format): Query<Format>) -> Response {

@@ -4,6 +4,8 @@
 mod describe;
 mod fixed_window;
 mod leaky_bucket;
+#[cfg(test)]
+mod limit_change_tests;
 mod sliding_window;
 #[cfg(test)]
 mod testing;
@@ -67,7 +69,7 @@ impl LimitParams {
 }
 
 /// Per-key state: two words whose meaning belongs to the algorithm (token and leaky bucket: a
-/// theoretical arrival / drain time; fixed window: window end and count; sliding window: when both
+/// theoretical arrival / drain time, and the rate it was written at; fixed window: window end and count; sliding window: when both
 /// windows are forgotten, and both windows' counts). A key with no state behaves as a fresh key.
 ///
 /// Every algorithm keeps one promise about `a`: from the instant `a` on, the state is equivalent to

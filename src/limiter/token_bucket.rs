@@ -12,16 +12,37 @@ use crate::clock::Nanos;
 // works on offsets from now (the TAT minus now), which fit in 64 bits unless a period is very long,
 // so it rarely needs a 128-bit division. The leaky bucket keeps its queue's drain time the same way
 // and shares these helpers.
+//
+// A limit edit keeps the hits used. An offset in scaled units is "hits used × period" whatever the
+// rate, so `b` also records the scale the state was written with (its high 32 bits; the remainder
+// is below it, so it fits the low 32): the offset is read back in the writer's scale and used as is
+// under the current one. Raising 3/hour to 10/hour after one hit leaves 8, not the 5 that keeping
+// the time debt (20 minutes, now 3⅓ hits) would. Until the key is charged again it keeps draining
+// at the rate it was written with, and expires (`a`) when that rate empties it. A state whose high
+// half is 0 (written before the scale was recorded) is read in the current scale.
 
 pub(super) fn scale(params: &LimitParams) -> u128 {
     u128::from(params.requests_per_unit.max(1))
 }
 
-/// How far the state's TAT lies after `now`, in scaled units (0 if it has passed).
+const LOW_HALF: u64 = u32::MAX as u64;
+
+/// The scale a state was written in: its writer's `requests_per_unit` (the current one if the
+/// state does not say).
+fn written_scale(params: &LimitParams, state: &State) -> u128 {
+    match state.b >> 32 {
+        0 => scale(params),
+        written => u128::from(written),
+    }
+}
+
+/// How far the state's TAT lies after `now`, in scaled units (0 if it has passed): hits used ×
+/// period, read in the scale the state was written in.
 pub(super) fn offset_after(params: &LimitParams, state: Option<&State>, now: Nanos) -> u128 {
     match state {
         Some(s) if s.a > now => {
-            u128::from(s.a - now) * scale(params) - u128::from(s.b).min(scale(params) - 1)
+            let scale = written_scale(params, s);
+            u128::from(s.a - now) * scale - u128::from(s.b & LOW_HALF).min(scale - 1)
         }
         _ => 0,
     }
@@ -30,10 +51,12 @@ pub(super) fn offset_after(params: &LimitParams, state: Option<&State>, now: Nan
 /// A TAT `offset` scaled units after `now`: the state that stores it, and the time until it in
 /// whole nanoseconds, rounded up (a reset is never reported early). One division gives both.
 pub(super) fn tat_at(params: &LimitParams, now: Nanos, offset: u128) -> (State, Nanos) {
-    let whole = div_ceil(offset, scale(params));
+    let scale = scale(params);
+    let whole = div_ceil(offset, scale);
     let state = State {
         a: now.saturating_add(clamp(whole)),
-        b: (whole * scale(params) - offset) as u64,
+        // scale ≤ u32::MAX, and the remainder is below it
+        b: ((scale as u64) << 32) | (whole * scale - offset) as u64,
     };
     (state, clamp(whole))
 }

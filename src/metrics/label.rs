@@ -15,6 +15,11 @@ const HASH_SUFFIX_LEN: usize = 17;
 /// The bounded label of a descriptor's `(key, value)` entries. Reads every byte (for the hash) but
 /// copies at most about `MAX_LABEL_LEN` of them.
 pub fn detailed_label<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    bounded_label(entries.into_iter().map(|(k, v)| (k, Some(v))))
+}
+
+/// The same, from pieces `key` (alone) or `key` and a value (`key_value`).
+pub fn bounded_label<'a>(pieces: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> String {
     let mut label = String::new();
     // Fixed keys: a value keeps its label across restarts, so dashboards keep the series.
     let mut hasher = SipHasher13::new();
@@ -26,13 +31,15 @@ pub fn detailed_label<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>)
             label.push_str(piece);
         }
     };
-    for (index, (key, value)) in entries.into_iter().enumerate() {
+    for (index, (key, value)) in pieces.into_iter().enumerate() {
         if index > 0 {
             push(".");
         }
         push(key);
-        push("_");
-        push(value);
+        if let Some(value) = value {
+            push("_");
+            push(value);
+        }
     }
     if full_len <= MAX_LABEL_LEN {
         return label;

@@ -60,6 +60,8 @@ impl DetailedBudget {
 /// The series of a `detailed_metric` rule: one per distinct request label, then the overflow one.
 #[derive(Debug)]
 struct Detailed {
+    /// How the label is made: (detailed_metric, per entry: value_to_metric, segment, shared).
+    shape: LabelShape,
     by_label: Mutex<HashMap<String, Arc<Counts>>>,
     overflow: OnceLock<Counts>,
     budget: Arc<DetailedBudget>,
@@ -69,6 +71,49 @@ impl Drop for Detailed {
     fn drop(&mut self) {
         let held = lock(&self.by_label).len();
         self.budget.give_back(held);
+    }
+}
+
+/// How a rule's per-request label is made, as the reference names its stats keys.
+#[derive(Debug, PartialEq, Eq)]
+struct LabelShape {
+    /// `detailed_metric`: every entry's value (a `share_threshold` entry's pattern).
+    detailed: bool,
+    /// Per entry: (value_to_metric, the node's segment, matched by a share_threshold wildcard).
+    levels: Vec<(bool, String, bool)>,
+}
+
+impl LabelShape {
+    /// The shape of a `detailed_metric` or `value_to_metric` rule; None for the others.
+    fn of(rule: &Rule) -> Option<LabelShape> {
+        (rule.detailed_metric || rule.value_to_metric.contains(&true)).then(|| LabelShape {
+            detailed: rule.detailed_metric,
+            levels: rule
+                .value_to_metric
+                .iter()
+                .zip(&rule.segments)
+                .enumerate()
+                .map(|(i, (v, s))| (*v, s.clone(), rule.shared.iter().any(|(at, _)| *at == i)))
+                .collect(),
+        })
+    }
+
+    fn label<'e>(&self, entries: impl IntoIterator<Item = (&'e str, &'e str)>) -> String {
+        label::bounded_label(entries.into_iter().enumerate().map(|(i, (key, value))| {
+            let (to_metric, segment, shared) = self
+                .levels
+                .get(i)
+                .map_or((false, key, false), |(v, s, sh)| (*v, s.as_str(), *sh));
+            if shared {
+                (segment, None)
+            } else if self.detailed {
+                (key, Some(value))
+            } else if to_metric {
+                (key, (!value.is_empty()).then_some(value))
+            } else {
+                (segment, None)
+            }
+        }))
     }
 }
 
@@ -91,7 +136,8 @@ impl RuleSeries {
             domain: domain.to_owned(),
             path: rule.path.clone(),
             counts: Counts::default(),
-            detailed: rule.detailed_metric.then(|| Detailed {
+            detailed: LabelShape::of(rule).map(|shape| Detailed {
+                shape,
                 by_label: Mutex::new(HashMap::new()),
                 overflow: OnceLock::new(),
                 budget: budget.clone(),
@@ -111,7 +157,7 @@ impl RuleSeries {
             self.counts.record(outcome, hits);
             return;
         };
-        let label = label::detailed_label(entries);
+        let label = detailed.shape.label(entries);
         let mut by_label = lock(&detailed.by_label);
         if let Some(counts) = by_label.get(&label) {
             counts.record(outcome, hits);
@@ -199,9 +245,9 @@ impl PolicyMetrics {
             }
             for rule in domain.rules() {
                 let key = (domain.name.as_str(), rule.path.as_str());
-                let same_kind = by_name
-                    .get(&key)
-                    .is_some_and(|s| s.detailed.is_some() == rule.detailed_metric);
+                let same_kind = by_name.get(&key).is_some_and(|s| {
+                    s.detailed.as_ref().map(|d| &d.shape) == LabelShape::of(rule).as_ref()
+                });
                 // Removed once taken: two rules of one path (if a policy ever had them) would
                 // otherwise share, and export twice, one series.
                 if same_kind

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 pub use pattern::Pattern;
 
-use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, RateLimitSpec};
+use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec};
 use crate::limiter::{LimitDefaults, LimitParams};
 
 /// One limit of a rule. The rules say nothing of the server's defaults (`--default-algorithm`,
@@ -47,7 +47,18 @@ pub struct Rule {
     pub path: String,
     pub kind: RuleKind,
     pub shadow_mode: bool,
+    /// `quota_mode`: over the limit, it denies only when every quota descriptor is over.
+    pub quota_mode: bool,
     pub detailed_metric: bool,
+    /// Per entry (by position): `value_to_metric` on the node that entry matches.
+    pub value_to_metric: Vec<bool>,
+    /// Per entry (by position): the node's segment of `path` (`key`, `key_value`, `key_pattern`).
+    pub segments: Vec<String>,
+    /// Entries (by position) matched by a `share_threshold` wildcard, with the pattern that stands
+    /// for their value in the counter's key, so every value it matches shares one counter.
+    pub shared: Vec<(usize, String)>,
+    /// `metadata` of the rule's descriptor, for the response's dynamic metadata.
+    pub metadata: Option<Vec<(String, MetaValue)>>,
 }
 
 impl Rule {
@@ -91,9 +102,17 @@ struct Level {
 }
 
 impl Level {
-    fn build(configs: &[DescriptorConfig], parent_path: &str, next_id: &mut usize) -> Level {
+    /// `above` is what the entries above this level say: (value_to_metric, share_threshold
+    /// pattern, segment) per entry.
+    fn build(
+        configs: &[DescriptorConfig],
+        parent_path: &str,
+        above: &[(bool, Option<String>, String)],
+        next_id: &mut usize,
+    ) -> Level {
         let mut level = Level::default();
         for config in configs {
+            let mut path_flags = above.to_vec();
             let (value, segment) = match &config.value {
                 None => (NodeValue::Any, config.key.clone()),
                 Some(v) if Pattern::is_pattern(v) => (
@@ -102,6 +121,15 @@ impl Level {
                 ),
                 Some(v) => (NodeValue::Exact(v.clone()), format!("{}_{v}", config.key)),
             };
+            path_flags.push((
+                config.value_to_metric,
+                config
+                    .value
+                    .as_ref()
+                    .filter(|v| config.share_threshold && Pattern::is_pattern(v))
+                    .cloned(),
+                segment.clone(),
+            ));
             let path = if parent_path.is_empty() {
                 segment
             } else {
@@ -132,7 +160,16 @@ impl Level {
                     path: path.clone(),
                     kind: compile(spec),
                     shadow_mode: config.shadow_mode,
+                    quota_mode: config.quota_mode,
                     detailed_metric: config.detailed_metric,
+                    value_to_metric: path_flags.iter().map(|(v, _, _)| *v).collect(),
+                    segments: path_flags.iter().map(|(_, _, s)| s.clone()).collect(),
+                    shared: path_flags
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, (_, p, _))| Some((i, p.clone()?)))
+                        .collect(),
+                    metadata: config.metadata.clone(),
                 }
             });
             level.nodes.push(Node {
@@ -140,7 +177,7 @@ impl Level {
                 value,
                 rule,
                 location: config.location.clone(),
-                children: Level::build(&config.descriptors, &path, next_id),
+                children: Level::build(&config.descriptors, &path, &path_flags, next_id),
             });
         }
         level
@@ -302,7 +339,7 @@ impl Policy {
                     c.domain.clone(),
                     DomainRules {
                         name: c.domain.clone(),
-                        root: Level::build(&c.descriptors, "", &mut next_id),
+                        root: Level::build(&c.descriptors, "", &[], &mut next_id),
                     },
                 )
             })

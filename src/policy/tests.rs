@@ -27,7 +27,11 @@ fn d(
         value: value.map(Into::into),
         rate_limit: rpu.map(limit),
         shadow_mode: false,
+        quota_mode: false,
         detailed_metric: false,
+        value_to_metric: false,
+        share_threshold: false,
+        metadata: None,
         descriptors: children,
         location: Location::default(),
     }
@@ -38,6 +42,7 @@ fn policy(descriptors: Vec<DescriptorConfig>) -> Policy {
         domain: "test".into(),
         descriptors,
         source: "test.yaml".into(),
+        warnings: vec![],
     }])
 }
 

@@ -20,7 +20,9 @@ use crate::config::{ConfigErrors, DomainConfig};
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule};
-use crate::rules_dir::{RulesFiles, SizeCaps, no_rules_warning, parse_rules, read_rules_dir};
+use crate::rules_dir::{
+    RulesFiles, SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir,
+};
 use crate::status::{LoadReport, ServerStatus};
 use crate::store::AnyStore;
 
@@ -30,6 +32,8 @@ pub use watch::spawn_watcher;
 pub struct Reloader {
     dir: PathBuf,
     caps: SizeCaps,
+    /// `MERGE_DOMAIN_CONFIG`: a domain may span several files.
+    merge_domains: bool,
     engine: Arc<Engine<AnyStore>>,
     metrics: Arc<Metrics>,
     status: Arc<ServerStatus>,
@@ -104,12 +108,19 @@ impl Reloader {
         Reloader {
             dir,
             caps,
+            merge_domains: false,
             engine,
             metrics,
             status,
             clock,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Lets one domain span several files (`MERGE_DOMAIN_CONFIG`).
+    pub fn with_merged_domains(mut self, merge_domains: bool) -> Self {
+        self.merge_domains = merge_domains;
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -141,7 +152,7 @@ impl Reloader {
         let empty = files.as_ref().is_ok_and(Vec::is_empty);
         let loaded = files
             .map_err(|e| ConfigErrors(vec![e.into()]))
-            .and_then(parse_rules);
+            .and_then(|files| parse_rules_merging(files, self.merge_domains));
         state.fingerprint = fingerprint;
         match loaded {
             Ok(configs) => {

@@ -49,6 +49,7 @@ fn text_charges(charges: &[Charge<AnyKey>]) -> Vec<Charge<TextKey>> {
             params: c.params,
             hits: c.hits,
             enforced: c.enforced,
+            quota: c.quota,
         })
         .collect()
 }

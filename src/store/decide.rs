@@ -32,6 +32,26 @@ pub fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
     }
 }
 
+/// Whether the request may be charged: every enforced charge fits, except that quota descriptors
+/// (`Charge::quota`) block only when all of them are over.
+fn fits<K>(charges: &[Charge<K>], evaluations: &[limiter::Evaluation]) -> bool {
+    let mut quota: SmallVec<[(u32, bool); 4]> = SmallVec::new();
+    for (c, e) in charges.iter().zip(evaluations) {
+        if !c.enforced {
+            continue;
+        }
+        match c.quota {
+            None if !e.allowed => return false,
+            None => {}
+            Some(d) => match quota.iter_mut().find(|(q, _)| *q == d) {
+                Some((_, fits)) => *fits &= e.allowed,
+                None => quota.push((d, e.allowed)),
+            },
+        }
+    }
+    quota.is_empty() || quota.iter().any(|(_, fits)| *fits)
+}
+
 /// Evaluates every charge at `now` (each as if the earlier charges of the request on the same key
 /// were charged), and charges all iff every enforced one fits. `stored` gives a key's state.
 pub fn decide<K: PartialEq>(
@@ -57,10 +77,7 @@ pub fn decide<K: PartialEq>(
         }
         evaluations.push(evaluation);
     }
-    let commit = charges
-        .iter()
-        .zip(&evaluations)
-        .all(|(c, e)| e.allowed || !c.enforced);
+    let commit = fits(charges, &evaluations);
     if !commit {
         // Nothing was taken: a key repeated in the request shows what it has now, not what it
         // would have had after the earlier (uncharged) charges of this request.
@@ -83,5 +100,59 @@ pub fn decide<K: PartialEq>(
             .collect(),
         commit,
         writes: pending,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NANOS_PER_SECOND as S;
+    use crate::config::Algorithm;
+    use crate::limiter::LimitParams;
+
+    /// A charge on key `key` of a limit of 1 per second, already used up when `full`.
+    fn charge(key: u32, quota: Option<u32>) -> Charge<u32> {
+        Charge {
+            key,
+            params: LimitParams {
+                algorithm: Algorithm::FixedWindow,
+                requests_per_unit: 1,
+                period: S,
+                burst: 1,
+                max_delay: 0,
+            },
+            hits: 1,
+            enforced: true,
+            quota,
+        }
+    }
+
+    fn commits(charges: &[Charge<u32>], full: &[u32]) -> bool {
+        decide(charges, 10 * S, |k| {
+            full.contains(k).then_some(State { a: 11 * S, b: 1 })
+        })
+        .commit
+    }
+
+    #[test]
+    fn quota_descriptors_deny_only_when_all_are_over() {
+        let two_quotas = [charge(1, Some(0)), charge(2, Some(1))];
+        assert!(commits(&two_quotas, &[]));
+        assert!(
+            commits(&two_quotas, &[1]),
+            "one quota descriptor still fits"
+        );
+        assert!(
+            !commits(&two_quotas, &[1, 2]),
+            "every quota descriptor is over"
+        );
+        // A plain descriptor over its limit denies whatever the quotas say.
+        let mixed = [charge(1, Some(0)), charge(3, None)];
+        assert!(!commits(&mixed, &[3]));
+        assert!(!commits(&mixed, &[1]), "the only quota descriptor is over");
+        // Two limits of one quota descriptor: it is over when either is.
+        let one_descriptor = [charge(1, Some(0)), charge(2, Some(0)), charge(4, Some(1))];
+        assert!(commits(&one_descriptor, &[1]), "descriptor 1 still fits");
+        assert!(!commits(&one_descriptor, &[1, 4]));
     }
 }

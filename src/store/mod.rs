@@ -41,6 +41,10 @@ pub struct Charge<K = StoreKey> {
     pub hits: u64,
     /// False for shadow-mode rules: their denial does not stop the request from being charged.
     pub enforced: bool,
+    /// `quota_mode`: the request's descriptor this charge belongs to. A quota descriptor is over
+    /// when any of its enforced charges is denied, and quota descriptors stop the request only
+    /// when every one of them is over (the reference's rule).
+    pub quota: Option<u32>,
 }
 
 /// The answer for one charge.

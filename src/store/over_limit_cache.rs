@@ -137,6 +137,7 @@ mod tests {
             params: params(limit),
             hits,
             enforced: true,
+            quota: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub fn charges(store: &AnyStore, specs: &[Spec]) -> Vec<Charge<AnyKey>> {
             params: *params,
             hits: *hits,
             enforced: *enforced,
+            quota: None,
         })
         .collect()
 }

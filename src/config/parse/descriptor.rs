@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::Ctx;
 use super::fields::{self, IntError, Level};
 use super::rate_limit;
-use crate::config::model::{DescriptorConfig, MAX_DESCRIPTOR_DEPTH};
+use crate::config::model::{DescriptorConfig, MAX_DESCRIPTOR_DEPTH, MetaValue};
 use crate::config::yaml::{Node, NodeKind, ScalarKind};
 
 /// A `descriptors` list (null or absent means empty) whose entries are at `depth` (1 for the
@@ -82,7 +82,11 @@ fn descriptor(
     let mut rate_limit = None;
     let mut rate_limits_key: Option<&Node> = None;
     let mut shadow_mode = false;
+    let mut quota_mode = false;
     let mut detailed_metric = false;
+    let mut value_to_metric = false;
+    let mut share_threshold: Option<&Node> = None;
+    let mut metadata = None;
     let mut descriptors = Vec::new();
     for (k, v) in entries {
         let Some(name) = fields::field_name(ctx, k) else {
@@ -113,10 +117,16 @@ fn descriptor(
             "detailed_metric" => {
                 detailed_metric = fields::boolean(ctx, "detailed_metric", v).unwrap_or(false);
             }
-            // Stats-only in the reference; accepted and ignored.
+            "quota_mode" => quota_mode = fields::boolean(ctx, "quota_mode", v).unwrap_or(false),
             "value_to_metric" => {
-                fields::boolean(ctx, "value_to_metric", v);
+                value_to_metric = fields::boolean(ctx, "value_to_metric", v).unwrap_or(false);
             }
+            "share_threshold" => {
+                if fields::boolean(ctx, "share_threshold", v) == Some(true) {
+                    share_threshold = Some(k);
+                }
+            }
+            "metadata" => metadata = metadata_map(ctx, v),
             "descriptors" => descriptors = list(ctx, v, depth + 1),
             other => fields::unexpected_field(ctx, Level::Descriptor, other, k),
         }
@@ -134,14 +144,74 @@ fn descriptor(
     if !value_ok {
         return None;
     }
+    if let Some(k) = share_threshold
+        && !value.as_deref().is_some_and(|v| v.contains('*'))
+    {
+        ctx.error(
+            &k.location,
+            format!(
+                "share_threshold can only be used with wildcard values (containing '*'), but \
+                 found key '{}'{}",
+                key.as_deref().unwrap_or(""),
+                value
+                    .as_deref()
+                    .map_or(String::new(), |v| format!(" and value '{v}'"))
+            ),
+        );
+    }
     Some(DescriptorConfig {
         key: key?,
         value,
         rate_limit,
         shadow_mode,
+        quota_mode,
         detailed_metric,
+        value_to_metric,
+        share_threshold: share_threshold.is_some(),
+        metadata,
         descriptors,
         location: node.location.clone(),
+    })
+}
+
+/// `metadata`: a mapping of anything (returned to Envoy as a protobuf Struct).
+fn metadata_map(ctx: &mut Ctx, node: &Node) -> Option<Vec<(String, MetaValue)>> {
+    match meta_value(ctx, node)? {
+        MetaValue::Map(entries) => Some(entries),
+        MetaValue::Null => None,
+        _ => {
+            ctx.error(
+                &node.location,
+                format!("'metadata' must be a mapping, found {}", node.describe()),
+            );
+            None
+        }
+    }
+}
+
+fn meta_value(ctx: &mut Ctx, node: &Node) -> Option<MetaValue> {
+    Some(match &node.kind {
+        NodeKind::Scalar(_, ScalarKind::Null) => MetaValue::Null,
+        NodeKind::Scalar(_, ScalarKind::Bool(b)) => MetaValue::Bool(*b),
+        NodeKind::Scalar(text, ScalarKind::Int | ScalarKind::Float) => {
+            MetaValue::Number(text.clone())
+        }
+        NodeKind::Scalar(text, ScalarKind::Str) => MetaValue::String(text.clone()),
+        NodeKind::Seq(items) => MetaValue::List(
+            items
+                .iter()
+                .map(|i| meta_value(ctx, i))
+                .collect::<Option<_>>()?,
+        ),
+        NodeKind::Map(entries) => MetaValue::Map(
+            entries
+                .iter()
+                .map(|(k, v)| {
+                    let name = fields::field_name(ctx, k)?.to_owned();
+                    Some((name, meta_value(ctx, v)?))
+                })
+                .collect::<Option<_>>()?,
+        ),
     })
 }
 

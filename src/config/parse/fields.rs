@@ -11,8 +11,11 @@ pub(super) const DESCRIPTOR_FIELDS: &[&str] = &[
     "rate_limit",
     "rate_limits",
     "shadow_mode",
+    "quota_mode",
     "detailed_metric",
     "value_to_metric",
+    "share_threshold",
+    "metadata",
     "descriptors",
 ];
 pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
@@ -27,8 +30,6 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "max_delay",
 ];
 pub(super) const REPLACES_FIELDS: &[&str] = &["name"];
-/// Fields of the reference (envoyproxy/ratelimit) whose semantics we do not implement.
-const UNSUPPORTED: &[&str] = &["quota_mode", "share_threshold", "metadata"];
 
 /// A level of the rules format, for field checks and messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,9 +66,7 @@ impl Level {
 /// Reports a field that is not allowed at `level`: unsupported, misplaced or unknown.
 pub(super) fn unexpected_field(ctx: &mut Ctx, level: Level, name: &str, key: &Node) {
     let place = level.place();
-    let message = if UNSUPPORTED.contains(&name) {
-        format!("'{name}' is not supported by ratelimit-server (remove it)")
-    } else if name == "domain" {
+    let message = if name == "domain" {
         format!("'domain' belongs at the top level of the file, not {place}")
     } else if DESCRIPTOR_FIELDS.contains(&name) {
         format!("'{name}' belongs on a descriptor (an entry of 'descriptors'), not {place}")

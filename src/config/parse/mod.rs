@@ -18,9 +18,20 @@ use fields::Level;
 pub(super) struct Ctx<'a> {
     file: &'a Path,
     errors: Vec<ConfigError>,
+    warnings: Vec<String>,
 }
 
 impl Ctx<'_> {
+    /// Something the reference accepts and so do we, but that deserves a log line.
+    pub(super) fn warning(&mut self, location: &Location, message: impl Into<String>) {
+        let e = ConfigError {
+            file: self.file.to_path_buf(),
+            location: Some(location.clone()),
+            message: message.into(),
+        };
+        self.warnings.push(e.to_string());
+    }
+
     pub(super) fn error(&mut self, location: &Location, message: impl Into<String>) {
         self.errors.push(ConfigError {
             file: self.file.to_path_buf(),
@@ -46,6 +57,7 @@ pub(crate) fn parse_file(file: &Path, text: &str) -> ParsedFile {
     let mut ctx = Ctx {
         file,
         errors: Vec::new(),
+        warnings: Vec::new(),
     };
     let doc = yaml::parse(text);
     for e in &doc.errors {
@@ -76,6 +88,7 @@ pub(crate) fn parse_file(file: &Path, text: &str) -> ParsedFile {
             }
         },
     };
+    let warnings = ctx.warnings;
     let mut errors = ctx.errors;
     errors.sort_by_key(|e| e.location.as_ref().map(|l| (l.line, l.column)));
     let config = match &domain {
@@ -83,6 +96,7 @@ pub(crate) fn parse_file(file: &Path, text: &str) -> ParsedFile {
             domain: name.clone(),
             descriptors,
             source: file.to_path_buf(),
+            warnings,
         }),
         _ => None,
     };

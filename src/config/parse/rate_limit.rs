@@ -112,10 +112,6 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
                 "should not specify rate limit unit when unlimited",
             ),
             (
-                raw.requests_per_unit,
-                "should not specify requests_per_unit when unlimited",
-            ),
-            (
                 raw.unit_multiplier,
                 "should not specify unit_multiplier when unlimited",
             ),
@@ -123,6 +119,13 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
             (raw.burst, "should not specify burst when unlimited"),
             (raw.max_delay, "should not specify max_delay when unlimited"),
         ];
+        if let Some((k, _)) = raw.requests_per_unit {
+            // The reference loads it (and ignores the number): so do we, but say so.
+            ctx.warning(
+                &k.location,
+                "requests_per_unit is ignored: the limit is unlimited",
+            );
+        }
         let mut ok = replaces_ok;
         for (k, message) in others.into_iter().filter_map(|(f, m)| Some((f?.0, m))) {
             ctx.error(&k.location, message);

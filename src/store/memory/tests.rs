@@ -23,6 +23,7 @@ fn charge(key: u128, rpu: u32, hits: u64) -> Charge {
         params: params(rpu),
         hits,
         enforced: true,
+        quota: None,
     }
 }
 
@@ -133,6 +134,7 @@ fn leaky(key: u128, hits: u64) -> Charge {
         },
         hits,
         enforced: true,
+        quota: None,
     }
 }
 

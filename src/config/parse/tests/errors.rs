@@ -260,7 +260,8 @@ fn unknown_descriptor_field() {
         "4:5",
         &[
             "unknown field 'shadow' on a descriptor (expected one of: key, value, rate_limit, \
-             rate_limits, shadow_mode, detailed_metric, value_to_metric, descriptors)",
+             rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, \
+             share_threshold, metadata, descriptors)",
         ],
     );
 }
@@ -284,17 +285,34 @@ fn domain_on_a_descriptor() {
 }
 
 #[test]
-fn unsupported_reference_fields() {
-    for field in [
-        "quota_mode: true",
-        "share_threshold: true",
-        "metadata: {a: b}",
-    ] {
-        let name = field.split(':').next().unwrap_or_default();
+fn share_threshold_needs_a_wildcard_value() {
+    assert_error(
+        "domain: a\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
+        "5:5",
+        &[
+            "share_threshold can only be used with wildcard values (containing '*')",
+            "'k'",
+        ],
+    );
+    assert_error(
+        "domain: a\ndescriptors:\n  - key: k\n    share_threshold: true\n",
+        "4:5",
+        &["share_threshold can only be used with wildcard values"],
+    );
+}
+
+#[test]
+fn metadata_must_be_a_mapping_and_flags_booleans() {
+    assert_error(
+        "domain: a\ndescriptors:\n  - key: k\n    metadata: [1, 2]\n",
+        "4:15",
+        &["'metadata' must be a mapping"],
+    );
+    for field in ["quota_mode", "value_to_metric", "share_threshold"] {
         assert_error(
-            &format!("domain: a\ndescriptors:\n  - key: k\n    {field}\n"),
-            "4:5",
-            &[&format!("'{name}' is not supported by ratelimit-server")],
+            &format!("domain: a\ndescriptors:\n  - key: k\n    value: \"v*\"\n    {field}: 3\n"),
+            &format!("5:{}", field.len() + 7),
+            &[&format!("'{field}' must be a boolean")],
         );
     }
 }

@@ -121,7 +121,11 @@ fn full_example_is_parsed_field_by_field() {
                 },
             ])),
             shadow_mode: false,
+            quota_mode: false,
             detailed_metric: false,
+            value_to_metric: false,
+            share_threshold: false,
+            metadata: None,
             descriptors: vec![],
             location: Location {
                 line: 16,
@@ -299,4 +303,84 @@ fn hostile_inputs_give_errors_not_panics() {
     for text in inputs {
         assert!(!errors_of(&text).is_empty(), "{text:?} accepted");
     }
+}
+
+#[test]
+fn reference_descriptor_fields_are_parsed() {
+    let text = r#"
+domain: a
+descriptors:
+  - key: files
+    value: "shared/*"
+    share_threshold: true
+    quota_mode: true
+    value_to_metric: true
+    metadata:
+      name: service_1
+      weight: 2.5
+      tags: [x, 1, true, ~]
+      nested: {a: {b: c}}
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"#;
+    let configs = parse_files(&[(PathBuf::from("r.yaml"), text.to_string())]).expect("valid");
+    let d = &configs[0].descriptors[0];
+    assert!(d.share_threshold && d.quota_mode && d.value_to_metric);
+    use crate::config::MetaValue as M;
+    assert_eq!(
+        d.metadata,
+        Some(vec![
+            ("name".into(), M::String("service_1".into())),
+            ("weight".into(), M::Number("2.5".into())),
+            (
+                "tags".into(),
+                M::List(vec![
+                    M::String("x".into()),
+                    M::Number("1".into()),
+                    M::Bool(true),
+                    M::Null
+                ])
+            ),
+            (
+                "nested".into(),
+                M::Map(vec![(
+                    "a".into(),
+                    M::Map(vec![("b".into(), M::String("c".into()))])
+                )])
+            ),
+        ])
+    );
+    assert!(configs[0].warnings.is_empty());
+}
+
+#[test]
+fn merge_domain_config_joins_files_and_rejects_the_same_descriptor_twice() {
+    let a = "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    let b = "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
+    let files = [
+        (PathBuf::from("a.yaml"), a.to_string()),
+        (PathBuf::from("b.yaml"), b.to_string()),
+    ];
+    assert!(
+        parse_files(&files).is_err(),
+        "one file per domain by default"
+    );
+    let merged = crate::config::parse_files_merging(&files, true).expect("merged");
+    assert_eq!(merged.len(), 1);
+    let keys: Vec<&str> = merged[0]
+        .descriptors
+        .iter()
+        .map(|d| d.key.as_str())
+        .collect();
+    assert_eq!(keys, ["a", "b"]);
+    let again = [
+        (PathBuf::from("a.yaml"), a.to_string()),
+        (PathBuf::from("a2.yaml"), a.to_string()),
+    ];
+    let Err(ConfigErrors(errors)) = crate::config::parse_files_merging(&again, true) else {
+        panic!("the same descriptor in two files")
+    };
+    assert_eq!(
+        errors[0].to_string(),
+        "a2.yaml:3:5: duplicate descriptor with key 'a' in domain 'd': already defined in a.yaml:3"
+    );
 }

@@ -136,12 +136,20 @@ fn unlimited_with_unit() {
 }
 
 #[test]
-fn unlimited_with_requests_per_unit() {
-    assert_error(
-        &rl(&["unlimited: true", "requests_per_unit: 5"]),
-        "6:7",
-        &["should not specify requests_per_unit when unlimited"],
+fn unlimited_with_requests_per_unit_loads_with_a_warning() {
+    let configs = crate::config::parse_files(&[(
+        "r.yaml".into(),
+        rl(&["unlimited: true", "requests_per_unit: 5"]),
+    )])
+    .expect("loads, as in the reference");
+    assert_eq!(
+        configs[0].warnings,
+        ["r.yaml:6:7: requests_per_unit is ignored: the limit is unlimited"]
     );
+    assert!(matches!(
+        configs[0].descriptors[0].rate_limit,
+        Some(crate::config::RateLimitSpec::Unlimited { .. })
+    ));
 }
 
 #[test]

@@ -1,0 +1,286 @@
+//! envoyproxy/ratelimit's environment, for deployments that switch by changing the image: its
+//! config location (`RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY`) and listeners
+//! (`HOST`/`PORT`, `GRPC_HOST`/`GRPC_PORT`, `DEBUG_HOST`/`DEBUG_PORT`) become our settings when ours
+//! are not set (precedence: flag > our env name > the reference's), and every reference setting
+//! that is set but means nothing here gets one start-up warning. Pure: reads through `lookup`.
+
+use std::path::PathBuf;
+
+/// What the reference's environment asks of us.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Translation {
+    /// (our env name, value) to set, for our names the environment does not set itself.
+    pub set: Vec<(&'static str, String)>,
+    /// One line per reference setting we do not honour as the reference does.
+    pub warnings: Vec<String>,
+    /// Reference settings we honour with a difference worth an info line.
+    pub notes: Vec<String>,
+}
+
+/// Reference settings that are set but not supported: (name, why). Warned about unless their
+/// value is empty or `false`.
+const UNSUPPORTED: &[(&str, &str)] = &[
+    ("CONFIG_TYPE", "rules come from files only (no xDS)"),
+    (
+        "CONFIG_GRPC_XDS_SERVER_URL",
+        "rules come from files only (no xDS)",
+    ),
+    (
+        "CONFIG_GRPC_XDS_NODE_ID",
+        "rules come from files only (no xDS)",
+    ),
+    (
+        "USE_STATSD",
+        "only Prometheus is exported, on the HTTP port's /metrics",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "only Prometheus is exported, on the HTTP port's /metrics",
+    ),
+    (
+        "STATSD_HOST",
+        "only Prometheus is exported, on the HTTP port's /metrics",
+    ),
+    (
+        "STATSD_PORT",
+        "only Prometheus is exported, on the HTTP port's /metrics",
+    ),
+    (
+        "PROMETHEUS_ADDR",
+        "Prometheus metrics are served on the HTTP port's /metrics",
+    ),
+    (
+        "PROMETHEUS_PATH",
+        "Prometheus metrics are served on the HTTP port's /metrics",
+    ),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "metric names are fixed (the reference's default mapping)",
+    ),
+    ("DISABLE_STATS", "metrics are always on"),
+    ("EXTRA_TAGS", "metrics carry no extra tags"),
+    ("REDIS_PERSECOND", "one Redis serves every unit"),
+    ("REDIS_PERSECOND_URL", "one Redis serves every unit"),
+    ("REDIS_PIPELINE_WINDOW", "pipelining is automatic"),
+    ("REDIS_PIPELINE_LIMIT", "pipelining is automatic"),
+    ("REDIS_POOL_ON_EMPTY_BEHAVIOR", "the pool always waits"),
+    (
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "health does not follow Redis connections",
+    ),
+    ("MEMCACHE_HOST_PORT", "no memcached backend"),
+    ("MEMCACHE_SRV", "no memcached backend"),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "keys expire exactly when their state is empty",
+    ),
+    ("TRACING_ENABLED", "no OpenTelemetry tracing in this build"),
+    (
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "no OpenTelemetry tracing in this build",
+    ),
+];
+
+/// Reference settings we honour, with what they mean here (logged at info when set).
+const ACCEPTED: &[(&str, &str)] = &[
+    (
+        "RUNTIME_WATCH_ROOT",
+        "every form of update is watched (edit, rename, symlink swap)",
+    ),
+    ("RUNTIME_IGNOREDOTFILES", "dotfiles are always ignored"),
+    (
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "denied requests are never charged",
+    ),
+    (
+        "USE_PROMETHEUS",
+        "Prometheus metrics are always on, on the HTTP port's /metrics",
+    ),
+];
+
+fn host_port(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    host: &str,
+    port: &str,
+    default_port: u16,
+) -> Option<String> {
+    let (h, p) = (lookup(host), lookup(port));
+    if h.is_none() && p.is_none() {
+        return None;
+    }
+    let h = h
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "0.0.0.0".into());
+    let p = p.unwrap_or_else(|| default_port.to_string());
+    // An IPv6 literal needs brackets in a socket address.
+    Some(if h.contains(':') && !h.starts_with('[') {
+        format!("[{h}]:{p}")
+    } else {
+        format!("{h}:{p}")
+    })
+}
+
+/// Reads the reference's settings through `lookup` (an environment).
+pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
+    let mut t = Translation::default();
+    let mut set = |ours: &'static str, value: Option<String>| {
+        if let Some(v) = value
+            && lookup(ours).is_none()
+        {
+            t.set.push((ours, v));
+        }
+    };
+    let runtime = [
+        "RUNTIME_ROOT",
+        "RUNTIME_SUBDIRECTORY",
+        "RUNTIME_APPDIRECTORY",
+    ];
+    if runtime.iter().any(|n| lookup(n).is_some()) {
+        let mut dir = PathBuf::from(
+            lookup("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
+        );
+        dir.push(lookup("RUNTIME_SUBDIRECTORY").unwrap_or_default());
+        dir.push(lookup("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+        set("CONFIG_DIR", Some(dir.display().to_string()));
+    }
+    let mut bad_addresses = Vec::new();
+    for (ours, host, port, default) in [
+        ("HTTP_ADDR", "HOST", "PORT", 8080),
+        ("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", 8081),
+        ("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", 6070),
+    ] {
+        match host_port(lookup, host, port, default) {
+            // Only an IP address and port can be listened on; a shell's own HOST (a host name)
+            // must not stop the server.
+            Some(a) if a.parse::<std::net::SocketAddr>().is_err() => {
+                if lookup(ours).is_none() {
+                    bad_addresses.push(format!(
+                        "{host}/{port} ignored: '{a}' is not an IP address and port; set {ours}"
+                    ));
+                }
+            }
+            addr => set(ours, addr),
+        }
+    }
+    t.warnings.extend(bad_addresses);
+    for (name, why) in UNSUPPORTED {
+        match lookup(name) {
+            Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("false") => t
+                .warnings
+                .push(format!("{name}={v} is not supported: {why}")),
+            _ => {}
+        }
+    }
+    for (name, what) in ACCEPTED {
+        if let Some(v) = lookup(name) {
+            t.notes.push(format!("{name}={v}: {what}"));
+        }
+    }
+    t
+}
+
+/// `LOG_LEVEL` in any of the reference's spellings (logrus: `DEBUG`, `warning`, `fatal`…) as a
+/// tracing filter.
+pub fn log_level(level: &str) -> String {
+    match level.to_ascii_lowercase().as_str() {
+        "warning" => "warn".into(),
+        "fatal" | "panic" => "error".into(),
+        other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn run(vars: &[(&str, &str)]) -> Translation {
+        let env: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        translate(&|name| env.get(name).cloned())
+    }
+
+    #[test]
+    fn a_reference_deployment_becomes_our_settings() {
+        let t = run(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("PORT", "9080"),
+            ("GRPC_PORT", "9081"),
+            ("DEBUG_PORT", "9070"),
+            ("USE_STATSD", "false"),
+        ]);
+        assert_eq!(
+            t.set,
+            [
+                ("CONFIG_DIR", "/data/ratelimit/config".to_owned()),
+                ("HTTP_ADDR", "0.0.0.0:9080".to_owned()),
+                ("GRPC_ADDR", "0.0.0.0:9081".to_owned()),
+                ("DEBUG_ADDR", "0.0.0.0:9070".to_owned()),
+            ]
+        );
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        assert_eq!(t.notes.len(), 1);
+    }
+
+    #[test]
+    fn our_names_win_and_hosts_and_app_directory_are_read() {
+        let t = run(&[
+            ("CONFIG_DIR", "/mine"),
+            ("RUNTIME_ROOT", "/data"),
+            ("GRPC_HOST", "::1"),
+            ("HOST", "127.0.0.1"),
+            ("HTTP_ADDR", "127.0.0.1:1"),
+        ]);
+        assert_eq!(t.set, [("GRPC_ADDR", "[::1]:8081".to_owned())]);
+        let t = run(&[
+            ("RUNTIME_SUBDIRECTORY", "rl"),
+            ("RUNTIME_APPDIRECTORY", "rules"),
+        ]);
+        assert_eq!(
+            t.set,
+            [(
+                "CONFIG_DIR",
+                "/srv/runtime_data/current/rl/rules".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn a_host_name_in_host_is_ignored_with_a_warning() {
+        let t = run(&[("HOST", "myhost.local")]);
+        assert!(t.set.is_empty());
+        assert_eq!(
+            t.warnings,
+            ["HOST/PORT ignored: 'myhost.local:8080' is not an IP address and port; set HTTP_ADDR"]
+        );
+    }
+
+    #[test]
+    fn each_set_unsupported_setting_gets_one_warning() {
+        let t = run(&[
+            ("USE_STATSD", "true"),
+            ("MEMCACHE_HOST_PORT", "m:11211"),
+            ("TRACING_ENABLED", "false"),
+        ]);
+        assert_eq!(
+            t.warnings,
+            [
+                "USE_STATSD=true is not supported: only Prometheus is exported, on the HTTP \
+                 port's /metrics",
+                "MEMCACHE_HOST_PORT=m:11211 is not supported: no memcached backend",
+            ]
+        );
+    }
+
+    #[test]
+    fn log_levels_in_the_reference_spellings() {
+        assert_eq!(log_level("DEBUG"), "debug");
+        assert_eq!(log_level("warning"), "warn");
+        assert_eq!(log_level("Fatal"), "error");
+        assert_eq!(log_level("info"), "info");
+    }
+}
