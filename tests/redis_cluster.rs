@@ -8,8 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::contract::{charges, params, run, trace};
+use common::race::{fire, shared_rules};
 use common::redis::{RedisServer, ServerProcess, available, free_port};
-use common::{Code, code, request};
 use ratelimit_server::clock::{Clock, SystemClock};
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::store::{AnyStore, RedisConfig, Store, Topology};
@@ -178,24 +178,12 @@ async fn a_request_that_cannot_fit_charges_neither_descriptor() {
     assert_eq!(v[0].outlook.remaining, 9, "a was charged once, not twice");
 }
 
-const RULES: &str = "\
-domain: shared
-descriptors:
-  - key: tb
-    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: token_bucket}
-  - key: fw
-    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: fixed_window}
-  - key: sw
-    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: sliding_window}
-";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
     let Some(cluster) = Cluster::start() else {
         return;
     };
-    let rules = tempfile::tempdir().unwrap();
-    std::fs::write(rules.path().join("shared.yaml"), RULES).unwrap();
+    let rules = shared_rules();
     let env = vec![
         ("BACKEND_TYPE", "redis".to_string()),
         ("REDIS_TYPE", "cluster".into()),
@@ -209,29 +197,10 @@ async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
     let mut b = ServerProcess::start(rules.path(), &env);
     let (ca, cb) = (a.client().await, b.client().await);
     for key in ["tb", "fw", "sw"] {
-        let fire = |client: envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>| async move {
-            let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
-            let mut tasks = Vec::new();
-            for _ in 0..1000 {
-                let permit = gate.clone().acquire_owned().await.unwrap();
-                let mut client = client.clone();
-                tasks.push(tokio::spawn(async move {
-                    let r = client
-                        .should_rate_limit(request("shared", &[&[(key, "hot")]]))
-                        .await
-                        .expect("answered")
-                        .into_inner();
-                    drop(permit);
-                    usize::from(code(r.overall_code) == Code::Ok)
-                }));
-            }
-            let mut ok = 0;
-            for t in tasks {
-                ok += t.await.unwrap();
-            }
-            ok
-        };
-        let (oa, ob) = tokio::join!(fire(ca.clone()), fire(cb.clone()));
+        let (oa, ob) = tokio::join!(
+            fire(ca.clone(), key, "hot".into(), 1000, 64),
+            fire(cb.clone(), key, "hot".into(), 1000, 64),
+        );
         eprintln!("{key}: {oa} + {ob}");
         assert_eq!(oa + ob, 300, "{key}");
     }

@@ -4,30 +4,10 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 
+use common::race::{fire, shared_rules};
 use common::redis::{RedisServer, ServerProcess};
-use common::{Code, code, request};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use tokio::sync::Semaphore;
-use tonic::transport::Channel;
-
-const RULES: &str = "\
-domain: shared
-descriptors:
-  - key: tb
-    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: token_bucket}
-  - key: fw
-    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: fixed_window}
-  - key: sw
-    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: sliding_window}
-";
-
-fn rules() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("shared.yaml"), RULES).unwrap();
-    dir
-}
+use common::request;
 
 /// Exactness is Redis' guarantee while it answers: a slow debug build on a shared machine must
 /// not fall back to per-instance decisions (REDIS_FAILURE_MODE=local), so a failure here is an
@@ -46,43 +26,12 @@ fn instance(rules: &Path, redis: &RedisServer) -> ServerProcess {
     ServerProcess::start(rules, &redis_env(&redis.addr()))
 }
 
-/// `count` requests on `key=value`, `in_flight` at a time; returns how many were OK.
-async fn fire(
-    client: RateLimitServiceClient<Channel>,
-    key: &'static str,
-    value: String,
-    count: usize,
-    in_flight: usize,
-) -> usize {
-    let gate = Arc::new(Semaphore::new(in_flight));
-    let mut tasks = Vec::with_capacity(count);
-    for _ in 0..count {
-        let permit = gate.clone().acquire_owned().await.unwrap();
-        let mut client = client.clone();
-        let value = value.clone();
-        tasks.push(tokio::spawn(async move {
-            let r = client
-                .should_rate_limit(request("shared", &[&[(key, value.as_str())]]))
-                .await
-                .expect("answered")
-                .into_inner();
-            drop(permit);
-            code(r.overall_code) == Code::Ok
-        }));
-    }
-    let mut ok = 0;
-    for t in tasks {
-        ok += usize::from(t.await.unwrap());
-    }
-    ok
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_racing_admit_exactly_the_limit() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let rules = rules();
+    let rules = shared_rules();
     let mut a = instance(rules.path(), &redis);
     let mut b = instance(rules.path(), &redis);
     let (ca, cb) = (a.client().await, b.client().await);
@@ -115,7 +64,7 @@ async fn a_restarted_instance_keeps_its_counters() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let rules = rules();
+    let rules = shared_rules();
     let mut first = instance(rules.path(), &redis);
     let client = first.client().await;
     assert_eq!(fire(client, "fw", "user".into(), 7, 1).await, 7);
@@ -132,7 +81,7 @@ async fn a_restarted_instance_keeps_its_counters() {
 
 #[tokio::test]
 async fn a_bad_redis_setting_stops_the_server_naming_it() {
-    let rules = rules();
+    let rules = shared_rules();
     for (env, named) in [
         (("REDIS_TYPE", "ring"), "REDIS_TYPE"),
         (("REDIS_URL", "nohostport"), "REDIS_URL"),
@@ -174,7 +123,7 @@ async fn a_unix_socket_with_redis_socket_type_unix() {
         &["--port", "0", "--unixsocket", &socket],
         vec!["-s".into(), socket.clone()],
     );
-    let rules = rules();
+    let rules = shared_rules();
     let env = vec![
         ("BACKEND_TYPE", "redis".to_string()),
         ("REDIS_SOCKET_TYPE", "unix".into()),

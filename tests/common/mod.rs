@@ -4,6 +4,7 @@
 pub mod contract;
 pub mod ports;
 pub mod process;
+pub mod race;
 pub mod redis;
 
 pub use ports::free_port;

@@ -1,0 +1,59 @@
+//! The exact-limit race: several server instances on one store, many requests at once on one key.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tokio::sync::Semaphore;
+use tonic::transport::Channel;
+
+use super::{Code, code, request};
+
+/// Domain `shared`: 300 per hour on `tb`, `fw` and `sw`, one per algorithm that counts.
+pub const SHARED_RULES: &str = "\
+domain: shared
+descriptors:
+  - key: tb
+    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: token_bucket}
+  - key: fw
+    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: fixed_window}
+  - key: sw
+    rate_limit: {unit: hour, requests_per_unit: 300, algorithm: sliding_window}
+";
+
+/// A rules directory holding `SHARED_RULES`.
+pub fn shared_rules() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("shared.yaml"), SHARED_RULES).unwrap();
+    dir
+}
+
+/// `count` requests on `key=value` in domain `shared`, `in_flight` at a time; how many were OK.
+pub async fn fire(
+    client: RateLimitServiceClient<Channel>,
+    key: &'static str,
+    value: String,
+    count: usize,
+    in_flight: usize,
+) -> usize {
+    let gate = Arc::new(Semaphore::new(in_flight));
+    let mut tasks = Vec::with_capacity(count);
+    for _ in 0..count {
+        let permit = gate.clone().acquire_owned().await.unwrap();
+        let mut client = client.clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = client
+                .should_rate_limit(request("shared", &[&[(key, value.as_str())]]))
+                .await
+                .expect("answered")
+                .into_inner();
+            drop(permit);
+            code(r.overall_code) == Code::Ok
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        ok += usize::from(t.await.unwrap());
+    }
+    ok
+}
