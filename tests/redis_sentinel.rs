@@ -32,6 +32,38 @@ fn cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Polls `done` every 20 ms for at most `limit`; fails saying `what` never happened.
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < limit, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A master, its replica and a sentinel watching them, and a rules directory with `rules`.
+struct Topology {
+    master: RedisServer,
+    replica: RedisServer,
+    sentinel: Sentinel,
+    rules: tempfile::TempDir,
+}
+
+fn topology(rules: &str) -> Option<Topology> {
+    let master = RedisServer::start()?;
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]).unwrap();
+    let sentinel = sentinel(master.port);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.yaml"), rules).unwrap();
+    Some(Topology {
+        master,
+        replica,
+        sentinel,
+        rules: dir,
+    })
+}
+
 fn sentinel(master_port: u16) -> Sentinel {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -58,33 +90,30 @@ fn sentinel(master_port: u16) -> Sentinel {
         child,
         _dir: dir,
     };
-    let started = Instant::now();
-    while !cli(port, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
-        .contains(&master_port.to_string())
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "sentinel never knew the master"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        "sentinel never knew the master",
+        Duration::from_secs(10),
+        || {
+            cli(port, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
+                .contains(&master_port.to_string())
+        },
+    );
     s
 }
 
 #[tokio::test]
 async fn the_server_finds_the_master_through_the_sentinel() {
-    let Some(master) = RedisServer::start() else {
-        return;
-    };
-    let port = master.port.to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]).unwrap();
-    let sentinel = sentinel(master.port);
-    let rules = tempfile::tempdir().unwrap();
-    std::fs::write(
-        rules.path().join("s.yaml"),
+    let Some(Topology {
+        master,
+        replica,
+        sentinel,
+        rules,
+    }) = topology(
         "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
     )
-    .unwrap();
+    else {
+        return;
+    };
     let env = vec![
         ("BACKEND_TYPE", "redis".to_string()),
         ("REDIS_TYPE", "SENTINEL".into()),
@@ -108,30 +137,24 @@ async fn the_server_finds_the_master_through_the_sentinel() {
         ["sn:{s}|k=v|0.0.3600s"],
         "written on the master"
     );
-    let started = Instant::now();
-    while replica.keys("sn:*").is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never replicated"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("never replicated", Duration::from_secs(10), || {
+        !replica.keys("sn:*").is_empty()
+    });
 }
 
 #[tokio::test]
 async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting() {
-    let Some(master) = RedisServer::start() else {
-        return;
-    };
-    let port = master.port.to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]).unwrap();
-    let sentinel = sentinel(master.port);
-    let rules = tempfile::tempdir().unwrap();
-    std::fs::write(
-        rules.path().join("s.yaml"),
+    let Some(Topology {
+        master,
+        replica,
+        sentinel,
+        rules,
+    }) = topology(
         "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: fixed_window}\n",
     )
-    .unwrap();
+    else {
+        return;
+    };
     let env = vec![
         ("BACKEND_TYPE", "redis".to_string()),
         ("REDIS_TYPE", "sentinel".into()),
@@ -153,43 +176,26 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
     };
     assert_eq!(call().await.unwrap(), (Code::Ok, 4));
     assert_eq!(call().await.unwrap(), (Code::Ok, 3));
-    let started = Instant::now();
-    while replica
-        .cli(&["GET", "{s}|k=v|0.1.3600s"])
-        .unwrap_or_default()
-        .trim()
-        .is_empty()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never replicated"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("never replicated", Duration::from_secs(10), || {
+        !replica
+            .cli(&["GET", "{s}|k=v|0.1.3600s"])
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+    });
     assert!(cli(sentinel.port, &["SENTINEL", "FAILOVER", "mymaster"]).contains("OK"));
-    let started = Instant::now();
-    while !cli(
-        sentinel.port,
-        &["SENTINEL", "get-master-addr-by-name", "mymaster"],
-    )
-    .contains(&replica.port.to_string())
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "failover never happened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("failover never happened", Duration::from_secs(20), || {
+        cli(
+            sentinel.port,
+            &["SENTINEL", "get-master-addr-by-name", "mymaster"],
+        )
+        .contains(&replica.port.to_string())
+    });
     // Until Sentinel turns the old master into a replica it still takes writes (any Sentinel
     // client can lose those); from then on the server must follow to the new master.
-    let started = Instant::now();
-    while !master.info("replication").contains("role:slave") {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "old master never demoted"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("old master never demoted", Duration::from_secs(20), || {
+        master.info("replication").contains("role:slave")
+    });
     // The next calls may fail while the server notices; then it decides on the new master, where
     // the count went on.
     let started = Instant::now();
