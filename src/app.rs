@@ -26,6 +26,7 @@ use crate::settings::Backend;
 use crate::settings::ServeSettings;
 use crate::status::{LoadReport, ServerStatus};
 use crate::store::{AnyStore, Store};
+use crate::telemetry::Tracing;
 
 /// How often idle keys are dropped from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -42,6 +43,8 @@ pub enum StartError {
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
     Tls(#[from] TlsError),
+    #[error("{0}")]
+    Tracing(#[from] crate::telemetry::TracingError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -68,6 +71,8 @@ pub struct Server {
     tasks: Vec<JoinHandle<()>>,
     drain_timeout: Duration,
     shutdown_delay: Duration,
+    /// Flushed once the listeners are closed.
+    tracing: Option<Tracing>,
 }
 
 impl Server {
@@ -105,6 +110,9 @@ impl Server {
                 );
                 task.abort();
             }
+        }
+        if let Some(tracing) = &self.tracing {
+            tracing.shutdown().await;
         }
     }
 }
@@ -221,6 +229,20 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         None => None,
     };
     let debug_addr = debug.as_ref().map(|(_, a)| *a);
+    let tracing = match settings.tracing.config() {
+        Some(config) => {
+            let tracing = Tracing::start(&config)?;
+            tracing::info!(
+                endpoint = %config.endpoint,
+                service_name = %config.service_name,
+                sampling_rate = config.sampling_rate,
+                record_values = config.record_values,
+                "OpenTelemetry tracing on: a span per ShouldRateLimit over OTLP/gRPC"
+            );
+            Some(tracing)
+        }
+        None => None,
+    };
     let caps = connection_caps(&settings.transport);
     let timeouts = settings.transport.timeouts();
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -247,7 +269,9 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             .http2_keepalive_timeout(Some(t.grpc_keepalive_timeout))
             .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
             .add_service(health_service)
-            .add_service(RateLimitGrpc::new(engine.clone(), t.call_limits()));
+            .add_service(
+                RateLimitGrpc::new(engine.clone(), t.call_limits()).with_tracing(tracing.clone()),
+            );
         if let Some(path) = &settings.grpc_uds {
             // Also on a Unix socket (Envoy's pipe address). A stale socket file is replaced.
             let _ = std::fs::remove_file(path);
@@ -318,6 +342,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         tasks,
         drain_timeout: settings.drain_timeout,
         shutdown_delay: settings.shutdown_delay,
+        tracing,
     })
 }
 

@@ -4,6 +4,7 @@
 //! - pure: [`clock`] (time as a value), [`config`] (rules files → validated model), [`policy`]
 //!   (matching tree), [`limiter`] (algorithms as functions of state, now and hits);
 //! - state: [`store`] (where limiter state lives);
+//! - observation: [`metrics`], [`telemetry`] (OpenTelemetry spans);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
 //! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files);
 //! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`].
@@ -26,3 +27,4 @@ pub mod service;
 pub mod settings;
 pub mod status;
 pub mod store;
+pub mod telemetry;

@@ -74,11 +74,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "EXPIRATION_JITTER_MAX_SECONDS",
         "keys expire exactly when their state is empty",
     ),
-    ("TRACING_ENABLED", "no OpenTelemetry tracing in this build"),
-    (
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "no OpenTelemetry tracing in this build",
-    ),
 ];
 
 /// Reference settings we honour, with what they mean here (logged at info when set).
@@ -163,6 +158,15 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
         }
     }
     t.warnings.extend(bad_addresses);
+    // The reference's own exporter switch; ours exports over OTLP/gRPC only.
+    if let Some(p) = lookup("TRACING_EXPORTER_PROTOCOL")
+        && !p.eq_ignore_ascii_case("grpc")
+    {
+        t.warnings.push(format!(
+            "TRACING_EXPORTER_PROTOCOL={p} is not supported: spans are exported over OTLP/gRPC \
+             only (point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's gRPC port, 4317)"
+        ));
+    }
     for (name, why) in UNSUPPORTED {
         match lookup(name) {
             Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("false") => t
@@ -264,11 +268,16 @@ mod tests {
         let t = run(&[
             ("USE_STATSD", "true"),
             ("MEMCACHE_HOST_PORT", "m:11211"),
-            ("TRACING_ENABLED", "false"),
+            ("TRACING_ENABLED", "true"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
+            ("TRACING_EXPORTER_PROTOCOL", "http"),
         ]);
         assert_eq!(
             t.warnings,
             [
+                "TRACING_EXPORTER_PROTOCOL=http is not supported: spans are exported over \
+                 OTLP/gRPC only (point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's gRPC port, \
+                 4317)",
                 "USE_STATSD=true is not supported: only Prometheus is exported, on the HTTP \
                  port's /metrics",
                 "MEMCACHE_HOST_PORT=m:11211 is not supported: no memcached backend",

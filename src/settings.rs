@@ -43,6 +43,10 @@ mod store_args;
 
 pub use store_args::{Backend, RedisType, SettingError, SocketType, StoreArgs};
 
+mod tracing_args;
+
+pub use tracing_args::{Headers, OtlpProtocol, TracingArgs};
+
 /// What a limit that does not say gets; shared by `serve` and `explain`.
 #[derive(Debug, Clone, Args)]
 pub struct DefaultsArgs {
@@ -197,6 +201,8 @@ pub struct ServeSettings {
     pub store: StoreArgs,
     #[command(flatten)]
     pub tls: TlsArgs,
+    #[command(flatten)]
+    pub tracing: TracingArgs,
 }
 
 impl ServeSettings {

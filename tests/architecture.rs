@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["limiter"],
     &["policy"],
     &["store"],
-    &["metrics"],
+    &["metrics", "telemetry"],
     &["status", "rules_dir", "health"],
     &["engine"],
     &["service", "http", "reload"],

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code as RateLimitCode;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prometheus::{Histogram, IntCounter, IntCounterVec};
 use tokio::sync::Semaphore;
@@ -19,6 +20,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::engine::{Engine, EngineError};
 use crate::store::Store;
+use crate::telemetry::Tracing;
 
 pub use body::GuardedBody;
 pub use codec::RequestCodec;
@@ -65,6 +67,8 @@ struct Shared<S> {
     limits: CallLimits,
     /// One permit per request byte buffered (see [`GuardedBody`]).
     buffered: Arc<Semaphore>,
+    /// A span per call when tracing is on; `None` builds nothing.
+    tracing: Option<Tracing>,
 }
 
 /// The tonic service around a shared engine.
@@ -105,7 +109,17 @@ impl<S: Store> RateLimitGrpc<S> {
                 metrics,
                 limits,
                 buffered: Arc::new(Semaphore::new(permits)),
+                tracing: None,
             }),
+        }
+    }
+
+    /// Records an OpenTelemetry span per ShouldRateLimit call (see [`Tracing`]).
+    pub fn with_tracing(self, tracing: Option<Tracing>) -> Self {
+        let shared =
+            Arc::try_unwrap(self.shared).unwrap_or_else(|_| unreachable!("not yet cloned"));
+        RateLimitGrpc {
+            shared: Arc::new(Shared { tracing, ..shared }),
         }
     }
 
@@ -208,6 +222,16 @@ impl<S: Store> Shared<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
+        let mut span = self.tracing.as_ref().map(Tracing::start_call);
+        if let Some(span) = &mut span {
+            let r = request.get_ref();
+            span.request(
+                &r.domain,
+                r.descriptors
+                    .iter()
+                    .map(|d| d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))),
+            );
+        }
         let result = self.engine.should_rate_limit(request.get_ref()).await;
         if let Some(m) = &self.metrics {
             m.requests.inc();
@@ -218,6 +242,15 @@ impl<S: Store> Shared<S> {
                 Ok(_) => {}
             }
         }
-        Ok(Response::new(result?))
+        let response = result.map_err(Status::from);
+        if let Some(span) = span {
+            match &response {
+                Ok(r) => span.ok(RateLimitCode::try_from(r.overall_code)
+                    .unwrap_or(RateLimitCode::Unknown)
+                    .as_str_name()),
+                Err(status) => span.refused(status.code(), status.message()),
+            }
+        }
+        Ok(Response::new(response?))
     }
 }

@@ -1,0 +1,189 @@
+//! Tracing settings: the reference's TRACING_* and the OpenTelemetry OTLP exporter's standard
+//! OTEL_EXPORTER_OTLP_* variables, each also a flag. Each value is checked as it is parsed, so a
+//! bad one stops the start with an error naming the setting.
+
+use clap::{ArgAction, Args};
+
+use crate::telemetry::TracingConfig;
+
+/// The OTLP transport: only gRPC is built in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    Grpc,
+}
+
+pub fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "grpc" => Ok(OtlpProtocol::Grpc),
+        "http/protobuf" | "http/json" | "http" => Err(format!(
+            "'{text}' is not supported: spans are exported over OTLP/gRPC only (use grpc and the \
+             collector's gRPC port, 4317 by default)"
+        )),
+        _ => Err(format!("'{text}' is not an OTLP protocol (expected grpc)")),
+    }
+}
+
+/// An `http://` or `https://` URL with a host, as the OTLP/gRPC exporter needs.
+pub fn parse_endpoint(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let uri: tonic::codegen::http::Uri = text
+        .parse()
+        .map_err(|e| format!("'{text}' is not a URL: {e}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http" | "https"), Some(_)) => Ok(text.to_owned()),
+        _ => Err(format!(
+            "'{text}' must be an http:// or https:// URL with a host (e.g. http://collector:4317)"
+        )),
+    }
+}
+
+/// `key1=value1,key2=value2`, values percent-decoded, as the OpenTelemetry specification writes
+/// OTEL_EXPORTER_OTLP_HEADERS.
+pub fn parse_headers(text: &str) -> Result<Headers, String> {
+    let mut headers = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("'{pair}' is not key=value"))?;
+        let name = name.trim();
+        let value = percent_encoding::percent_decode_str(value.trim())
+            .decode_utf8()
+            .map_err(|e| format!("the value of '{name}' is not UTF-8: {e}"))?;
+        let valid_name = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+        if !valid_name {
+            return Err(format!("'{name}' is not a header name"));
+        }
+        if value.chars().any(|c| c.is_control()) {
+            return Err(format!("the value of '{name}' has a control character"));
+        }
+        headers.push((name.to_owned(), value.into_owned()));
+    }
+    Ok(Headers(headers))
+}
+
+/// Parsed OTEL_EXPORTER_OTLP_HEADERS.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Headers(pub Vec<(String, String)>);
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("'{text}' is not a sampling rate between 0 and 1")),
+    }
+}
+
+/// OpenTelemetry tracing of ShouldRateLimit calls.
+#[derive(Debug, Clone, Args)]
+pub struct TracingArgs {
+    /// Export an OpenTelemetry span per ShouldRateLimit call over OTLP/gRPC (the reference's
+    /// TRACING_ENABLED).
+    #[arg(long, env = "TRACING_ENABLED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub tracing_enabled: bool,
+    /// The spans' `service.name`.
+    #[arg(long, env = "TRACING_SERVICE_NAME", default_value = "RateLimit")]
+    pub tracing_service_name: String,
+    /// Share of traces sampled, 0 to 1 (a call whose parent is sampled is sampled too).
+    #[arg(long, env = "TRACING_SAMPLING_RATE", default_value_t = 1.0, value_parser = parse_rate)]
+    pub tracing_sampling_rate: f64,
+    /// Also record each descriptor's entries (`key=value`) on the span; off by default, as
+    /// values are often user identifiers.
+    #[arg(long, env = "TRACING_RECORD_VALUES", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub tracing_record_values: bool,
+    /// The collector's OTLP/gRPC endpoint.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", default_value = "http://localhost:4317", value_parser = parse_endpoint)]
+    pub otel_exporter_otlp_endpoint: String,
+    /// The OTLP transport: `grpc` (the only one built in).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", default_value = "grpc", value_parser = parse_protocol)]
+    pub otel_exporter_otlp_protocol: OtlpProtocol,
+    /// Headers sent with each export: `key1=value1,key2=value2` (values percent-encoded).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_HEADERS", default_value = "", value_parser = parse_headers)]
+    pub otel_exporter_otlp_headers: Headers,
+}
+
+impl TracingArgs {
+    /// What to trace with, when tracing is on.
+    pub fn config(&self) -> Option<TracingConfig> {
+        self.tracing_enabled.then(|| TracingConfig {
+            service_name: self.tracing_service_name.clone(),
+            sampling_rate: self.tracing_sampling_rate,
+            endpoint: self.otel_exporter_otlp_endpoint.clone(),
+            headers: self.otel_exporter_otlp_headers.0.clone(),
+            record_values: self.tracing_record_values,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_checked() {
+        assert_eq!(parse_protocol("grpc"), Ok(OtlpProtocol::Grpc));
+        assert!(
+            parse_protocol("http/protobuf")
+                .unwrap_err()
+                .contains("not supported")
+        );
+        assert!(parse_protocol("udp").is_err());
+        assert_eq!(
+            parse_endpoint("http://collector:4317").as_deref(),
+            Ok("http://collector:4317")
+        );
+        assert!(parse_endpoint("collector:4317").is_err());
+        assert!(parse_endpoint("ftp://c").is_err());
+        assert_eq!(
+            parse_headers("api-key=a%20b, x-tenant=t1").unwrap().0,
+            [
+                ("api-key".to_owned(), "a b".to_owned()),
+                ("x-tenant".to_owned(), "t1".to_owned())
+            ]
+        );
+        assert_eq!(parse_headers("").unwrap(), Headers::default());
+        assert!(parse_headers("novalue").is_err());
+        assert!(parse_headers("bad name=v").is_err());
+        assert_eq!(parse_rate("0.25"), Ok(0.25));
+        assert!(parse_rate("2").is_err() && parse_rate("x").is_err());
+    }
+
+    #[test]
+    fn a_bad_value_is_an_error_naming_the_setting() {
+        use clap::Parser;
+        #[derive(Parser, Debug)]
+        struct Wrapper {
+            #[command(flatten)]
+            tracing: TracingArgs,
+        }
+        for (flag, value, name) in [
+            ("--tracing-sampling-rate", "1.5", "TRACING_SAMPLING_RATE"),
+            (
+                "--otel-exporter-otlp-protocol",
+                "http/protobuf",
+                "OTEL_EXPORTER_OTLP_PROTOCOL",
+            ),
+            (
+                "--otel-exporter-otlp-endpoint",
+                "collector",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (
+                "--otel-exporter-otlp-headers",
+                "x",
+                "OTEL_EXPORTER_OTLP_HEADERS",
+            ),
+        ] {
+            let e = Wrapper::try_parse_from(["x", flag, value]).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+        }
+        let w = Wrapper::try_parse_from(["x", "--tracing-enabled"]).unwrap();
+        let config = w.tracing.config().unwrap();
+        assert_eq!(config.endpoint, "http://localhost:4317");
+        assert_eq!((config.sampling_rate, config.record_values), (1.0, false));
+        assert_eq!(config.service_name, "RateLimit");
+        let off = Wrapper::try_parse_from(["x"]).unwrap();
+        assert!(off.tracing.config().is_none());
+    }
+}
