@@ -254,7 +254,6 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         tasks.push(tokio::spawn(files));
     }
     let (health, health_service) = HealthReporter::new();
-    let mut tasks = Vec::new();
     let grpc = {
         let acceptor = Acceptor::new(grpc_listener, caps.grpc, timeouts, "gRPC");
         let t = &settings.transport;
