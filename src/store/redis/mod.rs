@@ -77,11 +77,16 @@ const SEEN_SHARDS: usize = 64;
 /// first. Only a guess: the script checks every expected value, and a wrong guess costs a retry on
 /// the values the script sends back, never a different verdict. Bounded: a full shard forgets an
 /// arbitrary key (its next decision expects "absent").
+/// Replies are handled in no set order (several connections, several threads): each value is
+/// remembered with the stamp of the call that saw it, taken when the call was sent, and an older
+/// call's reply does not replace what a newer one saw.
 struct Seen {
     shards: Box<[std::sync::Mutex<SeenShard>]>,
+    stamps: AtomicU64,
 }
 
-type SeenShard = HashMap<TextKey, Vec<u8>>;
+/// Per key: the value (`None`: absent) and the stamp of the call that saw it.
+type SeenShard = HashMap<TextKey, (Option<Vec<u8>>, u64)>;
 
 impl Seen {
     fn new() -> Seen {
@@ -89,7 +94,13 @@ impl Seen {
             shards: (0..SEEN_SHARDS)
                 .map(|_| std::sync::Mutex::new(HashMap::new()))
                 .collect(),
+            stamps: AtomicU64::new(0),
         }
+    }
+
+    /// A stamp for a call about to be sent (later calls, higher stamps).
+    fn stamp(&self) -> u64 {
+        self.stamps.fetch_add(1, Ordering::Relaxed)
     }
 
     fn shard(&self, key: &TextKey) -> std::sync::MutexGuard<'_, SeenShard> {
@@ -99,19 +110,18 @@ impl Seen {
     }
 
     fn get(&self, key: &TextKey) -> Option<Vec<u8>> {
-        self.shard(key).get(key).cloned()
+        self.shard(key).get(key).and_then(|(v, _)| v.clone())
     }
 
-    /// Remembers `value` (`None`: the key is absent) for `key`.
-    fn put(&self, key: &TextKey, value: Option<&[u8]>) {
+    /// Remembers `value` (`None`: the key is absent) for `key`, as seen by the call stamped
+    /// `stamp`, unless a newer call's value is held.
+    fn put(&self, key: &TextKey, value: Option<&[u8]>, stamp: u64) {
         let mut shard = self.shard(key);
-        let Some(value) = value else {
-            shard.remove(key);
-            return;
-        };
-        if let Some(held) = shard.get_mut(key) {
-            held.clear();
-            held.extend_from_slice(value);
+        if let Some((held, held_stamp)) = shard.get_mut(key) {
+            if *held_stamp <= stamp {
+                *held = value.map(<[u8]>::to_vec);
+                *held_stamp = stamp;
+            }
             return;
         }
         if shard.len() >= SEEN_PER_SHARD
@@ -119,7 +129,7 @@ impl Seen {
         {
             shard.remove(&victim);
         }
-        shard.insert(key.clone(), value.to_vec());
+        shard.insert(key.clone(), (value.map(<[u8]>::to_vec), stamp));
     }
 }
 
@@ -384,6 +394,7 @@ impl RedisStore {
                 }
             };
         }
+        let stamp = self.inner.seen.stamp();
         let mut c = self.inner.conns.get();
         let reply: ::redis::Value = self.bounded(invocation.invoke_async(&mut c)).await?;
         let seen = &self.inner.seen;
@@ -391,9 +402,9 @@ impl RedisStore {
             ::redis::Value::Int(1) => {
                 for ((key, raw), value) in read.keys.iter().zip(&read.raw).zip(&values) {
                     match value {
-                        None => seen.put(key, raw.as_deref()),
-                        Some(v) if v.is_empty() => seen.put(key, None),
-                        Some(v) => seen.put(key, Some(v.as_bytes())),
+                        None => seen.put(key, raw.as_deref(), stamp),
+                        Some(v) if v.is_empty() => seen.put(key, None, stamp),
+                        Some(v) => seen.put(key, Some(v.as_bytes()), stamp),
                     }
                 }
                 Ok(None)
@@ -407,7 +418,7 @@ impl RedisStore {
                     })
                     .collect();
                 for (key, value) in read.keys.iter().zip(&current) {
-                    seen.put(key, value.as_deref());
+                    seen.put(key, value.as_deref(), stamp);
                 }
                 Ok(Some(current))
             }
