@@ -67,7 +67,7 @@ end
 return 1
 ";
 
-/// Keys whose last seen value an instance remembers (per shard; [`SEEN_SHARDS`] shards).
+/// Keys whose last seen value an instance remembers (per shard; `SEEN_SHARDS` shards).
 pub const SEEN_PER_SHARD: usize = 1024;
 /// Shards of the seen-value cache (each its own lock).
 const SEEN_SHARDS: usize = 64;
