@@ -254,3 +254,100 @@ async fn a_leaky_bucket_turn_is_given_back_through_redis() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Calls of `command` since the last `CONFIG RESETSTAT` (INFO commandstats).
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let info = redis.info("commandstats");
+    let Some(line) = info
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+    else {
+        return 0;
+    };
+    line.split(['=', ','])
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("calls=N")
+}
+
+/// Round trips (MGET + EVALSHA) since the last `CONFIG RESETSTAT`.
+fn round_trips(redis: &RedisServer) -> u64 {
+    calls(redis, "mget") + calls(redis, "evalsha") + calls(redis, "eval")
+}
+
+async fn decide_one(
+    store: &RedisStore,
+    value: &str,
+    p: &ratelimit_server::limiter::LimitParams,
+) -> bool {
+    let key = store.key("trips", [("k", value)], 0, p);
+    let charge = Charge {
+        key,
+        params: *p,
+        hits: 1,
+        enforced: true,
+    };
+    store
+        .apply(&[charge], SystemClock.now())
+        .await
+        .expect("decided")[0]
+        .charged
+}
+
+#[tokio::test]
+async fn a_repeated_key_costs_one_round_trip_per_decision_and_a_stale_cache_stays_exact() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut config = RedisConfig::single(&redis.url()).unwrap();
+    config.prefix = "trips:".into();
+    let a = RedisStore::connect(&config).await.unwrap();
+    let b = RedisStore::connect(&config).await.unwrap();
+    // Token bucket, 10 per hour: no refill worth a token during the test.
+    let p = params(Algorithm::TokenBucket, 10, 3600, 10);
+    // Loads the script; then counts from zero.
+    let warm = params(Algorithm::TokenBucket, 10, 3600, 11);
+    decide_one(&a, "warm", &warm).await;
+    decide_one(&b, "warm", &warm).await;
+    redis.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+
+    // One instance, one in flight: the first decision on a new key expects it absent (right), the
+    // rest expect what this instance wrote. Admitted or denied, one round trip each.
+    let mut admitted = 0;
+    for _ in 0..6 {
+        admitted += usize::from(decide_one(&a, "hot", &p).await);
+    }
+    assert_eq!(admitted, 6);
+    assert_eq!(
+        round_trips(&redis),
+        6,
+        "one round trip per admitted decision"
+    );
+    assert_eq!(calls(&redis, "mget"), 0);
+
+    // Another instance writes in between: each instance's cache is then stale (b's never saw
+    // the key). Verdicts stay exact: 4 more admitted in all, then denials, whoever asks.
+    let mut verdicts = Vec::new();
+    for i in 0..10 {
+        let store = if i % 3 == 0 { &a } else { &b };
+        verdicts.push(decide_one(store, "hot", &p).await);
+    }
+    assert_eq!(
+        verdicts,
+        [
+            true, true, true, true, false, false, false, false, false, false
+        ]
+    );
+    let stale = round_trips(&redis) - 6;
+    assert!(
+        (10..=20).contains(&stale),
+        "a stale cache costs one more round trip, not more: {stale}"
+    );
+
+    // Denials on a cache that is right cost one round trip too (a check, no write).
+    redis.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    for _ in 0..5 {
+        assert!(!decide_one(&b, "hot", &p).await);
+    }
+    assert_eq!(round_trips(&redis), 5, "one round trip per denied decision");
+}

@@ -69,7 +69,7 @@ struct Args {
     redis_url: Option<String>,
     /// Server instances sharing the Redis for `--backend redis` (connections spread over them):
     /// with 2, hot keys are written by two instances at once and compare-and-set conflicts show
-    /// as more than one MGET per decision.
+    /// as more than one script call per decision.
     #[arg(long, default_value_t = 1)]
     instances: usize,
     /// After the load runs: hold this many counters in Redis and report its memory per counter.
@@ -238,7 +238,7 @@ struct Outcome {
     answered: u64,
     /// Redis round trips per answered call (redis backend only).
     round_trips: Option<f64>,
-    /// Read-decide-write attempts (MGETs) per answered call: above 1, conflicts were retried.
+    /// Decide-and-write attempts (scripts) per answered call: above 1, conflicts were retried.
     attempts: Option<f64>,
 }
 
@@ -486,7 +486,7 @@ async fn main() {
         println!(
             "\nRedis store, {} instance(s) sharing it:\n\n| keys | connections x in flight | \
              redis/memory req/s | redis/memory p50 | p50 difference µs | \
-             Redis round trips per decision | attempts (MGET) per decision |",
+             Redis round trips per decision | attempts (scripts) per decision |",
             args.instances.max(1)
         );
         println!("|---|---|---|---|---|---|---|");

@@ -91,7 +91,8 @@ impl Redis {
     /// Round trips the Redis store made so far: its top-level commands, MGET and EVALSHA (EVAL
     /// when the script was not loaded yet). The GET and SET the script runs inside Redis are
     /// counted apart by Redis (`cmdstat_get`, `cmdstat_set`) and are not round trips.
-    /// Returns (round trips, of which MGETs: one per read-decide-write attempt).
+    /// Returns (round trips, of which scripts: one per decide-and-write attempt; an attempt after
+    /// several conflicts reads with an MGET first).
     pub fn commands(&self) -> (u64, u64) {
         let info = self.info("commandstats").unwrap_or_default();
         let calls = |name: &str| {
@@ -100,11 +101,8 @@ impl Redis {
                 .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
                 .unwrap_or(0)
         };
-        let mget = calls("cmdstat_mget");
-        (
-            mget + calls("cmdstat_evalsha") + calls("cmdstat_eval"),
-            mget,
-        )
+        let scripts = calls("cmdstat_evalsha") + calls("cmdstat_eval");
+        (calls("cmdstat_mget") + scripts, scripts)
     }
 
     /// Sends `n` distinct counters (fixed window, one hour: they stay held) through the server at

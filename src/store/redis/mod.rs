@@ -1,19 +1,24 @@
 //! The Redis store: counters shared by every instance, surviving restarts.
 //!
-//! One source of truth for the arithmetic: a request reads its keys with one `MGET`, runs the
-//! same Rust decision as the memory store on those states (`store::decide`, i.e. `limiter`), and,
-//! if anything is to be written, sends one Lua compare-and-set: every key of the request must
-//! still hold the value that was read, else nothing is written and the request is decided again
-//! (at most [`MAX_ATTEMPTS`] times). On success each changed key is `SET … PXAT` the instant its
-//! state equals no state (plus [`EXPIRY_GRACE_MS`]). A denied or check-only request costs one
-//! round trip, an admitted one two. All of a request's keys share the `{domain}` hash tag, so on a
-//! cluster they are in one slot and the script is one atomic step on one master.
+//! One source of truth for the arithmetic: a request runs the same Rust decision as the memory
+//! store (`store::decide`, i.e. `limiter`) on the states this instance last saw in its keys (a
+//! small bounded per-instance cache; a key not seen is expected absent), and sends one Lua
+//! compare-and-set straight away: every key of the request must hold the expected value, else
+//! nothing is written and the script returns the keys' current values, on which the request is
+//! decided again (at most [`MAX_ATTEMPTS`] times), with no separate read. A decision that writes
+//! nothing (denied, check-only) is verified by the same script with nothing to write, so no
+//! verdict rests on a stale cache. On success each changed key is `SET … PXAT` the instant its
+//! state equals no state (plus [`EXPIRY_GRACE_MS`]). A decision whose keys this instance saw last
+//! costs one round trip; a wrong guess (another instance wrote, a key never seen that exists)
+//! one more. All of a request's keys share the `{domain}` hash tag, so on a cluster they are in
+//! one slot and the script is one atomic step on one master. Refunds read with `MGET` first.
 //!
 //! Time: the instance's clock (`now` is passed in, as for the memory store); see docs/redis.md for
 //! the skew tolerance. Values are `a` or `a:b`, the two words of `limiter::State` in decimal.
 
 mod conn;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,17 +40,22 @@ pub const MAX_ATTEMPTS: usize = 16;
 pub const EXPIRY_GRACE_MS: u64 = 1000;
 
 /// KEYS = the request's keys; ARGV = per key (expected value, '' = absent; new value, '' = leave,
-/// '-' = delete; PXAT in ms). Writes only if every key holds what the caller read.
+/// '-' = delete; PXAT in ms). Writes only if every key holds what the caller expected, and returns
+/// 1; else writes nothing and returns the keys' current values (nil for an absent key), so the
+/// caller can decide again without reading them. With no new values it only verifies.
 const CAS: &str = r"
+local cur = {}
+local same = true
 for i = 1, #KEYS do
-  local cur = redis.call('GET', KEYS[i])
+  cur[i] = redis.call('GET', KEYS[i])
   local want = ARGV[3*i-2]
   if want == '' then
-    if cur then return 0 end
-  elseif cur ~= want then
-    return 0
+    if cur[i] then same = false end
+  elseif cur[i] ~= want then
+    same = false
   end
 end
+if not same then return cur end
 for i = 1, #KEYS do
   local new = ARGV[3*i-1]
   if new == '-' then
@@ -56,6 +66,72 @@ for i = 1, #KEYS do
 end
 return 1
 ";
+
+/// Keys whose last seen value an instance remembers (per shard; `SEEN_SHARDS` shards).
+pub const SEEN_PER_SHARD: usize = 1024;
+/// Shards of the seen-value cache (each its own lock).
+const SEEN_SHARDS: usize = 64;
+
+/// The last value this instance read from or wrote to each recently used key: what the next
+/// decision on it expects, so it can send its compare-and-set straight away instead of reading
+/// first. Only a guess: the script checks every expected value, and a wrong guess costs a retry on
+/// the values the script sends back, never a different verdict. Bounded: a full shard forgets an
+/// arbitrary key (its next decision expects "absent").
+/// Replies are handled in no set order (several connections, several threads): each value is
+/// remembered with the stamp of the call that saw it, taken when the call was sent, and an older
+/// call's reply does not replace what a newer one saw.
+struct Seen {
+    shards: Box<[std::sync::Mutex<SeenShard>]>,
+    stamps: AtomicU64,
+}
+
+/// Per key: the value (`None`: absent) and the stamp of the call that saw it.
+type SeenShard = HashMap<TextKey, (Option<Vec<u8>>, u64)>;
+
+impl Seen {
+    fn new() -> Seen {
+        Seen {
+            shards: (0..SEEN_SHARDS)
+                .map(|_| std::sync::Mutex::new(HashMap::new()))
+                .collect(),
+            stamps: AtomicU64::new(0),
+        }
+    }
+
+    /// A stamp for a call about to be sent (later calls, higher stamps).
+    fn stamp(&self) -> u64 {
+        self.stamps.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn shard(&self, key: &TextKey) -> std::sync::MutexGuard<'_, SeenShard> {
+        self.shards[(key.digest() % SEEN_SHARDS as u128) as usize]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get(&self, key: &TextKey) -> Option<Vec<u8>> {
+        self.shard(key).get(key).and_then(|(v, _)| v.clone())
+    }
+
+    /// Remembers `value` (`None`: the key is absent) for `key`, as seen by the call stamped
+    /// `stamp`, unless a newer call's value is held.
+    fn put(&self, key: &TextKey, value: Option<&[u8]>, stamp: u64) {
+        let mut shard = self.shard(key);
+        if let Some((held, held_stamp)) = shard.get_mut(key) {
+            if *held_stamp <= stamp {
+                *held = value.map(<[u8]>::to_vec);
+                *held_stamp = stamp;
+            }
+            return;
+        }
+        if shard.len() >= SEEN_PER_SHARD
+            && let Some(victim) = shard.keys().next().cloned()
+        {
+            shard.remove(&victim);
+        }
+        shard.insert(key.clone(), (value.map(<[u8]>::to_vec), stamp));
+    }
+}
 
 /// A state as stored.
 pub fn encode(state: &State) -> String {
@@ -81,6 +157,7 @@ struct Inner {
     keys: TextKeyBuilder,
     timeout: Duration,
     cas: Script,
+    seen: Seen,
     conflicts: AtomicU64,
     /// Writers of one instance queue per key stripe after a conflict, so a hot key's retries race
     /// only with other instances, not with this instance's own requests.
@@ -88,8 +165,12 @@ struct Inner {
     metrics: StoreMetrics,
 }
 
+/// Retries decided straight away on the values the failed script returned; later ones wait
+/// ([`backoff`]) and read the keys again first.
+const FRESH_RETRIES: usize = 4;
+
 /// Key stripes per instance.
-const STRIPES: usize = 256;
+const STRIPES: usize = 4096;
 
 /// A handle to the Redis store (cheap to clone).
 #[derive(Clone)]
@@ -184,6 +265,7 @@ impl RedisStore {
                 keys: TextKeyBuilder::new(config.prefix.clone()),
                 timeout: config.timeout,
                 cas: Script::new(CAS),
+                seen: Seen::new(),
                 conflicts: AtomicU64::new(0),
                 stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
                 metrics,
@@ -233,14 +315,20 @@ impl RedisStore {
         }
     }
 
-    /// Reads the distinct keys of `charges` in one `MGET`.
-    async fn read(&self, charges: &[Charge<TextKey>]) -> Result<Read, StoreError> {
+    /// The distinct keys of `charges`.
+    fn distinct(charges: &[Charge<TextKey>]) -> SmallVec<[TextKey; 4]> {
         let mut keys: SmallVec<[TextKey; 4]> = SmallVec::new();
         for c in charges {
             if !keys.contains(&c.key) {
                 keys.push(c.key.clone());
             }
         }
+        keys
+    }
+
+    /// Reads the distinct keys of `charges` in one `MGET`.
+    async fn read(&self, charges: &[Charge<TextKey>]) -> Result<Read, StoreError> {
+        let keys = Self::distinct(charges);
         let mut cmd = ::redis::cmd("MGET");
         for k in &keys {
             cmd.arg(k.as_str());
@@ -253,38 +341,105 @@ impl RedisStore {
         })
     }
 
+    /// What this instance last saw in the keys of `charges` (no round trip): a key it has not
+    /// seen is expected absent, and so is one whose last seen state Redis has dropped by `now`
+    /// by our clock (its PXAT passed). Only for first attempts: retries decide on what Redis
+    /// returned (with clocks apart, Redis may still hold such a key).
+    fn expected(&self, charges: &[Charge<TextKey>], now: Nanos) -> Read {
+        let keys = Self::distinct(charges);
+        let now_ms = now / 1_000_000;
+        let raw = keys
+            .iter()
+            .map(|k| {
+                self.inner.seen.get(k).filter(|v| {
+                    decode(v).is_none_or(|s| {
+                        s.expires_at().div_ceil(1_000_000) + EXPIRY_GRACE_MS > now_ms
+                    })
+                })
+            })
+            .collect();
+        Read { keys, raw }
+    }
+
     /// Writes `new` (one entry per read key, `None` = unchanged) if every read key still holds
-    /// what was read. Returns whether it was written.
+    /// what `read` says (with nothing new: only checks). Returns `None` if it did, else what the
+    /// keys hold now; either way the seen-value cache is left holding that.
     async fn compare_and_set(
         &self,
         read: &Read,
         new: &[Option<State>],
         now: Nanos,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<SmallVec<[Option<Vec<u8>>; 4]>>, StoreError> {
         let mut invocation = self.inner.cas.prepare_invoke();
+        let mut values: SmallVec<[Option<String>; 4]> = SmallVec::new();
         for ((key, raw), new) in read.keys.iter().zip(&read.raw).zip(new) {
             invocation.key(key.as_str());
             invocation.arg(raw.as_deref().unwrap_or(b""));
             match new {
-                None => invocation.arg("").arg(0),
-                Some(s) if s.expires_at() <= now => invocation.arg("-").arg(0),
-                Some(s) => invocation
-                    .arg(encode(s))
-                    .arg(s.expires_at().div_ceil(1_000_000) + EXPIRY_GRACE_MS),
+                None => {
+                    values.push(None);
+                    invocation.arg("").arg(0)
+                }
+                Some(s) if s.expires_at() <= now => {
+                    values.push(Some(String::new()));
+                    invocation.arg("-").arg(0)
+                }
+                Some(s) => {
+                    let text = encode(s);
+                    invocation
+                        .arg(&text)
+                        .arg(s.expires_at().div_ceil(1_000_000) + EXPIRY_GRACE_MS);
+                    values.push(Some(text));
+                    &mut invocation
+                }
             };
         }
+        let stamp = self.inner.seen.stamp();
         let mut c = self.inner.conns.get();
-        let written: i64 = self.bounded(invocation.invoke_async(&mut c)).await?;
-        Ok(written == 1)
+        let reply: ::redis::Value = self.bounded(invocation.invoke_async(&mut c)).await?;
+        let seen = &self.inner.seen;
+        match reply {
+            ::redis::Value::Int(1) => {
+                for ((key, raw), value) in read.keys.iter().zip(&read.raw).zip(&values) {
+                    match value {
+                        None => seen.put(key, raw.as_deref(), stamp),
+                        Some(v) if v.is_empty() => seen.put(key, None, stamp),
+                        Some(v) => seen.put(key, Some(v.as_bytes()), stamp),
+                    }
+                }
+                Ok(None)
+            }
+            ::redis::Value::Array(current) if current.len() == read.keys.len() => {
+                let current: SmallVec<[Option<Vec<u8>>; 4]> = current
+                    .into_iter()
+                    .map(|value| match value {
+                        ::redis::Value::BulkString(v) => Some(v),
+                        _ => None,
+                    })
+                    .collect();
+                for (key, value) in read.keys.iter().zip(&current) {
+                    seen.put(key, value.as_deref(), stamp);
+                }
+                Ok(Some(current))
+            }
+            other => {
+                self.inner.metrics.error("script");
+                Err(StoreError::Unavailable(format!(
+                    "unexpected compare-and-set reply: {other:?}"
+                )))
+            }
+        }
     }
 
-    /// One read-decide-write. `None` if another writer changed a key in between.
+    /// One decide-and-write on what `read` expects the keys to hold, checked and written (or only
+    /// checked, when nothing is to be written) by one script call. `Err` if a key held something
+    /// else: what the keys held then.
     async fn attempt(
         &self,
         charges: &[Charge<TextKey>],
         now: Nanos,
-    ) -> Result<Option<Verdicts>, StoreError> {
-        let read = self.read(charges).await?;
+        read: Read,
+    ) -> Result<Result<Verdicts, Read>, StoreError> {
         let decision = decide(charges, now, |k| read.state(k));
         // The last state written per key; None where nothing changes.
         let mut new: SmallVec<[Option<State>; 4]> = SmallVec::from_elem(None, read.keys.len());
@@ -301,11 +456,14 @@ impl RedisStore {
                 *slot = None;
             }
         }
-        if new.iter().all(Option::is_none) || self.compare_and_set(&read, &new, now).await? {
-            return Ok(Some(decision.verdicts));
-        }
+        let Some(current) = self.compare_and_set(&read, &new, now).await? else {
+            return Ok(Ok(decision.verdicts));
+        };
         self.inner.conflicts.fetch_add(1, Ordering::Relaxed);
-        Ok(None)
+        Ok(Err(Read {
+            keys: read.keys,
+            raw: current,
+        }))
     }
 
     /// Locks the stripes of `charges`' keys, in stripe order (so two requests never deadlock).
@@ -326,22 +484,34 @@ impl RedisStore {
         guards
     }
 
-    /// `Store::apply`, on text keys: optimistic first; after a conflict, queued behind this
-    /// instance's other writers of the same keys, retrying up to [`MAX_ATTEMPTS`] in all.
+    /// `Store::apply`, on text keys. This instance's decisions on the same keys take turns (a
+    /// stripe lock held across the call), so each decides on the value the one before it wrote
+    /// and a hot key costs one round trip per decision instead of a race that only one request
+    /// of the instance can win; another instance's write in between is a conflict, retried on
+    /// the values the script returned, up to [`MAX_ATTEMPTS`] in all.
     pub async fn apply_text(
         &self,
         charges: &[Charge<TextKey>],
         now: Nanos,
     ) -> Result<Verdicts, StoreError> {
-        if let Some(verdicts) = self.attempt(charges, now).await? {
-            return Ok(verdicts);
-        }
-        let _queued = self.lock_stripes(charges).await;
+        let _turn = self.lock_stripes(charges).await;
+        let mut read = match self
+            .attempt(charges, now, self.expected(charges, now))
+            .await?
+        {
+            Ok(verdicts) => return Ok(verdicts),
+            Err(current) => current,
+        };
         for attempt in 1..MAX_ATTEMPTS {
-            backoff(attempt).await;
-            if let Some(verdicts) = self.attempt(charges, now).await? {
-                return Ok(verdicts);
+            if attempt >= FRESH_RETRIES {
+                // Under this much contention the values the script returned are old by now.
+                backoff(attempt).await;
+                read = self.read(charges).await?;
             }
+            read = match self.attempt(charges, now, read).await? {
+                Ok(verdicts) => return Ok(verdicts),
+                Err(current) => current,
+            };
         }
         self.inner.metrics.error("conflict_exhausted");
         Err(StoreError::Contention(MAX_ATTEMPTS))
@@ -368,7 +538,9 @@ impl RedisStore {
                     *slot = None;
                 }
             }
-            if new.iter().all(Option::is_none) || self.compare_and_set(&read, &new, now).await? {
+            if new.iter().all(Option::is_none)
+                || self.compare_and_set(&read, &new, now).await?.is_none()
+            {
                 return Ok(());
             }
             self.inner.conflicts.fetch_add(1, Ordering::Relaxed);
