@@ -286,6 +286,7 @@ async fn decide_one(
         params: *p,
         hits: 1,
         enforced: true,
+        quota: None,
     };
     store
         .apply(&[charge], SystemClock.now())
