@@ -2,6 +2,9 @@
 //! and without metrics, for 1 key and 100k keys. `cargo bench --bench engine`. The `any_store`
 //! rows run the same memory store behind `AnyStore` (what the server runs on), so one run shows
 //! what the backend dispatch costs the memory path.
+// Awaiting the engine on `AnyStore` (the Redis store with its failure handling inside) nests
+// futures deeper than the default limit lets the compiler lay out in criterion's async bencher.
+#![recursion_limit = "256"]
 
 use std::sync::Arc;
 
