@@ -170,7 +170,7 @@ struct Inner {
 const FRESH_RETRIES: usize = 4;
 
 /// Key stripes per instance.
-const STRIPES: usize = 4096;
+const STRIPES: usize = 256;
 
 /// A handle to the Redis store (cheap to clone).
 #[derive(Clone)]
@@ -484,17 +484,13 @@ impl RedisStore {
         guards
     }
 
-    /// `Store::apply`, on text keys. This instance's decisions on the same keys take turns (a
-    /// stripe lock held across the call), so each decides on the value the one before it wrote
-    /// and a hot key costs one round trip per decision instead of a race that only one request
-    /// of the instance can win; another instance's write in between is a conflict, retried on
-    /// the values the script returned, up to [`MAX_ATTEMPTS`] in all.
+    /// `Store::apply`, on text keys: optimistic first; after a conflict, queued behind this
+    /// instance's other writers of the same keys, retrying up to [`MAX_ATTEMPTS`] in all.
     pub async fn apply_text(
         &self,
         charges: &[Charge<TextKey>],
         now: Nanos,
     ) -> Result<Verdicts, StoreError> {
-        let _turn = self.lock_stripes(charges).await;
         let mut read = match self
             .attempt(charges, now, self.expected(charges, now))
             .await?
@@ -502,6 +498,7 @@ impl RedisStore {
             Ok(verdicts) => return Ok(verdicts),
             Err(current) => current,
         };
+        let _queued = self.lock_stripes(charges).await;
         for attempt in 1..MAX_ATTEMPTS {
             if attempt >= FRESH_RETRIES {
                 // Under this much contention the values the script returned are old by now.
