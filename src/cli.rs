@@ -180,7 +180,7 @@ async fn query(server: &str, domain: &str, hits: u32, repeat: u32, descriptors: 
             }
         }
     }
-    let endpoint = grpc_endpoint(server);
+    let endpoint = server_url(server);
     let mut client = match RateLimitServiceClient::connect(endpoint.clone()).await {
         Ok(c) => c,
         Err(e) => {
@@ -223,8 +223,8 @@ async fn query(server: &str, domain: &str, hits: u32, repeat: u32, descriptors: 
     0
 }
 
-/// The URL to dial for `--server`: `host:port` gets `http://`, a URL is kept as it is.
-fn grpc_endpoint(server: &str) -> String {
+/// The URL of a `--server` (gRPC or admin): `host:port` gets `http://`, a URL is kept as it is.
+fn server_url(server: &str) -> String {
     if server.contains("://") {
         server.to_owned()
     } else {
@@ -266,10 +266,10 @@ mod tests {
 
     #[test]
     fn host_port_gets_a_scheme_and_urls_are_kept() {
-        assert_eq!(grpc_endpoint("127.0.0.1:8081"), "http://127.0.0.1:8081");
-        assert_eq!(grpc_endpoint("rls.local:8081"), "http://rls.local:8081");
-        assert_eq!(grpc_endpoint("http://[::1]:8081"), "http://[::1]:8081");
-        assert_eq!(grpc_endpoint("https://rls:443"), "https://rls:443");
+        assert_eq!(server_url("127.0.0.1:8081"), "http://127.0.0.1:8081");
+        assert_eq!(server_url("rls.local:8081"), "http://rls.local:8081");
+        assert_eq!(server_url("http://[::1]:8081"), "http://[::1]:8081");
+        assert_eq!(server_url("https://rls:443"), "https://rls:443");
     }
 
     #[test]

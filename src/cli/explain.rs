@@ -182,12 +182,7 @@ fn encode(text: &str) -> String {
 
 /// The `/explain` address on a server given as `host:port` or `http://host:port[/]`.
 fn explain_uri(server: &str, domain: &str, descriptor: &str) -> Result<Uri, String> {
-    let base = server.trim_end_matches('/');
-    let base = if base.contains("://") {
-        base.to_string()
-    } else {
-        format!("http://{base}")
-    };
+    let base = super::server_url(server.trim_end_matches('/'));
     let text = format!(
         "{base}/explain?domain={}&descriptor={}",
         encode(domain),
@@ -197,19 +192,6 @@ fn explain_uri(server: &str, domain: &str, descriptor: &str) -> Result<Uri, Stri
         .map_err(|e| format!("not an address ({e}); give host:port or http://host:port"))
 }
 
-/// An error and its causes, one after the other ("client error (Connect): tcp connect error:
-/// Connection refused"): hyper's own message alone names no cause.
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        cause = e.source();
-    }
-    text
-}
-
 /// `GET /explain` on the server's admin port.
 async fn fetch(server: &str, domain: &str, descriptor: &str) -> Result<Value, String> {
     let uri = explain_uri(server, domain, descriptor)?;
@@ -217,13 +199,13 @@ async fn fetch(server: &str, domain: &str, descriptor: &str) -> Result<Value, St
     let response = client
         .get(uri)
         .await
-        .map_err(|e| format!("cannot reach: {}", with_causes(&e)))?;
+        .map_err(|e| format!("cannot reach: {}", super::error_chain(&e)))?;
     let status = response.status();
     let body = response
         .into_body()
         .collect()
         .await
-        .map_err(|e| with_causes(&e))?
+        .map_err(|e| super::error_chain(&e))?
         .to_bytes();
     if !status.is_success() {
         return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
