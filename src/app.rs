@@ -163,6 +163,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
     let store = Arc::new(open_store(settings, &metrics).await?);
+    metrics.read_store_stats(store.clone());
     let engine = Arc::new(
         Engine::new(
             Policy::default(),
