@@ -47,7 +47,10 @@ impl LimitParams {
         match self.algorithm {
             Algorithm::TokenBucket => {
                 let full_at = TatState::from_state(s).rounded_up;
-                format!("bucket full again in {}", human(full_at.saturating_sub(now)))
+                format!(
+                    "bucket full again in {}",
+                    human(full_at.saturating_sub(now))
+                )
             }
             Algorithm::LeakyBucket => format!(
                 "queue empty in {} (the next turn starts then)",

@@ -121,7 +121,11 @@ mod tests {
         let e = eval(&p, None, 61 * S, 1);
         assert_eq!(e.state_after.expires_at(), 120 * S);
         let empty = eval(&p, None, 61 * S, 0);
-        assert_eq!(empty.state_after.expires_at(), 0, "an empty window is no state");
+        assert_eq!(
+            empty.state_after.expires_at(),
+            0,
+            "an empty window is no state"
+        );
     }
 
     proptest! {

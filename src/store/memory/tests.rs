@@ -161,7 +161,10 @@ fn a_refund_gives_back_the_leaky_turn_only() {
     for _ in 0..3 {
         assert!(store.apply_sync(&[leaky(1, 1)], 0)[0].charged);
     }
-    assert!(!store.apply_sync(&[leaky(1, 1)], 0)[0].allowed, "queue full");
+    assert!(
+        !store.apply_sync(&[leaky(1, 1)], 0)[0].allowed,
+        "queue full"
+    );
     store.apply_sync(&[charge(2, 5, 1)], 0);
     store.refund_sync(&[leaky(1, 1), charge(2, 5, 1)], 0);
     let v = store.apply_sync(&[leaky(1, 1), charge(2, 5, 0)], 0);
