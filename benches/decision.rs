@@ -76,7 +76,7 @@ fn decision(c: &mut Criterion) {
                         enforced: true,
                         quota: None,
                     };
-                    black_box(store.apply_now(black_box(&[charge]), now))
+                    black_box(store.apply_sync(black_box(&[charge]), now))
                 })
             });
         }
@@ -124,7 +124,7 @@ fn decision_two_threads(c: &mut Criterion) {
                                     for i in 0..iters as usize {
                                         now += 2;
                                         let charge = charges[(i * 7 + t as usize) % charges.len()];
-                                        black_box(store.apply_now(black_box(&[charge]), now));
+                                        black_box(store.apply_sync(black_box(&[charge]), now));
                                     }
                                 })
                             })
@@ -195,7 +195,7 @@ fn evaluate(c: &mut Criterion) {
             b.iter(|| {
                 now += 1;
                 let e = limiter::evaluate(black_box(&p), state, now, 1);
-                state = Some(e.charged);
+                state = Some(e.state_after);
                 black_box(e)
             })
         });

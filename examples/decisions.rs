@@ -55,7 +55,7 @@ fn main() {
             enforced: true,
             quota: None,
         };
-        allowed += usize::from(store.apply_now(black_box(&[charge]), now)[0].allowed);
+        allowed += usize::from(store.apply_sync(black_box(&[charge]), now)[0].allowed);
     }
     println!(
         "{} decisions ({} allowed), {}, {} keys",

@@ -41,7 +41,7 @@ fn fill(store: &MemoryStore, keys: &KeyBuilder, count: usize, now: u64, algorith
         value.clear();
         let _ = write!(value, "10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
         let key = keys.key("edge", [("remote_address", value.as_str())], 0, &params);
-        store.apply_now(
+        store.apply_sync(
             &[Charge {
                 key,
                 params,

@@ -52,7 +52,7 @@ fn run(p: &LimitParams, arrivals: &[Nanos]) -> Vec<Option<Nanos>> {
         .map(|&at| {
             let e = limiter::evaluate(p, state, T0 + at, 1);
             e.allowed.then(|| {
-                state = Some(e.charged);
+                state = Some(e.state_after);
                 at + e.delay
             })
         })

@@ -1,6 +1,7 @@
 //! Wiring: load the rules, build the store and engine, start the gRPC and HTTP servers and the
 //! sweeper, and shut them down gracefully (health NOT_SERVING first, then drain in-flight calls).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tonic::transport::server::Router;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::clock::Clock;
@@ -18,7 +20,7 @@ use crate::health::HealthReporter;
 use crate::http::{self, Admin};
 use crate::metrics::Metrics;
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
-use crate::net::{self, Acceptor, ConnectionCaps, TransportArgs};
+use crate::net::{self, Acceptor, ConnectionCaps, Timeouts, TransportArgs};
 use crate::policy::Policy;
 use crate::reload::{self, Reloader};
 use crate::service::RateLimitGrpc;
@@ -160,10 +162,80 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
-    let store = Arc::new(match settings.store.backend {
+    let store = Arc::new(open_store(settings, &metrics).await?);
+    metrics.read_store_stats(store.clone());
+    let engine = Arc::new(
+        Engine::new(
+            Policy::default(),
+            store.clone(),
+            clock.clone(),
+            settings.engine_settings(),
+        )
+        .with_metrics(metrics.clone()),
+    );
+    let status = Arc::new(ServerStatus::new(LoadReport::default()));
+    let reloader = rules_reloader(settings, &engine, &metrics, &status, &clock);
+    let summary = load_first_rules(settings, &reloader)?;
+    let tls_metrics = TlsMetrics::register(metrics.registry());
+    let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics)?;
+    let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics)?;
+    let listeners = Listeners::bind(settings).await?;
+    let (grpc_addr, http_addr, debug_addr) = listeners.addrs();
+    let tracing = start_tracing(settings)?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
+    let mut tasks = Tasks {
+        caps: connection_caps(&settings.transport),
+        timeouts: settings.transport.timeouts(),
+        shutdown: shutdown_rx,
+        handles: Vec::new(),
+    };
+    tasks.watch_tls_files(settings, [&grpc_tls, &admin_tls]);
+    let (health, health_service) = HealthReporter::new();
+    let grpc_service = RateLimitGrpc::new(engine.clone(), settings.transport.call_limits())
+        .with_tracing(tracing.clone());
+    let grpc_router = grpc_server(settings)
+        .add_service(health_service)
+        .add_service(grpc_service);
+    if let Some(path) = &settings.grpc_uds {
+        tasks.serve_grpc_on_unix_socket(path, grpc_router.clone())?;
+    }
+    let admin = Arc::new(Admin {
+        engine: engine.clone(),
+        metrics,
+        status: status.clone(),
+        healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
+    });
+    if let Some(listener) = listeners.debug {
+        tasks.serve_debug(settings, listener, admin.clone());
+    }
+    tasks.serve_grpc(listeners.grpc, grpc_router, grpc_tls);
+    tasks.serve_admin(settings, listeners.http, admin, admin_tls);
+    tasks.spawn(sweep(store, clock, tasks.shutdown.clone()));
+    tasks.handles.push(watcher);
+    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
+    Ok(Server {
+        grpc_addr,
+        http_addr,
+        debug_addr,
+        engine,
+        reloader,
+        status,
+        health,
+        shutdown,
+        tasks: tasks.handles,
+        drain_timeout: settings.drain_timeout,
+        shutdown_delay: settings.shutdown_delay,
+        tracing,
+    })
+}
+
+/// The store the settings ask for: memory, or Redis behind its guard (connecting now).
+async fn open_store(settings: &ServeSettings, metrics: &Metrics) -> Result<AnyStore, StartError> {
+    match settings.store.backend {
         Backend::Memory => {
             metrics.store.store_up.set(1);
-            AnyStore::memory(settings.max_keys)
+            Ok(AnyStore::memory(settings.max_keys))
         }
         Backend::Redis => {
             let config = settings.store.redis_config()?;
@@ -177,32 +249,35 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             )
             .await?;
             tracing::info!(redis = %config.describe(), prefix = %config.prefix, failure_mode = mode.name(), "counters in Redis");
-            store
+            Ok(store)
         }
-    });
-    let engine = Arc::new(
-        Engine::new(
-            Policy::default(),
-            store.clone(),
-            clock.clone(),
-            settings.engine_settings(),
-        )
-        .with_metrics(metrics.clone()),
+    }
+}
+
+/// The reloader of the rules directory, which installs each valid rule set into `engine`.
+fn rules_reloader(
+    settings: &ServeSettings,
+    engine: &Arc<Engine<AnyStore>>,
+    metrics: &Arc<Metrics>,
+    status: &Arc<ServerStatus>,
+    clock: &Arc<dyn Clock>,
+) -> Arc<Reloader> {
+    let reloader = Reloader::new(
+        settings.config.clone(),
+        settings.rules_files.caps(),
+        engine.clone(),
+        metrics.clone(),
+        status.clone(),
+        clock.clone(),
     );
-    let status = Arc::new(ServerStatus::new(LoadReport::default()));
-    let reloader = Arc::new(
-        Reloader::new(
-            settings.config.clone(),
-            settings.rules_files.caps(),
-            engine.clone(),
-            metrics.clone(),
-            status.clone(),
-            clock.clone(),
-        )
-        .with_merged_domains(settings.rules_files.merge_domain_config),
-    );
-    let summary = match reloader.reload() {
-        Ok(loaded) => loaded.summary,
+    Arc::new(reloader.with_merged_domains(settings.rules_files.merge_domain_config))
+}
+
+/// Loads the rules directory for the first time and returns the summary to log. Invalid rules
+/// stop the start, unless `FORCE_START_WITHOUT_INITIAL_CONFIG` says to serve with none.
+fn load_first_rules(settings: &ServeSettings, reloader: &Reloader) -> Result<String, StartError> {
+    match reloader.reload() {
+        Ok(loaded) => Ok(loaded.summary),
         // The reference's FORCE_START_WITHOUT_INITIAL_CONFIG: serve with no rules (the error is
         // logged, counted and on /rlconfig) until a reload brings valid ones.
         Err(errors) if settings.force_start_without_initial_config => {
@@ -210,139 +285,187 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
                 dir = %settings.config.display(),
                 "invalid rules; starting with none in force (FORCE_START_WITHOUT_INITIAL_CONFIG):\n{errors}"
             );
-            "no rules in force (the rules are invalid)".to_owned()
+            Ok("no rules in force (the rules are invalid)".to_owned())
         }
-        Err(errors) => {
-            return Err(StartError::Rules {
-                dir: settings.config.display().to_string(),
-                errors,
-            });
-        }
-    };
-    let tls_metrics = TlsMetrics::register(metrics.registry());
-    let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics)?;
-    let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics)?;
-    let (grpc_listener, grpc_addr) = bind(settings.grpc_addr).await?;
-    let (http_listener, http_addr) = bind(settings.http_addr).await?;
-    let debug = match settings.debug_addr {
-        Some(addr) => Some(bind(addr).await?),
-        None => None,
-    };
-    let debug_addr = debug.as_ref().map(|(_, a)| *a);
-    let tracing = match settings.tracing.config() {
-        Some(config) => {
-            let tracing = Tracing::start(&config)?;
-            tracing::info!(
-                endpoint = %config.endpoint,
-                service_name = %config.service_name,
-                sampling_rate = config.sampling_rate,
-                record_values = config.record_values,
-                "OpenTelemetry tracing on: a span per ShouldRateLimit over OTLP/gRPC"
-            );
-            Some(tracing)
-        }
-        None => None,
-    };
-    let caps = connection_caps(&settings.transport);
-    let timeouts = settings.transport.timeouts();
-    let (shutdown, shutdown_rx) = watch::channel(false);
-    let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
-    let mut tasks = Vec::new();
-    for source in grpc_tls.iter().chain(&admin_tls) {
-        let interval = settings.tls.tls_reload_interval;
-        let files = tls::watch_files(source.clone(), interval, shutdown_rx.clone());
-        tasks.push(tokio::spawn(files));
+        Err(errors) => Err(StartError::Rules {
+            dir: settings.config.display().to_string(),
+            errors,
+        }),
     }
-    let (health, health_service) = HealthReporter::new();
-    let grpc = {
-        let acceptor = Acceptor::new(grpc_listener, caps.grpc, timeouts, "gRPC");
-        let t = &settings.transport;
-        let mut builder = tonic::transport::Server::builder();
-        if let Some(age) = settings.grpc_max_connection_age {
-            builder = builder
-                .max_connection_age(age)
-                .max_connection_age_grace(settings.grpc_max_connection_age_grace);
+}
+
+/// The TCP listeners, bound (so a taken port fails the start before anything is spawned).
+struct Listeners {
+    grpc: (TcpListener, SocketAddr),
+    http: (TcpListener, SocketAddr),
+    debug: Option<(TcpListener, SocketAddr)>,
+}
+
+impl Listeners {
+    async fn bind(settings: &ServeSettings) -> Result<Listeners, StartError> {
+        let grpc = bind(settings.grpc_addr).await?;
+        let http = bind(settings.http_addr).await?;
+        let debug = match settings.debug_addr {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Listeners { grpc, http, debug })
+    }
+
+    /// The bound gRPC, admin and debug addresses.
+    fn addrs(&self) -> (SocketAddr, SocketAddr, Option<SocketAddr>) {
+        (
+            self.grpc.1,
+            self.http.1,
+            self.debug.as_ref().map(|(_, a)| *a),
+        )
+    }
+}
+
+/// OpenTelemetry tracing, started if the settings configure it.
+fn start_tracing(settings: &ServeSettings) -> Result<Option<Tracing>, StartError> {
+    let Some(config) = settings.tracing.config() else {
+        return Ok(None);
+    };
+    let tracing = Tracing::start(&config)?;
+    tracing::info!(
+        endpoint = %config.endpoint,
+        service_name = %config.service_name,
+        sampling_rate = config.sampling_rate,
+        record_values = config.record_values,
+        "OpenTelemetry tracing on: a span per ShouldRateLimit over OTLP/gRPC"
+    );
+    Ok(Some(tracing))
+}
+
+/// The gRPC server with the transport settings applied (keepalive, stream cap, connection age),
+/// before any service is added.
+fn grpc_server(settings: &ServeSettings) -> tonic::transport::Server {
+    let t = &settings.transport;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(age) = settings.grpc_max_connection_age {
+        builder = builder
+            .max_connection_age(age)
+            .max_connection_age_grace(settings.grpc_max_connection_age_grace);
+    }
+    builder
+        .http2_keepalive_interval(Some(t.grpc_keepalive_interval))
+        .http2_keepalive_timeout(Some(t.grpc_keepalive_timeout))
+        .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
+}
+
+/// The server's background tasks as they are spawned, with what the listeners among them share:
+/// connection caps, silence timeouts and the shutdown signal.
+struct Tasks {
+    caps: ConnectionCaps,
+    timeouts: Timeouts,
+    shutdown: watch::Receiver<bool>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Tasks {
+    fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.handles.push(tokio::spawn(task));
+    }
+
+    /// Resolves when shutdown is asked for.
+    fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        stopped(self.shutdown.clone())
+    }
+
+    /// Polls each listener's certificate files and swaps in what changed.
+    fn watch_tls_files<'a>(
+        &mut self,
+        settings: &ServeSettings,
+        sources: impl IntoIterator<Item = &'a Option<Arc<TlsSource>>>,
+    ) {
+        for source in sources.into_iter().flatten() {
+            let interval = settings.tls.tls_reload_interval;
+            let shutdown = self.shutdown.clone();
+            self.spawn(tls::watch_files(source.clone(), interval, shutdown));
         }
-        let server = builder
-            .http2_keepalive_interval(Some(t.grpc_keepalive_interval))
-            .http2_keepalive_timeout(Some(t.grpc_keepalive_timeout))
-            .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
-            .add_service(health_service)
-            .add_service(
-                RateLimitGrpc::new(engine.clone(), t.call_limits()).with_tracing(tracing.clone()),
-            );
-        if let Some(path) = &settings.grpc_uds {
-            // Also on a Unix socket (Envoy's pipe address). A stale socket file is replaced.
-            let _ = std::fs::remove_file(path);
-            let listener =
-                tokio::net::UnixListener::bind(path).map_err(|source| StartError::BindUnix {
-                    path: path.display().to_string(),
-                    source,
-                })?;
-            let uds = server.clone();
-            let stop = stopped(shutdown_rx.clone());
-            tracing::info!(path = %path.display(), "gRPC also on a Unix socket");
-            tasks.push(tokio::spawn(async move {
-                let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-                if let Err(e) = uds.serve_with_incoming_shutdown(incoming, stop).await {
-                    tracing::error!(error = %e, "gRPC server on the Unix socket failed");
-                }
-            }));
-        }
-        let stop = stopped(shutdown_rx.clone());
-        tokio::spawn(async move {
-            let result = server
-                .serve_with_incoming_shutdown(tls::incoming(acceptor, grpc_tls), stop)
+    }
+
+    /// Also serves gRPC on a Unix socket (Envoy's pipe address). A stale socket file is replaced.
+    fn serve_grpc_on_unix_socket(
+        &mut self,
+        path: &std::path::Path,
+        router: Router,
+    ) -> Result<(), StartError> {
+        let _ = std::fs::remove_file(path);
+        let listener =
+            tokio::net::UnixListener::bind(path).map_err(|source| StartError::BindUnix {
+                path: path.display().to_string(),
+                source,
+            })?;
+        let stop = self.stopped();
+        tracing::info!(path = %path.display(), "gRPC also on a Unix socket");
+        self.spawn(async move {
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
+                tracing::error!(error = %e, "gRPC server on the Unix socket failed");
+            }
+        });
+        Ok(())
+    }
+
+    /// Serves gRPC on its TCP listener, through TLS if it has it.
+    fn serve_grpc(
+        &mut self,
+        (listener, _): (TcpListener, SocketAddr),
+        router: Router,
+        tls: Option<Arc<TlsSource>>,
+    ) {
+        let acceptor = Acceptor::new(listener, self.caps.grpc, self.timeouts, "gRPC");
+        let stop = self.stopped();
+        self.spawn(async move {
+            let result = router
+                .serve_with_incoming_shutdown(tls::incoming(acceptor, tls), stop)
                 .await;
             if let Err(e) = result {
                 tracing::error!(error = %e, "gRPC server failed");
             }
-        })
-    };
-    let http = {
-        let acceptor = Acceptor::new(http_listener, caps.admin, timeouts, "admin");
-        let admin = Arc::new(Admin {
-            engine: engine.clone(),
-            metrics,
-            status: status.clone(),
-            healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
         });
+    }
+
+    /// Serves the admin HTTP routes, through TLS if the admin listener has it.
+    fn serve_admin(
+        &mut self,
+        settings: &ServeSettings,
+        (listener, _): (TcpListener, SocketAddr),
+        admin: Arc<Admin>,
+        tls: Option<Arc<TlsSource>>,
+    ) {
+        let acceptor = Acceptor::new(listener, self.caps.admin, self.timeouts, "admin");
         let header_timeout = settings.transport.handshake_timeout;
-        if let Some((listener, _)) = debug {
-            tasks.push(tokio::spawn(net::serve_http(
-                Acceptor::new(listener, caps.admin, timeouts, "debug"),
-                // Plaintext, as the reference's debug port.
-                None,
-                http::debug_router(admin.clone()),
-                header_timeout,
-                stopped(shutdown_rx.clone()),
-            )));
-        }
-        tokio::spawn(net::serve_http(
+        let stop = self.stopped();
+        self.spawn(net::serve_http(
             acceptor,
-            admin_tls,
+            tls,
             http::router(admin),
             header_timeout,
-            stopped(shutdown_rx.clone()),
-        ))
-    };
-    let sweeper = tokio::spawn(sweep(store, clock, shutdown_rx));
-    tasks.extend([grpc, http, sweeper, watcher]);
-    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
-    Ok(Server {
-        grpc_addr,
-        http_addr,
-        debug_addr,
-        engine,
-        reloader,
-        status,
-        health,
-        shutdown,
-        tasks,
-        drain_timeout: settings.drain_timeout,
-        shutdown_delay: settings.shutdown_delay,
-        tracing,
-    })
+            stop,
+        ));
+    }
+
+    /// Serves the debug routes, in plaintext as the reference's debug port.
+    fn serve_debug(
+        &mut self,
+        settings: &ServeSettings,
+        (listener, _): (TcpListener, SocketAddr),
+        admin: Arc<Admin>,
+    ) {
+        let acceptor = Acceptor::new(listener, self.caps.admin, self.timeouts, "debug");
+        let header_timeout = settings.transport.handshake_timeout;
+        let stop = self.stopped();
+        self.spawn(net::serve_http(
+            acceptor,
+            None,
+            http::debug_router(admin),
+            header_timeout,
+            stop,
+        ));
+    }
 }
 
 /// Drops idle keys from memory every [`SWEEP_INTERVAL`] until `stop` turns true.

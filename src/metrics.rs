@@ -8,23 +8,24 @@ mod families;
 mod label;
 mod rules;
 mod series;
+mod store_stats;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
 pub use label::{MAX_LABEL_LEN, detailed_label};
 pub use rules::{DetailedBudget, OVERFLOW_SUFFIX, OVERRIDE_RULE, PolicyMetrics, RuleSeries};
 pub use series::{Counts, HitOutcome};
+pub use store_stats::StatsSource;
 
 use crate::policy::Policy;
-use crate::store::StoreMetrics;
+use crate::store::{Store, StoreMetrics};
 
 pub struct Metrics {
     registry: Registry,
@@ -38,8 +39,8 @@ pub struct Metrics {
     pub should_rate_limit_error: IntCounterVec,
     pub total_requests: IntCounterVec,
     pub response_time: HistogramVec,
-    pub store_keys: IntGauge,
-    pub store_evictions: IntCounter,
+    /// Where `ratelimit_store_keys` and `ratelimit_store_evictions` are read at scrape time.
+    store_stats: Arc<OnceLock<StatsSource>>,
     /// Redis calls and errors, store up/down, breaker, failure mode, `ratelimit_store_errors`.
     pub store: StoreMetrics,
 }
@@ -83,10 +84,11 @@ impl Metrics {
         .expect("valid metric definition");
         r.register(Box::new(response_time.clone()))
             .expect("metric registered once");
-        let store_keys = IntGauge::new("ratelimit_store_keys", "Keys held by the memory store (memory backend only: 0 with BACKEND_TYPE=redis, whose keys expire in Redis)")
-            .expect("valid metric definition");
-        r.register(Box::new(store_keys.clone()))
-            .expect("metric registered once");
+        let store_stats = Arc::new(OnceLock::new());
+        r.register(Box::new(store_stats::StoreStatsCollector::new(
+            store_stats.clone(),
+        )))
+        .expect("metric registered once");
         Metrics {
             global_shadow_mode: counter(
                 &r,
@@ -116,12 +118,7 @@ impl Metrics {
                 &["grpc_method"],
             ),
             response_time,
-            store_keys,
-            store_evictions: counter(
-                &r,
-                "ratelimit_store_evictions",
-                "Live keys evicted because the key bound was reached",
-            ),
+            store_stats,
             store: {
                 let store = StoreMetrics::unregistered();
                 store.register(&r);
@@ -144,6 +141,12 @@ impl Metrics {
         let table = Arc::new(PolicyMetrics::carry_over(&self.live.load(), policy));
         self.live.store(table.clone());
         table
+    }
+
+    /// Reads the store's key and eviction counts (`Store::stats`) for every scrape from now on.
+    /// Only the first store attached is read: a server has one.
+    pub fn read_store_stats<S: Store>(&self, store: Arc<S>) {
+        let _ = self.store_stats.set(Arc::new(move || store.stats()));
     }
 
     /// The registry, for metrics defined next to their code (TLS).

@@ -102,6 +102,40 @@ async fn rule_counters_move_by_exactly_the_hits_sent() {
     );
 }
 
+/// The value of a sample line without labels, `name value`.
+fn unlabelled(text: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{name} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.parse::<f64>().unwrap() as u64)
+}
+
+#[tokio::test]
+async fn store_keys_and_evictions_are_the_stores_own_counts() {
+    // One key per shard (the memory store has 128): of 300 distinct users none of whose windows
+    // ends (the clock stands still), every one is either held or evicted.
+    let mut s = start_with(&[("web.yaml", RULES)], |st| st.max_keys = 1).await;
+    let text = get(s.http("/metrics")).await.1;
+    assert_eq!(unlabelled(&text, "ratelimit_store_evictions"), Some(0));
+    for i in 0..300 {
+        s.call(request("web", &[&[("user", &format!("u{i}"))]]))
+            .await;
+    }
+    let text = get(s.http("/metrics")).await.1;
+    assert!(text.contains("# TYPE ratelimit_store_evictions counter"));
+    assert!(text.contains("# TYPE ratelimit_store_keys gauge"));
+    let keys = unlabelled(&text, "ratelimit_store_keys").unwrap();
+    let evictions = unlabelled(&text, "ratelimit_store_evictions").unwrap();
+    assert!(keys <= 128, "{keys} keys held");
+    assert_eq!(keys + evictions, 300);
+    // A scrape reads the count; it does not add to it.
+    let again = get(s.http("/metrics")).await.1;
+    assert_eq!(
+        unlabelled(&again, "ratelimit_store_evictions"),
+        Some(evictions)
+    );
+}
+
 #[tokio::test]
 async fn detailed_metrics_carry_values_under_a_cap() {
     let mut s = start_with(&[("web.yaml", RULES)], |st| st.detailed_metrics_cap = 2).await;

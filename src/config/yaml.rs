@@ -168,6 +168,56 @@ enum Frame {
     },
 }
 
+impl Frame {
+    fn map(start: Marker, anchored: bool) -> Frame {
+        Frame::Map {
+            start,
+            anchored,
+            first_key: None,
+            entries: Vec::new(),
+            pending_key: None,
+            seen: HashMap::new(),
+        }
+    }
+
+    fn seq(start: Marker, anchored: bool) -> Frame {
+        Frame::Seq {
+            start,
+            anchored,
+            items: Vec::new(),
+        }
+    }
+
+    /// The finished collection as a node, and whether it had an anchor.
+    fn into_node(self, lines: &LineIndex) -> (Node, bool) {
+        match self {
+            Frame::Seq {
+                start,
+                anchored,
+                items,
+            } => {
+                let location = lines.at(&start);
+                let kind = NodeKind::Seq(items);
+                (Node { kind, location }, anchored)
+            }
+            Frame::Map {
+                start,
+                anchored,
+                first_key,
+                entries,
+                ..
+            } => {
+                let location = match first_key {
+                    Some((index, location)) if index < start.index() => location,
+                    _ => lines.at(&start),
+                };
+                let kind = NodeKind::Map(entries);
+                (Node { kind, location }, anchored)
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Builder {
     lines: LineIndex,
@@ -178,107 +228,71 @@ struct Builder {
 }
 
 impl Builder {
+    /// Takes the parser's next event into the tree; an error stops the parse.
     fn event(&mut self, ev: Event, mark: Marker) -> Result<(), YamlError> {
-        let fatal = |message: String| YamlError {
-            location: self.lines.at(&mark),
-            message,
-        };
         match ev {
-            Event::DocumentStart => {
-                self.documents += 1;
-                if self.documents > 1 {
-                    return Err(fatal(
-                        "a rules file must hold exactly one YAML document (one domain per file); \
-                         found a second '---' document"
-                            .into(),
-                    ));
-                }
-            }
-            Event::Alias(_) => {
-                return Err(fatal(
-                    "YAML aliases (*name) are not supported in rules files".into(),
-                ));
-            }
+            Event::DocumentStart => self.document_start(&mark),
+            Event::Alias(_) => Err(self.fatal(
+                &mark,
+                "YAML aliases (*name) are not supported in rules files",
+            )),
             Event::Scalar(text, style, anchor, tag) => {
-                let kind = resolve(&text, style, tag.as_ref()).map_err(fatal)?;
-                if anchor != 0 {
-                    self.errors.push(anchor_error(self.lines.at(&mark)));
-                }
-                self.push(
-                    Node {
-                        kind: NodeKind::Scalar(text, kind),
-                        location: self.lines.at(&mark),
-                    },
-                    mark.index(),
-                );
+                let kind = resolve(&text, style, tag.as_ref()).map_err(|m| self.fatal(&mark, m))?;
+                self.scalar(text, kind, anchor != 0, &mark);
+                Ok(())
             }
             Event::SequenceStart(anchor, tag) => {
                 check_collection_tag(tag.as_ref(), "seq", self.lines.at(&mark))?;
-                self.open(
-                    Frame::Seq {
-                        start: mark,
-                        anchored: anchor != 0,
-                        items: Vec::new(),
-                    },
-                    &mark,
-                )?;
+                self.open(Frame::seq(mark, anchor != 0), &mark)
             }
             Event::MappingStart(anchor, tag) => {
                 check_collection_tag(tag.as_ref(), "map", self.lines.at(&mark))?;
-                self.open(
-                    Frame::Map {
-                        start: mark,
-                        anchored: anchor != 0,
-                        first_key: None,
-                        entries: Vec::new(),
-                        pending_key: None,
-                        seen: HashMap::new(),
-                    },
-                    &mark,
-                )?;
+                self.open(Frame::map(mark, anchor != 0), &mark)
             }
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (node, anchored) = match self.stack.pop() {
-                    Some(Frame::Seq {
-                        start,
-                        anchored,
-                        items,
-                    }) => (
-                        Node {
-                            kind: NodeKind::Seq(items),
-                            location: self.lines.at(&start),
-                        },
-                        anchored,
-                    ),
-                    Some(Frame::Map {
-                        start,
-                        anchored,
-                        first_key,
-                        entries,
-                        ..
-                    }) => {
-                        let loc = match first_key {
-                            Some((index, loc)) if index < start.index() => loc,
-                            _ => self.lines.at(&start),
-                        };
-                        let kind = NodeKind::Map(entries);
-                        (
-                            Node {
-                                kind,
-                                location: loc,
-                            },
-                            anchored,
-                        )
-                    }
-                    None => return Err(fatal("unbalanced YAML collection end".into())),
-                };
-                if anchored {
-                    self.errors.push(anchor_error(node.location.clone()));
-                }
-                self.push(node, 0);
-            }
-            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
+            Event::SequenceEnd | Event::MappingEnd => self.close(&mark),
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => Ok(()),
         }
+    }
+
+    fn fatal(&self, mark: &Marker, message: impl Into<String>) -> YamlError {
+        YamlError {
+            location: self.lines.at(mark),
+            message: message.into(),
+        }
+    }
+
+    /// Counts documents: a rules file holds one.
+    fn document_start(&mut self, mark: &Marker) -> Result<(), YamlError> {
+        self.documents += 1;
+        if self.documents > 1 {
+            return Err(self.fatal(
+                mark,
+                "a rules file must hold exactly one YAML document (one domain per file); \
+                 found a second '---' document",
+            ));
+        }
+        Ok(())
+    }
+
+    fn scalar(&mut self, text: String, kind: ScalarKind, anchored: bool, mark: &Marker) {
+        let location = self.lines.at(mark);
+        if anchored {
+            self.errors.push(anchor_error(location.clone()));
+        }
+        let kind = NodeKind::Scalar(text, kind);
+        self.push(Node { kind, location }, mark.index());
+    }
+
+    /// Ends the innermost collection and adds it to its parent.
+    fn close(&mut self, mark: &Marker) -> Result<(), YamlError> {
+        let Some(frame) = self.stack.pop() else {
+            return Err(self.fatal(mark, "unbalanced YAML collection end"));
+        };
+        let (node, anchored) = frame.into_node(&self.lines);
+        if anchored {
+            self.errors.push(anchor_error(node.location.clone()));
+        }
+        self.push(node, 0);
         Ok(())
     }
 

@@ -19,7 +19,6 @@ use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::status::ServerStatus;
 use crate::store::AnyStore;
-use crate::store::Store;
 
 /// What the admin handlers need.
 pub struct Admin {
@@ -56,13 +55,6 @@ async fn debug_index() -> &'static str {
 }
 
 async fn metrics(State(admin): AdminState) -> impl IntoResponse {
-    let stats = admin.engine.store().stats();
-    admin.metrics.store_keys.set(stats.keys as i64);
-    let counted = admin.metrics.store_evictions.get();
-    admin
-        .metrics
-        .store_evictions
-        .inc_by(stats.evictions.saturating_sub(counted));
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         admin.metrics.encode(),

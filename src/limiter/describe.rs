@@ -1,7 +1,7 @@
 //! Words for `explain`: what a limit's numbers mean under its algorithm, and what a key's state
 //! says. Pure formatting, no clock.
 
-use super::{LimitParams, State};
+use super::{FixedWindowState, LimitParams, SlidingWindowState, State, TatState};
 use crate::clock::Nanos;
 use crate::config::{Algorithm, format_duration};
 
@@ -46,23 +46,36 @@ impl LimitParams {
         };
         match self.algorithm {
             Algorithm::TokenBucket => {
-                format!("bucket full again in {}", human(s.a.saturating_sub(now)))
+                let full_at = TatState::from_state(s).rounded_up;
+                format!(
+                    "bucket full again in {}",
+                    human(full_at.saturating_sub(now))
+                )
             }
             Algorithm::LeakyBucket => format!(
                 "queue empty in {} (the next turn starts then)",
-                human(s.a.saturating_sub(now))
+                human(TatState::from_state(s).rounded_up.saturating_sub(now))
             ),
-            Algorithm::FixedWindow => format!(
-                "{} hit(s) in the window that started {} ago",
-                s.b,
-                human(now.saturating_sub(s.a.saturating_sub(self.period)))
-            ),
-            Algorithm::SlidingWindow => format!(
-                "{} hit(s) in the window that started {} ago, {} in the one before",
-                s.b & u64::from(u32::MAX),
-                human(now.saturating_sub(s.a.saturating_sub(self.period.saturating_mul(2)))),
-                s.b >> 32
-            ),
+            Algorithm::FixedWindow => {
+                let window = FixedWindowState::from_state(s);
+                format!(
+                    "{} hit(s) in the window that started {} ago",
+                    window.count,
+                    human(now.saturating_sub(window.end.saturating_sub(self.period)))
+                )
+            }
+            Algorithm::SlidingWindow => {
+                let windows = SlidingWindowState::from_state(s);
+                let current_start = windows
+                    .forgotten_at
+                    .saturating_sub(self.period.saturating_mul(2));
+                format!(
+                    "{} hit(s) in the window that started {} ago, {} in the one before",
+                    windows.current,
+                    human(now.saturating_sub(current_start)),
+                    windows.previous
+                )
+            }
         }
     }
 }
@@ -101,15 +114,15 @@ mod tests {
             requests_per_unit: 10,
             ..params(Algorithm::SlidingWindow)
         };
-        let before = crate::limiter::evaluate(&sliding, None, 9 * S, 4).charged;
-        let st = crate::limiter::evaluate(&sliding, Some(before), 10 * S, 2).charged;
+        let before = crate::limiter::evaluate(&sliding, None, 9 * S, 4).state_after;
+        let st = crate::limiter::evaluate(&sliding, Some(before), 10 * S, 2).state_after;
         assert_eq!(
             sliding.describe_state(Some(&st), 10 * S + S / 2),
             "2 hit(s) in the window that started 500ms ago, 4 in the one before"
         );
         assert_eq!(sliding.describe_state(None, 0), "no state: as fresh");
         let fixed = params(Algorithm::FixedWindow);
-        let st = crate::limiter::evaluate(&fixed, None, 10 * S + S / 4, 2).charged;
+        let st = crate::limiter::evaluate(&fixed, None, 10 * S + S / 4, 2).state_after;
         assert_eq!(
             fixed.describe_state(Some(&st), 10 * S + S / 2),
             "2 hit(s) in the window that started 500ms ago"

@@ -4,8 +4,37 @@
 use super::{Evaluation, LimitParams, Outlook, State};
 use crate::clock::Nanos;
 
-/// State: `a` = the end of the window counted in (its expiry), `b` = the hits counted in it. A
-/// window with no hits is stored as no state.
+/// A fixed window's view of its [`State`]: the window counted in and its hits. A window with no
+/// hits is stored as no state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixedWindowState {
+    /// The end of the window counted in, when the state expires. Stored as `State.a`.
+    pub end: Nanos,
+    /// The hits counted in it. Stored as `State.b`.
+    pub count: u64,
+}
+
+impl FixedWindowState {
+    #[inline]
+    pub fn from_state(state: &State) -> FixedWindowState {
+        FixedWindowState {
+            end: state.a,
+            count: state.b,
+        }
+    }
+
+    #[inline]
+    pub fn into_state(self) -> State {
+        if self.count == 0 {
+            return State::default();
+        }
+        State {
+            a: self.end,
+            b: self.count,
+        }
+    }
+}
+
 pub(super) fn evaluate(
     params: &LimitParams,
     state: Option<State>,
@@ -15,8 +44,8 @@ pub(super) fn evaluate(
     let period = params.period.max(1);
     let start = now - now % period;
     let end = start.saturating_add(period);
-    let count = match state {
-        Some(s) if s.a == end => s.b,
+    let count = match state.as_ref().map(FixedWindowState::from_state) {
+        Some(s) if s.end == end => s.count,
         _ => 0,
     };
     let limit = u64::from(params.requests_per_unit);
@@ -30,11 +59,7 @@ pub(super) fn evaluate(
     let kept = if allowed { after } else { count };
     Evaluation {
         allowed,
-        charged: if kept == 0 {
-            State::default()
-        } else {
-            State { a: end, b: kept }
-        },
+        state_after: FixedWindowState { end, count: kept }.into_state(),
         after_charge: outlook(kept),
         without_charge: outlook(count),
         delay: 0,
@@ -69,7 +94,7 @@ mod tests {
             assert!(e.allowed);
             assert_eq!(e.after_charge.remaining, expected);
             assert_eq!(e.after_charge.reset_after, 50 * S);
-            st = Some(e.charged);
+            st = Some(e.state_after);
         }
         let e = eval(&p, st, t + 49 * S, 1);
         assert!(!e.allowed);
@@ -84,19 +109,23 @@ mod tests {
     fn denied_hits_are_not_counted() {
         let p = params(5, 1);
         let e = eval(&p, None, 0, 4);
-        let e2 = eval(&p, Some(e.charged), 0, 3);
+        let e2 = eval(&p, Some(e.state_after), 0, 3);
         assert!(!e2.allowed);
-        assert_eq!(e2.charged.b, 4);
-        assert!(eval(&p, Some(e2.charged), 0, 1).allowed);
+        assert_eq!(FixedWindowState::from_state(&e2.state_after).count, 4);
+        assert!(eval(&p, Some(e2.state_after), 0, 1).allowed);
     }
 
     #[test]
     fn state_expires_at_window_end() {
         let p = params(5, 60);
         let e = eval(&p, None, 61 * S, 1);
-        assert_eq!(e.charged.expires_at(), 120 * S);
+        assert_eq!(e.state_after.expires_at(), 120 * S);
         let empty = eval(&p, None, 61 * S, 0);
-        assert_eq!(empty.charged.expires_at(), 0, "an empty window is no state");
+        assert_eq!(
+            empty.state_after.expires_at(),
+            0,
+            "an empty window is no state"
+        );
     }
 
     proptest! {
@@ -120,7 +149,7 @@ mod tests {
                 prop_assert_eq!(e.allowed, expect);
                 if e.allowed {
                     *count += hits;
-                    state = Some(e.charged);
+                    state = Some(e.state_after);
                 }
                 prop_assert_eq!(u64::from(e.after_charge.remaining), u64::from(rpu) - *count);
             }

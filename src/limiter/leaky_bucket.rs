@@ -7,8 +7,11 @@
 //! `delay = t − now` before answering, so the requests Envoy forwards leave evenly spaced however
 //! they arrived. A request that does not fit is denied at once.
 //!
-//! With the same `burst` a token bucket admits exactly the same requests; the difference is when
-//! they are answered: the token bucket lets a burst through at once, the leaky bucket smooths it.
+//! With the same `burst`, and a `max_delay` of at least `burst − 1` drain intervals (long enough to
+//! wait behind a full queue), a token bucket admits exactly the same requests, leaves the same state
+//! and reports the same outlook; the difference is when they are answered: the token bucket lets a
+//! burst through at once, the leaky bucket smooths it. A shorter `max_delay` also denies requests
+//! whose turn would come later than it.
 
 use super::token_bucket::{offset_after, scale, tat_at};
 use super::{Evaluation, LimitParams, Outlook, State, div};
@@ -53,10 +56,10 @@ pub(super) fn evaluate(
     if !allowed || hits == 0 {
         return Evaluation::uncharged(allowed, current, without_charge);
     }
-    let (charged, until_charged) = tat_at(params, now, new_tat);
+    let (state_after, until_charged) = tat_at(params, now, new_tat);
     Evaluation {
         allowed,
-        charged,
+        state_after,
         after_charge: Outlook {
             remaining: fitting(params, new_tat),
             reset_after: until_charged,
@@ -104,7 +107,7 @@ mod tests {
         for _ in 0..7 {
             let e = eval(&p, st, T0, 1);
             if e.allowed {
-                st = Some(e.charged);
+                st = Some(e.state_after);
                 delays.push(e.delay);
             }
         }
@@ -132,7 +135,7 @@ mod tests {
             let e = eval(&p, st, T0, 1);
             if e.allowed {
                 assert!(e.delay <= 250 * MS);
-                st = Some(e.charged);
+                st = Some(e.state_after);
                 admitted += 1;
             }
         }
@@ -141,6 +144,29 @@ mod tests {
             "turns at 0, 100 and 200 ms; 300 ms is past max_delay"
         );
         assert_eq!(eval(&p, st, T0, 0).without_charge.remaining, 0);
+    }
+
+    #[test]
+    fn a_max_delay_shorter_than_a_full_queue_denies_what_a_token_bucket_admits() {
+        // 10/s, burst 5: the fifth request of a burst waits 4 drain intervals, 400 ms.
+        let token = LimitParams {
+            algorithm: Algorithm::TokenBucket,
+            ..params(10, 1, 5, 0)
+        };
+        for (max_delay, fifth_admitted) in [(400 * MS, true), (400 * MS - 1, false)] {
+            let p = params(10, 1, 5, max_delay);
+            let (mut leaky_state, mut token_state) = (None, None);
+            for _ in 0..4 {
+                leaky_state = Some(eval(&p, leaky_state, T0, 1).state_after);
+                token_state = Some(eval(&token, token_state, T0, 1).state_after);
+            }
+            assert!(eval(&token, token_state, T0, 1).allowed);
+            assert_eq!(
+                eval(&p, leaky_state, T0, 1).allowed,
+                fifth_admitted,
+                "max_delay {max_delay} ns"
+            );
+        }
     }
 
     #[test]
@@ -157,20 +183,20 @@ mod tests {
     fn multi_hit_requests_take_as_many_turns() {
         let p = params(10, 1, 5, S);
         let e = eval(&p, None, T0, 3);
-        let e2 = eval(&p, Some(e.charged), T0, 2);
+        let e2 = eval(&p, Some(e.state_after), T0, 2);
         assert!(e2.allowed);
         assert_eq!(e2.delay, 300 * MS);
-        assert!(!eval(&p, Some(e2.charged), T0, 1).allowed);
+        assert!(!eval(&p, Some(e2.state_after), T0, 1).allowed);
         assert!(!eval(&p, None, T0, 6).allowed, "more than the queue holds");
     }
 
     #[test]
     fn zero_hits_check_without_queueing_and_zero_rate_denies() {
         let p = params(10, 1, 1, S);
-        let st = eval(&p, None, T0, 1).charged;
+        let st = eval(&p, None, T0, 1).state_after;
         let check = eval(&p, Some(st), T0, 0);
         assert!(check.allowed);
-        assert_eq!((check.delay, check.charged), (0, st));
+        assert_eq!((check.delay, check.state_after), (0, st));
         let zero = params(0, 1, 1, S);
         assert!(!eval(&zero, None, T0, 1).allowed);
     }
@@ -179,17 +205,17 @@ mod tests {
     fn a_refund_frees_the_last_turn_and_leaves_a_hole() {
         let p = params(10, 1, 3, S);
         let a = eval(&p, None, T0, 1);
-        let b = eval(&p, Some(a.charged), T0, 1);
-        let c = eval(&p, Some(b.charged), T0, 1);
+        let b = eval(&p, Some(a.state_after), T0, 1);
+        let c = eval(&p, Some(b.state_after), T0, 1);
         assert_eq!(c.delay, 200 * MS);
-        assert!(!eval(&p, Some(c.charged), T0, 1).allowed);
+        assert!(!eval(&p, Some(c.state_after), T0, 1).allowed);
         // b (turn at 100 ms) cancels: its turn is given back, c keeps its own.
-        let st = give_back(&p, &c.charged, T0 + 10 * MS, 1);
+        let st = give_back(&p, &c.state_after, T0 + 10 * MS, 1);
         let d = eval(&p, Some(st), T0 + 10 * MS, 1);
         assert!(d.allowed);
         assert_eq!(d.delay, 190 * MS, "the end of the queue, not b's turn");
         // Never before now.
-        let st = give_back(&p, &a.charged, T0 + 50 * MS, 5);
+        let st = give_back(&p, &a.state_after, T0 + 50 * MS, 5);
         assert_eq!(st.expires_at(), T0 + 50 * MS);
     }
 
@@ -214,7 +240,7 @@ mod tests {
                 if !e.allowed {
                     continue;
                 }
-                state = Some(e.charged);
+                state = Some(e.state_after);
                 prop_assert!(e.delay <= p.max_delay);
                 let answer = now + e.delay;
                 if let Some((prev, prev_hits)) = last {
@@ -228,26 +254,33 @@ mod tests {
             }
         }
 
-        /// Like a token bucket of the same burst: admitted ≤ burst + rate × elapsed.
+        /// The module's promise: with a `max_delay` of `burst − 1` drain intervals or more, the
+        /// leaky bucket answers every request as a token bucket of the same burst does (same
+        /// verdict, state and outlook), only later. So the token bucket's own bounds hold for it.
         #[test]
-        fn never_admits_more_than_burst_plus_rate_times_elapsed(
+        fn admits_exactly_what_a_token_bucket_admits(
             rpu in 1u32..1000,
+            period_s in 1u64..100,
             burst in 1u32..100,
-            steps in proptest::collection::vec((0u64..50_000_000, 1u64..5), 1..200),
+            longer_by in prop_oneof![Just(0u64), 0u64..10 * S],
+            steps in proptest::collection::vec((0u64..2_000_000_000, 0u64..5), 1..200),
         ) {
-            let p = params(rpu, 1, burst, 3_600 * S);
-            let mut now = T0;
-            let mut state = None;
-            let mut admitted: u128 = 0;
+            let period = period_s * S;
+            let full_queue_wait =
+                (u128::from(burst - 1) * u128::from(period)).div_ceil(u128::from(rpu)) as u64;
+            let leaky = params(rpu, period_s, burst, full_queue_wait + longer_by);
+            let token = LimitParams { algorithm: Algorithm::TokenBucket, ..leaky };
+            let mut now = T0 + 7;
+            let (mut leaky_state, mut token_state) = (None, None);
             for (gap, hits) in steps {
                 now += gap;
-                let e = eval(&p, state, now, hits);
-                if e.allowed {
-                    state = Some(e.charged);
-                    admitted += u128::from(hits);
+                let from_leaky = eval(&leaky, leaky_state, now, hits);
+                let from_token = eval(&token, token_state, now, hits);
+                prop_assert_eq!(Evaluation { delay: 0, ..from_leaky }, from_token);
+                if from_leaky.allowed {
+                    leaky_state = Some(from_leaky.state_after);
+                    token_state = Some(from_token.state_after);
                 }
-                let bound = u128::from(burst) + u128::from(now - T0) * u128::from(rpu) / u128::from(p.period);
-                prop_assert!(admitted <= bound, "admitted {admitted} > bound {bound}");
             }
         }
 
@@ -264,14 +297,14 @@ mod tests {
             let mut state = None;
             for _ in 0..used {
                 let e = eval(&p, state, T0, 1);
-                if e.allowed { state = Some(e.charged); }
+                if e.allowed { state = Some(e.state_after); }
             }
             let now = T0 + later;
             let remaining = eval(&p, state, now, 0).without_charge.remaining;
             let mut passed = 0;
             for _ in 0..=remaining {
                 let e = eval(&p, state, now, 1);
-                if e.allowed { state = Some(e.charged); passed += 1; }
+                if e.allowed { state = Some(e.state_after); passed += 1; }
             }
             prop_assert_eq!(passed, remaining);
         }
@@ -289,12 +322,12 @@ mod tests {
             let mut state = None;
             for _ in 0..used {
                 let e = eval(&p, state, T0, 1);
-                if e.allowed { state = Some(e.charged); }
+                if e.allowed { state = Some(e.state_after); }
             }
             let before = eval(&p, state, T0, 0).without_charge;
             let e = eval(&p, state, T0, hits);
             prop_assume!(e.allowed);
-            let back = give_back(&p, &e.charged, T0, hits);
+            let back = give_back(&p, &e.state_after, T0, hits);
             prop_assert_eq!(eval(&p, Some(back), T0, 0).without_charge, before);
         }
     }

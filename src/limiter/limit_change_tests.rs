@@ -2,7 +2,7 @@
 //! algorithm, as the reference's counters do: used 1 of 3/hour, raised to 10/hour, the next hit
 //! leaves 8; a lowered limit counts the hits used against the new one.
 
-use super::{LimitParams, State, evaluate};
+use super::{LimitParams, State, TatState, evaluate};
 use crate::clock::{NANOS_PER_SECOND as S, Nanos};
 use crate::config::Algorithm;
 use proptest::prelude::*;
@@ -31,7 +31,7 @@ fn use_hits(p: &LimitParams, mut state: Option<State>, now: Nanos, hits: u32) ->
     for _ in 0..hits {
         let e = evaluate(p, state, now, 1);
         assert!(e.allowed, "{:?}", p.algorithm);
-        state = Some(e.charged);
+        state = Some(e.state_after);
     }
     state
 }
@@ -45,7 +45,7 @@ fn a_raised_limit_gives_headroom_at_once() {
         assert!(e.allowed, "{algorithm:?}");
         assert_eq!(e.after_charge.remaining, 8, "{algorithm:?}");
         // and the rest of the new limit is there too
-        let state = use_hits(&raised, Some(e.charged), T0 + S, 8);
+        let state = use_hits(&raised, Some(e.state_after), T0 + S, 8);
         assert!(
             !evaluate(&raised, state, T0 + S, 1).allowed,
             "{algorithm:?}"
@@ -62,7 +62,7 @@ fn a_lowered_limit_counts_the_hits_already_used() {
         assert!(e.allowed, "{algorithm:?}");
         assert_eq!(e.after_charge.remaining, 0, "{algorithm:?}");
         assert!(
-            !evaluate(&six, Some(e.charged), T0 + S, 1).allowed,
+            !evaluate(&six, Some(e.state_after), T0 + S, 1).allowed,
             "{algorithm:?}"
         );
         let three = hourly(algorithm, 3, 3);
@@ -94,8 +94,8 @@ fn after_a_change_the_bucket_refills_at_the_new_rate() {
     assert!(e.allowed);
     assert_eq!(e.after_charge.remaining, 0);
     assert_eq!(e.after_charge.reset_after, 180 * S);
-    assert!(!evaluate(&fast, Some(e.charged), T0 + 59 * S, 1).allowed);
-    assert!(evaluate(&fast, Some(e.charged), T0 + 60 * S, 1).allowed);
+    assert!(!evaluate(&fast, Some(e.state_after), T0 + 59 * S, 1).allowed);
+    assert!(evaluate(&fast, Some(e.state_after), T0 + 60 * S, 1).allowed);
 }
 
 #[test]
@@ -103,10 +103,11 @@ fn states_written_without_their_scale_read_in_the_current_one() {
     for algorithm in [Algorithm::TokenBucket, Algorithm::LeakyBucket] {
         let p = hourly(algorithm, 7, 5);
         let state = use_hits(&p, None, T0, 2).unwrap();
-        let legacy = State {
-            a: state.a,
-            b: state.b & u64::from(u32::MAX),
-        };
+        let legacy = TatState {
+            written_scale: 0,
+            ..TatState::from_state(&state)
+        }
+        .into_state();
         for now in [T0, T0 + 17 * S, T0 + 1_000 * S] {
             assert_eq!(
                 evaluate(&p, Some(legacy), now, 1),

@@ -15,6 +15,9 @@ use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::{Algorithm, Limit};
 
 pub use describe::human;
+pub use fixed_window::FixedWindowState;
+pub use sliding_window::SlidingWindowState;
+pub use token_bucket::TatState;
 
 /// What a limit that does not say gets: the server-wide `--default-algorithm` and
 /// `--default-max-delay`.
@@ -68,12 +71,16 @@ impl LimitParams {
     }
 }
 
-/// Per-key state: two words whose meaning belongs to the algorithm (token and leaky bucket: a
-/// theoretical arrival / drain time, and the rate it was written at; fixed window: window end and count; sliding window: when both
+/// Per-key state as stores keep it: two words whose meaning belongs to the algorithm. Each
+/// algorithm reads and writes them through its own view, the only place that packs them:
+/// [`TatState`] (token and leaky bucket: a theoretical arrival / drain time, and the rate it was
+/// written at), [`FixedWindowState`] (window end and count) and [`SlidingWindowState`] (when both
 /// windows are forgotten, and both windows' counts). A key with no state behaves as a fresh key.
 ///
 /// Every algorithm keeps one promise about `a`: from the instant `a` on, the state is equivalent to
-/// no state. So a store can drop idle keys knowing only their state, and keeps nothing else.
+/// no state. So a store can drop idle keys knowing only their state, and keeps nothing else. The
+/// words are public for the stores, which keep them as they are (16 bytes in a memory slot,
+/// `a:b` text in Redis) and never interpret `b`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct State {
     pub a: u64,
@@ -102,8 +109,9 @@ pub struct Outlook {
 pub struct Evaluation {
     /// Whether `hits` fit now.
     pub allowed: bool,
-    /// The state to store if the request is charged (only meaningful when `allowed`).
-    pub charged: State,
+    /// The key's state once the request is charged: what the store writes if it charges (when not
+    /// `allowed`, the state as it stands).
+    pub state_after: State,
     /// The outlook once charged.
     pub after_charge: Outlook,
     /// The outlook if nothing is charged (denied, or another descriptor denied the request).
@@ -119,7 +127,7 @@ impl Evaluation {
     pub(super) fn uncharged(allowed: bool, state: State, outlook: Outlook) -> Evaluation {
         Evaluation {
             allowed,
-            charged: state,
+            state_after: state,
             after_charge: outlook,
             without_charge: outlook,
             delay: 0,

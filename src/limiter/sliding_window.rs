@@ -2,9 +2,10 @@
 //! estimate of the last `period` is the previous window's count × the share of it still inside the
 //! sliding window + the current window's count. Two counters of state; smooth at window edges.
 //!
-//! State: `a` = the end of the window after the current one, when both counts are forgotten (its
-//! expiry); `b` = previous count << 32 | current count. Counts never exceed `requests_per_unit` (a
-//! u32) because denied hits are not counted. Two empty counts are stored as no state.
+//! State ([`SlidingWindowState`]): when both counts are forgotten (the end of the window after the
+//! current one, its expiry), and the previous and current windows' counts. Counts never exceed
+//! `requests_per_unit` (a u32) because denied hits are not counted. Two empty counts are stored as
+//! no state.
 //!
 //! Error against an exact sliding log (which admits at most `limit` in any interval shorter than
 //! `period`): over any interval of length `d < period`, this admits at most
@@ -19,18 +20,57 @@
 use super::{Evaluation, LimitParams, Outlook, State, div};
 use crate::clock::Nanos;
 
-const COUNT_MASK: u64 = u32::MAX as u64;
+/// A sliding window's view of its [`State`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindowState {
+    /// The end of the window after the current one: when both counts are forgotten, and so when
+    /// the state expires. Stored as `State.a`.
+    pub forgotten_at: Nanos,
+    /// The hits counted in the window before the current one. The high half of `State.b`.
+    pub previous: u32,
+    /// The hits counted in the current window. The low half of `State.b`.
+    pub current: u32,
+}
+
+impl SlidingWindowState {
+    #[inline]
+    pub fn from_state(state: &State) -> SlidingWindowState {
+        SlidingWindowState {
+            forgotten_at: state.a,
+            previous: (state.b >> 32) as u32,
+            current: state.b as u32,
+        }
+    }
+
+    #[inline]
+    pub fn into_state(self) -> State {
+        if self.previous == 0 && self.current == 0 {
+            return State::default();
+        }
+        State {
+            a: self.forgotten_at,
+            b: (u64::from(self.previous) << 32) | u64::from(self.current),
+        }
+    }
+}
 
 /// (window start, previous count, current count) as seen at `now`.
 fn counts(params: &LimitParams, state: Option<State>, now: Nanos) -> (Nanos, u64, u64) {
     let period = params.period.max(1);
     let start = now - now % period;
-    let (prev, cur) = match state {
-        Some(s) if Some(s.a) == forgotten_at(start, period) => (s.b >> 32, s.b & COUNT_MASK),
-        Some(s) if Some(s.a) == start.checked_add(period) => (s.b & COUNT_MASK, 0),
+    let (prev, cur) = match state.as_ref().map(SlidingWindowState::from_state) {
+        Some(s) if Some(s.forgotten_at) == forgotten_at(start, period) => (s.previous, s.current),
+        // Written in the previous window: its current count is now the previous one.
+        Some(s) if Some(s.forgotten_at) == start.checked_add(period) => (s.current, 0),
         _ => (0, 0),
     };
-    (start, prev, cur)
+    (start, u64::from(prev), u64::from(cur))
+}
+
+/// A count as stored: counts never exceed a u32 `requests_per_unit`, this only keeps the cast
+/// honest.
+fn saturated(count: u64) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
 }
 
 /// When the counts of the window starting at `start` are forgotten: the end of the next window.
@@ -74,14 +114,12 @@ pub(super) fn evaluate(
     let new_cur = if allowed { cur + hits } else { cur };
     Evaluation {
         allowed,
-        charged: if prev == 0 && new_cur == 0 {
-            State::default()
-        } else {
-            State {
-                a: forgotten_at(start, period).unwrap_or(u64::MAX),
-                b: (prev.min(COUNT_MASK) << 32) | new_cur.min(COUNT_MASK),
-            }
-        },
+        state_after: SlidingWindowState {
+            forgotten_at: forgotten_at(start, period).unwrap_or(u64::MAX),
+            previous: saturated(prev),
+            current: saturated(new_cur),
+        }
+        .into_state(),
         after_charge: outlook(new_cur),
         without_charge: outlook(cur),
         delay: 0,
@@ -137,47 +175,54 @@ mod tests {
     }
 
     #[test]
-    fn the_documented_worst_case_is_reached_only_across_a_whole_period() {
+    fn the_documented_worst_case_is_reached() {
         let p = params(10, 60);
-        let mut st = None;
-        // 10 in the last nanosecond of one window, then 6 s before the end of the next the old 10
-        // still weigh 1: 19 hits 54 s apart, exactly the bound 10 × (1 + 54/60).
-        assert_eq!(drive(&p, &mut st, T0 + 60 * S - 1, 10), 10);
+        let mut full = None;
+        // 10 in the last nanosecond of one window. The documented bound allows 10 × (1 + d/60 s)
+        // in any interval of length d < 60 s: 19 from d = 54 s on.
+        assert_eq!(drive(&p, &mut full, T0 + 60 * S - 1, 10), 10);
+        let at_bound = T0 + 114 * S;
+        let mut state = full;
         assert_eq!(
-            drive(&p, &mut st, T0 + 114 * S, 10),
+            drive(&p, &mut state, at_bound, 10),
             9,
-            "10 × 6/60 = 1 still counted"
+            "54 s + 1 ns later: 10 × 6/60 = 1 still counted, so 9 more (19 in all)"
         );
-        let d = 54 * S + 1;
-        assert!(19 * p.period <= 10 * p.period + 10 * d);
+        let mut state = full;
+        assert_eq!(
+            drive(&p, &mut state, at_bound - 1, 10),
+            8,
+            "1 ns earlier the old 10 weigh just over 1: 8 more (18 in all)"
+        );
     }
 
     #[test]
     fn state_rolls_over_and_expires() {
         let p = params(4, 1);
         let e = eval(&p, None, T0 + S / 2, 3);
+        // The stored words themselves (Redis holds them as they are).
         assert_eq!(
-            e.charged,
+            e.state_after,
             State {
                 a: T0 + 2 * S,
                 b: 3
             }
         );
-        assert_eq!(e.charged.expires_at(), T0 + 2 * S);
+        assert_eq!(e.state_after.expires_at(), T0 + 2 * S);
         // In the next window the 3 become the previous count.
-        let e2 = eval(&p, Some(e.charged), T0 + S, 0);
+        let e2 = eval(&p, Some(e.state_after), T0 + S, 0);
         assert_eq!(
-            e2.charged,
+            e2.state_after,
             State {
                 a: T0 + 3 * S,
                 b: 3 << 32
             }
         );
         // Only the previous window holds hits: expired from T0 + 2s, kept to T0 + 3s (no harm).
-        assert_eq!(e2.charged.expires_at(), T0 + 3 * S);
+        assert_eq!(e2.state_after.expires_at(), T0 + 3 * S);
         assert_eq!(e2.without_charge.remaining, 1);
         // Two windows later nothing is left.
-        let e3 = eval(&p, Some(e.charged), T0 + 2 * S, 0);
+        let e3 = eval(&p, Some(e.state_after), T0 + 2 * S, 0);
         assert_eq!(e3.without_charge.remaining, 4);
         assert_eq!(e3.without_charge.reset_after, 0);
     }
@@ -192,7 +237,7 @@ mod tests {
     #[test]
     fn a_lowered_limit_never_underflows() {
         let p = params(100, 1);
-        let st = eval(&p, None, T0, 100).charged;
+        let st = eval(&p, None, T0, 100).state_after;
         let low = params(10, 1);
         let e = eval(&low, Some(st), T0 + S + 1, 1);
         assert!(!e.allowed);
@@ -216,7 +261,7 @@ mod tests {
                 now += gap;
                 let e = eval(&p, state, now, hits);
                 if e.allowed {
-                    state = Some(e.charged);
+                    state = Some(e.state_after);
                     admitted.push((now, hits));
                 }
             }

@@ -10,7 +10,7 @@ pub(super) fn drive(p: &LimitParams, state: &mut Option<State>, now: Nanos, requ
     for _ in 0..requests {
         let e = evaluate(p, *state, now, 1);
         if e.allowed {
-            *state = Some(e.charged);
+            *state = Some(e.state_after);
             admitted += 1;
         }
     }

@@ -6,31 +6,61 @@ use super::{Evaluation, LimitParams, Outlook, State, clamp, div, div_ceil};
 use crate::clock::Nanos;
 
 // Time is kept exactly in "scaled" units of 1/requests_per_unit nanoseconds, so one hit costs exactly
-// `period` scaled units and no rounding ever admits extra traffic or loses a token. The stored TAT is
-// `a` whole nanoseconds minus `b` scaled units (0 ≤ b < requests_per_unit): `a` is the TAT rounded
-// up, the instant the bucket is full again, which is also when the state expires. The arithmetic
+// `period` scaled units and no rounding ever admits extra traffic or loses a token. The arithmetic
 // works on offsets from now (the TAT minus now), which fit in 64 bits unless a period is very long,
 // so it rarely needs a 128-bit division. The leaky bucket keeps its queue's drain time the same way
-// and shares these helpers.
+// and shares these helpers and the state's layout, [`TatState`].
 //
 // A limit edit keeps the hits used. An offset in scaled units is "hits used × period" whatever the
-// rate, so `b` also records the scale the state was written with (its high 32 bits; the remainder
-// is below it, so it fits the low 32): the offset is read back in the writer's scale and used as is
-// under the current one. Raising 3/hour to 10/hour after one hit leaves 8, not the 5 that keeping
-// the time debt (20 minutes, now 3⅓ hits) would. Until the key is charged again it keeps draining
-// at the rate it was written with, and expires (`a`) when that rate empties it. A state whose high
-// half is 0 (written before the scale was recorded) is read in the current scale.
+// rate, so the state also records the scale it was written with: the offset is read back in the
+// writer's scale and used as is under the current one. Raising 3/hour to 10/hour after one hit
+// leaves 8, not the 5 that keeping the time debt (20 minutes, now 3⅓ hits) would. Until the key is
+// charged again it keeps draining at the rate it was written with, and expires when that rate
+// empties it.
+
+/// A token bucket's (or a leaky bucket's) view of its [`State`]: the theoretical arrival time
+/// (TAT), exactly, as `rounded_up` whole nanoseconds minus `below` scaled units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TatState {
+    /// The TAT rounded up to a whole nanosecond: when the bucket is full again (the queue empty),
+    /// and so when the state expires. Stored as `State.a`.
+    pub rounded_up: Nanos,
+    /// How many scaled units (1/`written_scale` ns) before `rounded_up` the TAT lies: less than
+    /// `written_scale`. The low half of `State.b`.
+    pub below: u32,
+    /// The `requests_per_unit` the state was written at, the scale of `below`; 0 in a state written
+    /// before the scale was recorded, which is read in the current scale. The high half of
+    /// `State.b`.
+    pub written_scale: u32,
+}
+
+impl TatState {
+    #[inline]
+    pub fn from_state(state: &State) -> TatState {
+        TatState {
+            rounded_up: state.a,
+            below: state.b as u32,
+            written_scale: (state.b >> 32) as u32,
+        }
+    }
+
+    #[inline]
+    pub fn into_state(self) -> State {
+        State {
+            a: self.rounded_up,
+            b: (u64::from(self.written_scale) << 32) | u64::from(self.below),
+        }
+    }
+}
 
 pub(super) fn scale(params: &LimitParams) -> u128 {
     u128::from(params.requests_per_unit.max(1))
 }
 
-const LOW_HALF: u64 = u32::MAX as u64;
-
 /// The scale a state was written in: its writer's `requests_per_unit` (the current one if the
 /// state does not say).
-fn written_scale(params: &LimitParams, state: &State) -> u128 {
-    match state.b >> 32 {
+fn written_scale(params: &LimitParams, state: &TatState) -> u128 {
+    match state.written_scale {
         0 => scale(params),
         written => u128::from(written),
     }
@@ -39,10 +69,10 @@ fn written_scale(params: &LimitParams, state: &State) -> u128 {
 /// How far the state's TAT lies after `now`, in scaled units (0 if it has passed): hits used ×
 /// period, read in the scale the state was written in.
 pub(super) fn offset_after(params: &LimitParams, state: Option<&State>, now: Nanos) -> u128 {
-    match state {
-        Some(s) if s.a > now => {
-            let scale = written_scale(params, s);
-            u128::from(s.a - now) * scale - u128::from(s.b & LOW_HALF).min(scale - 1)
+    match state.map(TatState::from_state) {
+        Some(s) if s.rounded_up > now => {
+            let scale = written_scale(params, &s);
+            u128::from(s.rounded_up - now) * scale - u128::from(s.below).min(scale - 1)
         }
         _ => 0,
     }
@@ -53,12 +83,13 @@ pub(super) fn offset_after(params: &LimitParams, state: Option<&State>, now: Nan
 pub(super) fn tat_at(params: &LimitParams, now: Nanos, offset: u128) -> (State, Nanos) {
     let scale = scale(params);
     let whole = div_ceil(offset, scale);
-    let state = State {
-        a: now.saturating_add(clamp(whole)),
+    let state = TatState {
+        rounded_up: now.saturating_add(clamp(whole)),
         // scale ≤ u32::MAX, and the remainder is below it
-        b: ((scale as u64) << 32) | (whole * scale - offset) as u64,
+        below: (whole * scale - offset) as u32,
+        written_scale: scale as u32,
     };
-    (state, clamp(whole))
+    (state.into_state(), clamp(whole))
 }
 
 pub(super) fn evaluate(
@@ -91,10 +122,10 @@ pub(super) fn evaluate(
     if !allowed {
         return Evaluation::uncharged(allowed, current, without_charge);
     }
-    let (charged, until_charged) = tat_at(params, now, new_tat);
+    let (state_after, until_charged) = tat_at(params, now, new_tat);
     Evaluation {
         allowed,
-        charged,
+        state_after,
         after_charge: Outlook {
             remaining: fitting(new_tat),
             reset_after: until_charged,
@@ -217,7 +248,7 @@ mod tests {
                 now += gap;
                 let e = eval(&p, state, now, hits);
                 if e.allowed {
-                    state = Some(e.charged);
+                    state = Some(e.state_after);
                     admitted += u128::from(hits);
                 }
                 let elapsed = u128::from(now - start);

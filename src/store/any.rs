@@ -73,14 +73,14 @@ impl Store for AnyStore {
 
     async fn apply(&self, charges: &[Charge<AnyKey>], now: Nanos) -> Result<Verdicts, StoreError> {
         match self {
-            AnyStore::Memory(s) => Ok(s.apply_now(charges, now)),
+            AnyStore::Memory(s) => Ok(s.apply_sync(charges, now)),
             AnyStore::Redis(s) => s.apply(&text_charges(charges), now).await,
         }
     }
 
     fn refund(&self, charges: &[Charge<AnyKey>], now: Nanos) {
         match self {
-            AnyStore::Memory(s) => s.refund_now(charges, now),
+            AnyStore::Memory(s) => s.refund_sync(charges, now),
             AnyStore::Redis(s) => s.refund(&text_charges(charges), now),
         }
     }

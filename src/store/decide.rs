@@ -73,7 +73,7 @@ pub fn decide<K: PartialEq>(
         let current = earlier.or_else(|| stored(&charge.key));
         let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
         if evaluation.allowed {
-            pending.push((evaluations.len(), evaluation.charged));
+            pending.push((evaluations.len(), evaluation.state_after));
         }
         evaluations.push(evaluation);
     }

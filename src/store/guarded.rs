@@ -182,7 +182,7 @@ impl GuardedRedis {
             .with_label_values(&[mode.name()])
             .inc();
         match mode {
-            FailureMode::Local => Ok(self.shared.local.apply_now(charges, now)),
+            FailureMode::Local => Ok(self.shared.local.apply_sync(charges, now)),
             FailureMode::Allow => Ok(fixed(charges, now, true)),
             FailureMode::Deny => Ok(fixed(charges, now, false)),
             FailureMode::Error => Err(StoreError::Unavailable(
@@ -377,7 +377,7 @@ impl Store for GuardedRedis {
     fn refund(&self, charges: &[Charge<TextKey>], now: Nanos) {
         match self.shared.redis.load_full() {
             Some(redis) if self.is_up() => redis.refund(charges, now),
-            _ => self.shared.local.refund_now(charges, now),
+            _ => self.shared.local.refund_sync(charges, now),
         }
     }
 

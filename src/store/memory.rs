@@ -110,7 +110,7 @@ impl MemoryStore {
     }
 
     /// The decision logic, synchronous: what `Store::apply` does for the memory store.
-    pub fn apply_now<K: MemoryKey + PartialEq>(
+    pub fn apply_sync<K: MemoryKey + PartialEq>(
         &self,
         charges: &[Charge<K>],
         now: Nanos,
@@ -151,10 +151,10 @@ impl MemoryStore {
                 let evaluation =
                     limiter::evaluate(&charge.params, Some(slot.get().state), now, charge.hits);
                 if evaluation.allowed {
-                    if evaluation.charged.expires_at() <= now {
+                    if evaluation.state_after.expires_at() <= now {
                         slot.remove();
                     } else {
-                        slot.get_mut().state = evaluation.charged;
+                        slot.get_mut().state = evaluation.state_after;
                     }
                 }
                 verdict(&evaluation, evaluation.allowed)
@@ -162,7 +162,7 @@ impl MemoryStore {
             Entry::Vacant(_) => {
                 let evaluation = limiter::evaluate(&charge.params, None, now, charge.hits);
                 if evaluation.allowed {
-                    self.insert(&mut shard, key, evaluation.charged, now);
+                    self.insert(&mut shard, key, evaluation.state_after, now);
                 }
                 verdict(&evaluation, evaluation.allowed)
             }
@@ -171,7 +171,7 @@ impl MemoryStore {
 
     /// What `Store::refund` does for the memory store: each key's state is given back its charge
     /// under the key's shard lock (a key that has since expired or been evicted is left alone).
-    pub fn refund_now<K: MemoryKey>(&self, charges: &[Charge<K>], now: Nanos) {
+    pub fn refund_sync<K: MemoryKey>(&self, charges: &[Charge<K>], now: Nanos) {
         for charge in charges {
             let key = charge.key.id();
             let mut shard = self.lock(Self::shard_of(key));

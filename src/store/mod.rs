@@ -146,11 +146,11 @@ impl Store for MemoryStore {
     }
 
     async fn apply(&self, charges: &[Charge], now: Nanos) -> Result<Verdicts, StoreError> {
-        Ok(self.apply_now(charges, now))
+        Ok(self.apply_sync(charges, now))
     }
 
     fn refund(&self, charges: &[Charge], now: Nanos) {
-        self.refund_now(charges, now)
+        self.refund_sync(charges, now)
     }
 
     async fn peek(&self, key: &StoreKey) -> Result<Option<State>, StoreError> {

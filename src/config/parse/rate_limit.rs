@@ -56,104 +56,146 @@ struct Raw<'n> {
     max_delay: Option<(&'n Node, &'n Node)>,
 }
 
-fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
-    let what = match level {
-        Level::RateLimits => "each entry of 'rate_limits'",
-        _ => "'rate_limit'",
-    };
-    let entries = fields::mapping(ctx, what, node)?;
-    let mut raw = Raw::default();
-    for (k, v) in entries {
-        let Some(name) = fields::field_name(ctx, k) else {
-            continue;
-        };
-        match name {
-            "unit" => raw.unit = Some((k, v)),
-            "requests_per_unit" => raw.requests_per_unit = Some((k, v)),
-            "unlimited" => raw.unlimited = Some((k, v)),
-            "name" => raw.name = Some(v),
-            "replaces" => raw.replaces = Some(v),
-            "unit_multiplier" => raw.unit_multiplier = Some((k, v)),
-            "algorithm" => raw.algorithm = Some((k, v)),
-            "burst" => raw.burst = Some((k, v)),
-            "max_delay" => raw.max_delay = Some((k, v)),
-            other => fields::unexpected_field(ctx, level, other, k),
+impl<'n> Raw<'n> {
+    /// Sorts a limit map's entries by field, reporting fields that do not belong at `level`.
+    fn read(ctx: &mut Ctx, entries: &'n [(Node, Node)], level: Level) -> Raw<'n> {
+        let mut raw = Raw::default();
+        for (k, v) in entries {
+            let Some(name) = fields::field_name(ctx, k) else {
+                continue;
+            };
+            match name {
+                "unit" => raw.unit = Some((k, v)),
+                "requests_per_unit" => raw.requests_per_unit = Some((k, v)),
+                "unlimited" => raw.unlimited = Some((k, v)),
+                "name" => raw.name = Some(v),
+                "replaces" => raw.replaces = Some(v),
+                "unit_multiplier" => raw.unit_multiplier = Some((k, v)),
+                "algorithm" => raw.algorithm = Some((k, v)),
+                "burst" => raw.burst = Some((k, v)),
+                "max_delay" => raw.max_delay = Some((k, v)),
+                other => fields::unexpected_field(ctx, level, other, k),
+            }
         }
+        raw
     }
-    let place = level.place();
+}
 
-    let mut unlimited = false;
-    // A bad `unlimited` leaves the intent unknown: don't also report unit/requests_per_unit missing.
-    let mut report_missing = true;
-    if let Some((k, v)) = raw.unlimited {
+/// What an `unlimited` field says about the limit.
+enum Intent {
+    /// `unlimited: true`.
+    Unlimited,
+    /// A counted limit. `report_missing` is false when a bad `unlimited` left the intent unknown,
+    /// so a missing unit or requests_per_unit is not reported on top of it.
+    Limited { report_missing: bool },
+}
+
+impl Intent {
+    fn read(ctx: &mut Ctx, raw: &Raw, level: Level) -> Intent {
+        let Some((k, v)) = raw.unlimited else {
+            return Intent::Limited {
+                report_missing: true,
+            };
+        };
         let value = fields::boolean(ctx, "unlimited", v);
         if level == Level::RateLimits {
             ctx.error(
                 &k.location,
                 "'unlimited' is not allowed under rate_limits (use rate_limit: {unlimited: true})",
             );
-            report_missing = false;
-        } else {
-            unlimited = value == Some(true);
-            report_missing = value.is_some();
+            return Intent::Limited {
+                report_missing: false,
+            };
+        }
+        match value {
+            Some(true) => Intent::Unlimited,
+            _ => Intent::Limited {
+                report_missing: value.is_some(),
+            },
         }
     }
+}
+
+/// One limit map (`rate_limit:`, or an entry of `rate_limits:`).
+fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
+    let what = match level {
+        Level::RateLimits => "each entry of 'rate_limits'",
+        _ => "'rate_limit'",
+    };
+    let entries = fields::mapping(ctx, what, node)?;
+    let raw = Raw::read(ctx, entries, level);
+    let intent = Intent::read(ctx, &raw, level);
     let name = raw
         .name
         .and_then(|v| fields::non_empty_string(ctx, "name", v));
-    let replaces = raw.replaces.and_then(|v| replaces(ctx, v, name.as_deref()));
-    let replaces_ok = raw.replaces.is_none() || replaces.is_some();
-    let replaces = replaces.unwrap_or_default();
-
-    if unlimited {
-        let others = [
-            (
-                raw.unit,
-                "should not specify rate limit unit when unlimited",
-            ),
-            (
-                raw.unit_multiplier,
-                "should not specify unit_multiplier when unlimited",
-            ),
-            (raw.algorithm, "should not specify algorithm when unlimited"),
-            (raw.burst, "should not specify burst when unlimited"),
-            (raw.max_delay, "should not specify max_delay when unlimited"),
-        ];
-        if let Some((k, _)) = raw.requests_per_unit {
-            // The reference loads it (and ignores the number): so do we, but say so.
-            ctx.warning(
-                &k.location,
-                "requests_per_unit is ignored: the limit is unlimited",
-            );
+    // `None` when the list is invalid (already reported).
+    let replaces = match raw.replaces {
+        Some(v) => replaces(ctx, v, name.as_deref()),
+        None => Some(Vec::new()),
+    };
+    match intent {
+        Intent::Unlimited => unlimited(ctx, &raw, name, replaces),
+        Intent::Limited { report_missing } => {
+            let mut limit = limited(ctx, node, &raw, level.place(), report_missing)?;
+            limit.name = name;
+            limit.replaces = replaces?;
+            Some(RateLimitSpec::Limited(vec![limit]))
         }
-        let mut ok = replaces_ok;
-        for (k, message) in others.into_iter().filter_map(|(f, m)| Some((f?.0, m))) {
-            ctx.error(&k.location, message);
-            ok = false;
-        }
-        return ok.then_some(RateLimitSpec::Unlimited { name, replaces });
     }
+}
 
+/// `unlimited: true`: only a name and `replaces` may go with it (and `requests_per_unit`, ignored
+/// with a warning, as the reference does).
+fn unlimited(
+    ctx: &mut Ctx,
+    raw: &Raw,
+    name: Option<String>,
+    replaces: Option<Vec<String>>,
+) -> Option<RateLimitSpec> {
+    let others = [
+        (
+            raw.unit,
+            "should not specify rate limit unit when unlimited",
+        ),
+        (
+            raw.unit_multiplier,
+            "should not specify unit_multiplier when unlimited",
+        ),
+        (raw.algorithm, "should not specify algorithm when unlimited"),
+        (raw.burst, "should not specify burst when unlimited"),
+        (raw.max_delay, "should not specify max_delay when unlimited"),
+    ];
+    if let Some((k, _)) = raw.requests_per_unit {
+        // The reference loads it (and ignores the number): so do we, but say so.
+        ctx.warning(
+            &k.location,
+            "requests_per_unit is ignored: the limit is unlimited",
+        );
+    }
+    let mut ok = true;
+    for (k, message) in others.into_iter().filter_map(|(f, m)| Some((f?.0, m))) {
+        ctx.error(&k.location, message);
+        ok = false;
+    }
+    let replaces = replaces?;
+    ok.then_some(RateLimitSpec::Unlimited { name, replaces })
+}
+
+/// A counted limit's numbers, unit and algorithm (its name and `replaces` are left empty for the
+/// caller). Reports every bad field before giving up.
+fn limited(
+    ctx: &mut Ctx,
+    node: &Node,
+    raw: &Raw,
+    place: &str,
+    report_missing: bool,
+) -> Option<Limit> {
     let unit = match raw.unit {
-        Some((_, v)) => fields::string(ctx, "unit", v).and_then(|u| {
-            let parsed = Unit::parse(&u);
-            if parsed.is_none() {
-                ctx.error(
-                    &v.location,
-                    format!(
-                        "invalid rate limit unit '{u}' (expected one of: {})",
-                        Unit::ALL.map(Unit::name).join(", ")
-                    ),
-                );
-            }
-            parsed
-        }),
+        Some((_, v)) => unit(ctx, v),
         None => {
             if report_missing {
-                ctx.error(
-                    &node.location,
-                    format!("missing required field 'unit' {place}"),
-                );
+                let message = format!("missing required field 'unit' {place}");
+                ctx.error(&node.location, message);
             }
             None
         }
@@ -162,13 +204,11 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
         Some((_, v)) => fields::integer(ctx, "requests_per_unit", v, 0, u32::MAX),
         None => {
             if report_missing {
-                ctx.error(
-                    &node.location,
-                    format!(
-                        "missing required field 'requests_per_unit' {place} (write 0 to deny \
-                         every request)"
-                    ),
+                let message = format!(
+                    "missing required field 'requests_per_unit' {place} (write 0 to deny every \
+                     request)"
                 );
+                ctx.error(&node.location, message);
             }
             None
         }
@@ -178,19 +218,7 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
         None => Some(1),
     };
     let algorithm = match raw.algorithm {
-        Some((_, v)) => fields::string(ctx, "algorithm", v).and_then(|a| {
-            let parsed = Algorithm::parse(&a);
-            if parsed.is_none() {
-                ctx.error(
-                    &v.location,
-                    format!(
-                        "invalid algorithm '{a}' (expected one of: {})",
-                        Algorithm::ALL.map(Algorithm::name).join(", ")
-                    ),
-                );
-            }
-            parsed.map(Some)
-        }),
+        Some((_, v)) => algorithm(ctx, v).map(Some),
         None => Some(None),
     };
     let burst = match raw.burst {
@@ -201,14 +229,62 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
         Some((k, v)) => max_delay(ctx, k, v, algorithm),
         None => Some(None),
     };
-    let (unit, requests_per_unit, unit_multiplier, algorithm, burst, max_delay) = (
-        unit?,
-        requests_per_unit?,
-        unit_multiplier?,
-        algorithm?,
-        burst?,
-        max_delay?,
-    );
+    let (unit, unit_multiplier) = (unit?, unit_multiplier?);
+    let (requests_per_unit, algorithm, burst, max_delay) =
+        (requests_per_unit?, algorithm?, burst?, max_delay?);
+    check_window(ctx, node, raw, unit, unit_multiplier)?;
+    Some(Limit {
+        name: None,
+        requests_per_unit,
+        unit,
+        unit_multiplier,
+        algorithm,
+        burst,
+        max_delay,
+        replaces: Vec::new(),
+    })
+}
+
+/// A `unit:` value.
+fn unit(ctx: &mut Ctx, value: &Node) -> Option<Unit> {
+    let text = fields::string(ctx, "unit", value)?;
+    let parsed = Unit::parse(&text);
+    if parsed.is_none() {
+        ctx.error(
+            &value.location,
+            format!(
+                "invalid rate limit unit '{text}' (expected one of: {})",
+                Unit::ALL.map(Unit::name).join(", ")
+            ),
+        );
+    }
+    parsed
+}
+
+/// An `algorithm:` value.
+fn algorithm(ctx: &mut Ctx, value: &Node) -> Option<Algorithm> {
+    let text = fields::string(ctx, "algorithm", value)?;
+    let parsed = Algorithm::parse(&text);
+    if parsed.is_none() {
+        ctx.error(
+            &value.location,
+            format!(
+                "invalid algorithm '{text}' (expected one of: {})",
+                Algorithm::ALL.map(Algorithm::name).join(", ")
+            ),
+        );
+    }
+    parsed
+}
+
+/// The window (`unit` × `unit_multiplier`) must be at most [`MAX_PERIOD_SECONDS`].
+fn check_window(
+    ctx: &mut Ctx,
+    node: &Node,
+    raw: &Raw,
+    unit: Unit,
+    unit_multiplier: u32,
+) -> Option<()> {
     let period = unit.seconds().checked_mul(u64::from(unit_multiplier));
     if period.is_none_or(|p| p > MAX_PERIOD_SECONDS) {
         let at = raw.unit_multiplier.or(raw.unit).map_or(node, |(_, v)| v);
@@ -221,19 +297,7 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
         );
         return None;
     }
-    if !replaces_ok {
-        return None;
-    }
-    Some(RateLimitSpec::Limited(vec![Limit {
-        name,
-        requests_per_unit,
-        unit,
-        unit_multiplier,
-        algorithm,
-        burst,
-        max_delay,
-        replaces,
-    }]))
+    Some(())
 }
 
 /// `max_delay`: a duration up to an hour, and only beside `algorithm: leaky_bucket` (written out,

@@ -30,24 +30,24 @@ fn charge(key: u128, rpu: u32, hits: u64) -> Charge {
 #[test]
 fn a_denied_request_charges_none_of_its_keys() {
     let store = MemoryStore::new(1000);
-    let v = store.apply_now(&[charge(1, 10, 1), charge(2, 1, 1)], 0);
+    let v = store.apply_sync(&[charge(1, 10, 1), charge(2, 1, 1)], 0);
     assert!(v.iter().all(|v| v.allowed));
     assert_eq!(v[0].outlook.remaining, 9);
     // key 2 is now full: the request is denied and key 1 is not charged.
-    let v = store.apply_now(&[charge(1, 10, 1), charge(2, 1, 1)], 0);
+    let v = store.apply_sync(&[charge(1, 10, 1), charge(2, 1, 1)], 0);
     assert!(v[0].allowed && !v[1].allowed);
     assert_eq!(v[0].outlook.remaining, 9, "not charged");
-    let v = store.apply_now(&[charge(1, 10, 1)], 0);
+    let v = store.apply_sync(&[charge(1, 10, 1)], 0);
     assert_eq!(v[0].outlook.remaining, 8);
 }
 
 #[test]
 fn shadow_charges_do_not_block_the_request() {
     let store = MemoryStore::new(1000);
-    store.apply_now(&[charge(2, 1, 1)], 0);
+    store.apply_sync(&[charge(2, 1, 1)], 0);
     let mut shadow = charge(2, 1, 1);
     shadow.enforced = false;
-    let v = store.apply_now(&[charge(1, 10, 1), shadow], 0);
+    let v = store.apply_sync(&[charge(1, 10, 1), shadow], 0);
     assert!(v[0].allowed && !v[1].allowed);
     assert_eq!(
         v[0].outlook.remaining, 9,
@@ -58,9 +58,9 @@ fn shadow_charges_do_not_block_the_request() {
 #[test]
 fn the_same_key_twice_in_one_request_is_counted_twice() {
     let store = MemoryStore::new(1000);
-    let v = store.apply_now(&[charge(1, 3, 2), charge(1, 3, 2)], 0);
+    let v = store.apply_sync(&[charge(1, 3, 2), charge(1, 3, 2)], 0);
     assert!(v[0].allowed && !v[1].allowed);
-    let v = store.apply_now(&[charge(1, 3, 2), charge(1, 3, 1)], 0);
+    let v = store.apply_sync(&[charge(1, 3, 2), charge(1, 3, 1)], 0);
     assert!(v[0].allowed && v[1].allowed);
     assert_eq!(v[1].outlook.remaining, 0);
 }
@@ -74,7 +74,7 @@ fn racing_threads_never_get_more_than_the_limit() {
             std::thread::spawn(move || {
                 (0..500)
                     .filter(|_| {
-                        store.apply_now(&[charge(7, 1000, 1), charge(8, 5000, 1)], 0)[0].allowed
+                        store.apply_sync(&[charge(7, 1000, 1), charge(8, 5000, 1)], 0)[0].allowed
                     })
                     .count()
             })
@@ -82,7 +82,7 @@ fn racing_threads_never_get_more_than_the_limit() {
         .collect();
     let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     assert_eq!(admitted, 1000);
-    let left = store.apply_now(&[charge(8, 5000, 0)], 0);
+    let left = store.apply_sync(&[charge(8, 5000, 0)], 0);
     assert_eq!(
         left[0].outlook.remaining, 4000,
         "only admitted requests were charged"
@@ -93,7 +93,7 @@ fn racing_threads_never_get_more_than_the_limit() {
 fn key_count_stays_bounded_under_a_flood() {
     let store = MemoryStore::new(1024);
     for k in 0..100_000u128 {
-        store.apply_now(
+        store.apply_sync(
             &[charge(
                 k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835),
                 10,
@@ -110,12 +110,12 @@ fn key_count_stays_bounded_under_a_flood() {
 #[test]
 fn sweep_drops_expired_keys_only_and_fresh_state_is_not_stored() {
     let store = MemoryStore::new(1000);
-    store.apply_now(&[charge(1, 10, 1)], 0);
-    store.apply_now(&[charge(2, 10, 1)], 59 * S);
-    store.apply_now(&[charge(3, 10, 0)], 0);
+    store.apply_sync(&[charge(1, 10, 1)], 0);
+    store.apply_sync(&[charge(2, 10, 1)], 59 * S);
+    store.apply_sync(&[charge(3, 10, 0)], 0);
     assert_eq!(store.stats().keys, 2, "a zero-hit check stores nothing");
     assert_eq!(store.sweep(59 * S), 0);
-    store.apply_now(&[charge(4, 10, 1)], 60 * S);
+    store.apply_sync(&[charge(4, 10, 1)], 60 * S);
     assert_eq!(store.sweep(60 * S), 2, "the first window's keys expired");
     assert_eq!(store.stats().keys, 1);
     assert!(store.peek_now(StoreKey(4)).is_some());
@@ -142,16 +142,16 @@ fn leaky(key: u128, hits: u64) -> Charge {
 fn delays_are_reported_only_for_committed_charges() {
     let store = MemoryStore::new(1000);
     let ms = S / 1000;
-    let v = store.apply_now(&[leaky(1, 1)], 0);
+    let v = store.apply_sync(&[leaky(1, 1)], 0);
     assert_eq!((v[0].charged, v[0].delay), (true, 0));
-    let v = store.apply_now(&[leaky(1, 1)], 0);
+    let v = store.apply_sync(&[leaky(1, 1)], 0);
     assert_eq!((v[0].charged, v[0].delay), (true, 100 * ms));
     // Another limit of the request denies it: the leaky charge is not taken, and not delayed.
-    store.apply_now(&[charge(2, 1, 1)], 0);
-    let v = store.apply_now(&[leaky(1, 1), charge(2, 1, 1)], 0);
+    store.apply_sync(&[charge(2, 1, 1)], 0);
+    let v = store.apply_sync(&[leaky(1, 1), charge(2, 1, 1)], 0);
     assert!(v[0].allowed && !v[1].allowed);
     assert_eq!((v[0].charged, v[0].delay), (false, 0));
-    let v = store.apply_now(&[leaky(1, 1)], 0);
+    let v = store.apply_sync(&[leaky(1, 1)], 0);
     assert_eq!(v[0].delay, 200 * ms, "the denied request took no turn");
 }
 
@@ -159,15 +159,18 @@ fn delays_are_reported_only_for_committed_charges() {
 fn a_refund_gives_back_the_leaky_turn_only() {
     let store = MemoryStore::new(1000);
     for _ in 0..3 {
-        assert!(store.apply_now(&[leaky(1, 1)], 0)[0].charged);
+        assert!(store.apply_sync(&[leaky(1, 1)], 0)[0].charged);
     }
-    assert!(!store.apply_now(&[leaky(1, 1)], 0)[0].allowed, "queue full");
-    store.apply_now(&[charge(2, 5, 1)], 0);
-    store.refund_now(&[leaky(1, 1), charge(2, 5, 1)], 0);
-    let v = store.apply_now(&[leaky(1, 1), charge(2, 5, 0)], 0);
+    assert!(
+        !store.apply_sync(&[leaky(1, 1)], 0)[0].allowed,
+        "queue full"
+    );
+    store.apply_sync(&[charge(2, 5, 1)], 0);
+    store.refund_sync(&[leaky(1, 1), charge(2, 5, 1)], 0);
+    let v = store.apply_sync(&[leaky(1, 1), charge(2, 5, 0)], 0);
     assert!(v[0].charged, "the turn was given back");
     assert_eq!(v[1].outlook.remaining, 4, "a fixed window keeps its count");
     // A refund for a key that is gone does nothing.
-    store.refund_now(&[leaky(9, 1)], 0);
+    store.refund_sync(&[leaky(9, 1)], 0);
     assert!(store.peek_now(StoreKey(9)).is_none());
 }
