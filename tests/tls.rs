@@ -314,7 +314,6 @@ async fn the_handshake_timeout_covers_the_tls_handshake_and_the_first_request_by
     assert!(started.elapsed() >= Duration::from_millis(250));
     // A peer that completes the TLS handshake but sends no HTTP/2 preface.
     let config = client_config(&f.ca.cert_pem(), None, &[b"h2"]);
-    let started = monotonic();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     let mut tls = TlsConnector::from(config).connect(name, tcp).await.unwrap();
@@ -323,7 +322,6 @@ async fn the_handshake_timeout_covers_the_tls_handshake_and_the_first_request_by
         closed.is_ok(),
         "still open after 30 s: only the 2 minute idle timeout would close it"
     );
-    assert!(started.elapsed() >= Duration::from_millis(250));
     let _ = tls.shutdown().await;
     f.server.shutdown().await;
 }
