@@ -7,6 +7,7 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ratelimit_server::clock::NANOS_PER_SECOND;
+use ratelimit_server::clock::monotonic;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::{self, LimitParams};
 use ratelimit_server::store::{Charge, KeyBuilder, MemoryStore};
@@ -115,7 +116,7 @@ fn decision_two_threads(c: &mut Criterion) {
                 &format!("decision_2_threads/{algorithm}/{key_count}_keys"),
                 |b| {
                     b.iter_custom(|iters| {
-                        let start = std::time::Instant::now();
+                        let start = monotonic();
                         let threads: Vec<_> = (0..2u64)
                             .map(|t| {
                                 let (store, charges) = (store.clone(), charges.clone());

@@ -9,10 +9,11 @@
 //! Watch the server's RSS and CPU meanwhile (`ps -o rss,pcpu -p PID`).
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
+use ratelimit_server::clock::monotonic;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tonic::codegen::http;
@@ -129,7 +130,7 @@ async fn silent(addr: SocketAddr, count: usize, preface: bool, hold: u64) {
         }
     }
     let opened = connections.len();
-    let started = Instant::now();
+    let started = monotonic();
     let tasks: Vec<_> = connections
         .into_iter()
         .map(|mut c| {
@@ -193,7 +194,7 @@ async fn descriptor_flood(addr: SocketAddr, senders: usize, rounds: usize) {
             })
         })
         .collect();
-    let started = Instant::now();
+    let started = monotonic();
     let mut codes = std::collections::BTreeMap::<String, usize>::new();
     for t in tasks {
         for c in t.await.expect("sender") {

@@ -7,7 +7,7 @@
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -19,6 +19,7 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Zipf};
 use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
+use ratelimit_server::clock::monotonic;
 use ratelimit_server::settings::{Backend, ServeSettings};
 
 #[derive(Debug, Parser)]
@@ -83,7 +84,7 @@ async fn run(args: &Args, port: u16, cache_bytes: usize, prefix: &str) {
     let before = redis_commands(port);
     let next = Arc::new(AtomicU64::new(0));
     let over = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
+    let started = monotonic();
     let workers: Vec<_> = (0..args.in_flight)
         .map(|w| {
             let (client, next, over) = (client.clone(), next.clone(), over.clone());

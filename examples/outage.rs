@@ -8,7 +8,7 @@
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -19,6 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use hdrhistogram::Histogram;
 use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
+use ratelimit_server::clock::monotonic;
 use ratelimit_server::settings::{Backend, ServeSettings};
 use ratelimit_server::store::FailureMode;
 
@@ -143,7 +144,7 @@ async fn main() {
         .await
         .unwrap();
 
-    let start = Instant::now();
+    let start = monotonic();
     let samples = Arc::new(Mutex::new(Vec::<Sample>::with_capacity(1 << 20)));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workers: Vec<_> = (0..args.in_flight)
@@ -155,7 +156,7 @@ async fn main() {
                     i += 1;
                     let mut client = client.clone();
                     let value = format!("u{}", (i * 7919 + w as u64) % 10_000);
-                    let began = Instant::now();
+                    let began = monotonic();
                     let outcome = match client.should_rate_limit(request(&value)).await {
                         Ok(r) if r.get_ref().overall_code == Code::Ok as i32 => 0,
                         Ok(_) => 1,

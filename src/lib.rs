@@ -1,13 +1,19 @@
 //! ratelimit-server: an Envoy-compatible external rate-limit service.
 //!
 //! Module map (dependencies point inward only):
-//! - pure: [`clock`] (time as a value), [`config`] (rules files → validated model), [`policy`]
+//! - time: [`clock`] (time as a value, and waits on it: the one reader of wall time);
+//! - pure: [`config`] (rules files → validated model), [`policy`]
 //!   (matching tree), [`limiter`] (algorithms as functions of state, now and hits);
 //! - state: [`store`] (where limiter state lives);
 //! - observation: [`metrics`], [`telemetry`] (OpenTelemetry spans);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
 //! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files);
-//! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`].
+//! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`];
+//! - [`testing`]: request builders shared by tests, examples and benchmarks.
+//!
+//! No unsafe code: forbidden here and in the binary (the package denies it; see `Cargo.toml`).
+#![forbid(unsafe_code)]
+
 pub mod app;
 pub mod cli;
 pub mod clock;
@@ -28,3 +34,4 @@ pub mod settings;
 pub mod status;
 pub mod store;
 pub mod telemetry;
+pub mod testing;

@@ -1,19 +1,17 @@
 //! The `ratelimit-server` binary: read the reference's environment, parse the command line, set up
 //! logging, run the command.
+#![forbid(unsafe_code)]
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use ratelimit_server::cli::{Cli, Command, run};
 use ratelimit_server::reference_env;
 
 fn main() {
-    // envoyproxy/ratelimit's settings fill in ours that are not set (flag > our env > theirs).
-    // Still one thread here, so changing the environment is sound.
+    // envoyproxy/ratelimit's settings fill in ours that are not set (flag > our env > theirs):
+    // each translated value becomes the default of the argument that reads that variable, below
+    // the command line and our own variable, without changing the environment.
     let reference = reference_env::translate(&|name| std::env::var(name).ok());
-    for (name, value) in &reference.set {
-        // SAFETY: no other thread exists yet (the runtime is built below).
-        unsafe { std::env::set_var(name, value) };
-    }
-    let cli = Cli::parse();
+    let cli = parse(&reference.set);
     ratelimit_server::logging::init();
     if matches!(cli.command, None | Some(Command::Serve(_))) {
         for (name, value) in &reference.set {
@@ -35,4 +33,47 @@ fn main() {
     };
     let code = runtime.block_on(run(cli));
     std::process::exit(code);
+}
+
+/// Parses the command line with `defaults` (variable name, value) as the defaults of the arguments
+/// that read those variables. With no command, parses `serve` with no flags, as the reference's
+/// binary serves from the environment alone.
+fn parse(defaults: &[(&'static str, String)]) -> Cli {
+    let command = with_env_defaults(Cli::command(), defaults);
+    let matches = command.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if cli.command.is_some() {
+        return cli;
+    }
+    let name = command.get_name().to_owned();
+    let matches = command.get_matches_from([name.as_str(), "serve"]);
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// `command` and its subcommands with each argument that reads one of `defaults`' variables
+/// defaulting to that variable's value.
+fn with_env_defaults(command: clap::Command, defaults: &[(&'static str, String)]) -> clap::Command {
+    if defaults.is_empty() {
+        return command;
+    }
+    let command = command.mut_args(|arg| {
+        let value = defaults
+            .iter()
+            .find(|(name, _)| arg.get_env().is_some_and(|env| env == *name));
+        match value {
+            Some((_, value)) => {
+                // Parsed once per process: the few leaked bytes live as long as the value would.
+                let value: &'static str = value.clone().leak();
+                arg.default_value(value)
+            }
+            None => arg,
+        }
+    });
+    let names: Vec<String> = command
+        .get_subcommands()
+        .map(|s| s.get_name().to_owned())
+        .collect();
+    names.into_iter().fold(command, |command, name| {
+        command.mut_subcommand(name, |sub| with_env_defaults(sub, defaults))
+    })
 }

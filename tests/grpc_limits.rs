@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Code, START, code, descriptor, request, start, start_with};
+use common::{Code, START, code, descriptor, headers, request, start, start_with};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -316,13 +316,8 @@ async fn response_headers_come_from_the_tightest_status() {
     let r = s
         .call(request("api", &[&[("api_key", "h")], &[("fixed", "h")]]))
         .await;
-    let headers: Vec<_> = r
-        .response_headers_to_add
-        .iter()
-        .map(|h| (h.key.as_str(), h.value.as_str()))
-        .collect();
     assert_eq!(
-        headers,
+        headers(&r),
         [
             ("RateLimit-Limit", "2"),
             ("RateLimit-Remaining", "1"),

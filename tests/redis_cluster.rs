@@ -5,11 +5,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::contract::{charges, params, run, trace};
 use common::race::{fire, shared_rules};
 use common::redis::{RedisServer, ServerProcess, available, free_port};
+use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, SystemClock};
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::store::{AnyStore, RedisConfig, Store, Topology};
@@ -55,7 +56,7 @@ impl Cluster {
         args.extend(addrs.iter().map(String::as_str));
         args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
         nodes[0].cli(&args).expect("redis-cli --cluster create");
-        let started = Instant::now();
+        let started = monotonic();
         while !nodes.iter().all(|n| {
             n.cli(&["CLUSTER", "INFO"])
                 .is_ok_and(|i| i.contains("cluster_state:ok"))

@@ -8,10 +8,11 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::redis::{RedisServer, free_port};
 use common::{Code, TestServer, code, request, start_with};
+use ratelimit_server::clock::{Clock, SystemClock, monotonic};
 use ratelimit_server::settings::Backend;
 use ratelimit_server::store::FailureMode;
 
@@ -46,10 +47,7 @@ async fn server_with(redis_addr: &str, mode: FailureMode, cache_bytes: usize) ->
     })
     .await;
     let clock = s.clock.clone();
-    let real = move || {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        clock.set(now.unwrap().as_nanos() as u64);
-    };
+    let real = move || clock.set(SystemClock.now());
     real();
     tokio::spawn(async move {
         loop {
@@ -79,7 +77,7 @@ fn sample(text: &str, series: &str) -> f64 {
 
 /// Waits until `ratelimit_store_up` is `up`; returns how long that took.
 async fn store_up_becomes(s: &TestServer, up: bool) -> Duration {
-    let started = Instant::now();
+    let started = monotonic();
     let want = if up { 1.0 } else { 0.0 };
     loop {
         if sample(&metrics(s).await, "ratelimit_store_up") == want {
@@ -105,7 +103,7 @@ async fn decide(s: &TestServer, key: &str, value: &str) -> Result<Code, tonic::C
 
 /// Waits until a request on a fresh value leaves its key in Redis (decisions are on Redis).
 async fn decisions_reach(s: &TestServer, redis: &RedisServer, tag: &str) -> Duration {
-    let started = Instant::now();
+    let started = monotonic();
     for i in 0.. {
         let value = format!("{tag}-{i}");
         assert_eq!(decide(s, "k", &value).await, Ok(Code::Ok));
@@ -119,6 +117,19 @@ async fn decisions_reach(s: &TestServer, redis: &RedisServer, tag: &str) -> Dura
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     unreachable!()
+}
+
+/// Waits until the load has had more than `count` answers (fails only if that never happens).
+async fn answered_past(tally: &Tally, count: u64, what: &str) {
+    let started = monotonic();
+    while tally.answered() <= count {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "{what}: {} answers, never more than {count}",
+            tally.answered()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Answers counted by a background load.
@@ -178,16 +189,17 @@ async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis
     let stop = Arc::new(AtomicBool::new(false));
     let tally = Arc::new(Tally::default());
     let tasks = load(&s, 16, stop.clone(), tally.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = tally.answered();
-    assert!(before > 0, "the load runs on Redis");
+    answered_past(&tally, 0, "the load runs on Redis").await;
 
+    // A loaded machine can miss the 100 ms REDIS_TIMEOUT under this load and switch away (and
+    // back) before the freeze: count the freeze's switches from here, with the store up.
+    store_up_becomes(&s, true).await;
+    let switched = "ratelimit_store_switches{to=\"failure_mode\"}";
+    let switches_before = sample(&metrics(&s).await, switched);
     redis.freeze();
     store_up_becomes(&s, false).await;
     let frozen_at = tally.answered();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let during = tally.answered() - frozen_at;
-    assert!(during > 50, "answered while frozen: {during}");
+    answered_past(&tally, frozen_at + 50, "answered while frozen").await;
     let text = metrics(&s).await;
     assert!(sample(&text, "ratelimit_redis_errors{kind=\"timeout\"}") >= 1.0);
     assert!(
@@ -197,10 +209,12 @@ async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis
         ) >= 1.0
     );
     assert_eq!(
-        sample(&text, "ratelimit_store_switches{to=\"failure_mode\"}"),
-        1.0
+        sample(&text, switched) - switches_before,
+        1.0,
+        "one switch for the freeze, not one per failed call"
     );
 
+    let thawed_at = tally.answered();
     redis.thaw();
     let back = store_up_becomes(&s, true).await;
     decisions_reach(&s, &redis, "after-thaw").await;
@@ -225,9 +239,9 @@ async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis
     assert_eq!(sample(&text, "ratelimit_redis_breaker_state"), 0.0);
     assert!(sample(&text, "ratelimit_store_errors") >= 1.0);
     eprintln!(
-        "answered {} ({} during 500 ms of freeze); store up again {back:?} after SIGCONT",
+        "answered {} ({} while frozen); store up again {back:?} after SIGCONT",
         tally.answered(),
-        during
+        thawed_at - frozen_at
     );
 }
 

@@ -5,10 +5,11 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::redis::{RedisServer, ServerProcess, free_port};
 use common::{Code, code, request};
+use ratelimit_server::clock::monotonic;
 
 struct Sentinel {
     port: u16,
@@ -34,7 +35,7 @@ fn cli(port: u16, args: &[&str]) -> String {
 
 /// Polls `done` every 20 ms for at most `limit`; fails saying `what` never happened.
 fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
+    let started = monotonic();
     while !done() {
         assert!(started.elapsed() < limit, "{what}");
         std::thread::sleep(Duration::from_millis(20));
@@ -198,7 +199,7 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
     });
     // The next calls may fail while the server notices; then it decides on the new master, where
     // the count went on.
-    let started = Instant::now();
+    let started = monotonic();
     let mut failed = 0;
     let answer = loop {
         match call().await {

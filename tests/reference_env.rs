@@ -6,10 +6,11 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Code, code, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use ratelimit_server::clock::monotonic;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -65,7 +66,7 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
         .unwrap();
     let mut child = Killed(child);
     let read_log = || std::fs::read_to_string(log.path()).unwrap_or_default();
-    let started = Instant::now();
+    let started = monotonic();
     loop {
         let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
         if health.is_ok_and(|r| r.status().is_success()) {
@@ -114,7 +115,7 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
     );
     // An edit in place (RUNTIME_WATCH_ROOT=false style) reloads.
     std::fs::write(config.join("config.yaml"), rules(50)).unwrap();
-    let started = Instant::now();
+    let started = monotonic();
     loop {
         let mut probe = request("rl", &[&[("user", "probe")]]);
         probe.descriptors[0].hits_addend =

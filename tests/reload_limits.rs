@@ -6,7 +6,7 @@ mod common;
 
 use std::fs;
 
-use common::{Code, TestServer, request, start};
+use common::{Code, TestServer, request, start, wait_remaining};
 
 fn rules(algorithm: &str, unit: &str, rpu: u32, burst: Option<u32>) -> String {
     let extra = match algorithm {
@@ -41,19 +41,48 @@ async fn edit(s: &mut TestServer, text: &str, rpu: u32) {
     wait_for_limit(s, rpu).await;
 }
 
+/// Sends one hit on (d, k=x) from its own task and returns once it has been decided (the probe
+/// reports `left`): a leaky bucket holds its answer until the request's turn on the manual clock.
+async fn hit(s: &TestServer, left: u32) -> tokio::task::JoinHandle<(Code, u32)> {
+    let mut client = s.client.clone();
+    let call = tokio::spawn(async move {
+        let r = client
+            .should_rate_limit(request("d", &[&[("k", "x")]]))
+            .await
+            .unwrap()
+            .into_inner();
+        (common::code(r.overall_code), r.statuses[0].limit_remaining)
+    });
+    wait_remaining(&s.client, "d", &[("k", "x")], left).await;
+    call
+}
+
 async fn raise_then_lower(algorithm: &str, unit: &str) {
     let mut s = start(&[("d.yaml", &rules(algorithm, unit, 3, None))]).await;
-    let key = [("k", "x")];
-    assert_eq!(s.hit("d", &key).await, (Code::Ok, 2), "{algorithm}");
+    let mut calls = vec![hit(&s, 2).await];
     edit(&mut s, &rules(algorithm, unit, 10, None), 10).await;
-    assert_eq!(s.hit("d", &key).await, (Code::Ok, 8), "{algorithm}: raised");
+    calls.push(hit(&s, 8).await);
     edit(&mut s, &rules(algorithm, unit, 3, None), 3).await;
+    calls.push(hit(&s, 0).await);
+    // A denial is never held; awaited here so it is decided before the clock moves.
+    let denied = s.hit("d", &[("k", "x")]).await;
+    // Releases the held leaky-bucket answers (every turn is within the 2 s max_delay).
+    s.clock.advance(std::time::Duration::from_secs(2));
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.unwrap());
+    }
+    answers.push(denied);
     assert_eq!(
-        s.hit("d", &key).await,
-        (Code::Ok, 0),
-        "{algorithm}: lowered"
+        answers,
+        [
+            (Code::Ok, 2),
+            (Code::Ok, 8),
+            (Code::Ok, 0),
+            (Code::OverLimit, 0)
+        ],
+        "{algorithm}: used 1 of 3, raised to 10, lowered to 3"
     );
-    assert_eq!(s.hit("d", &key).await, (Code::OverLimit, 0), "{algorithm}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,8 +102,8 @@ async fn sliding_window_keeps_hits_used_across_limit_edits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaky_bucket_keeps_hits_used_across_limit_edits() {
-    // Per second so the held answers wait at most 2/3 s; the manual clock stands still, so the
-    // queue does not drain meanwhile.
+    // Per second, so every turn is within max_delay; the manual clock stands still until the end,
+    // so the queue does not drain meanwhile.
     raise_then_lower("leaky_bucket", "second").await;
 }
 

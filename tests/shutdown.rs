@@ -3,10 +3,11 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{free_port, start};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tokio::time::Instant;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -124,7 +125,9 @@ async fn sigterm_keeps_serving_with_health_not_serving_for_the_delay_then_exits_
             "--http-addr",
             &format!("127.0.0.1:{http}"),
         ])
-        .env("SHUTDOWN_DELAY", "3s")
+        // Long enough for the checks below on a loaded machine; they assert what happens within
+        // the delay, not when.
+        .env("SHUTDOWN_DELAY", "5s")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -147,7 +150,7 @@ async fn sigterm_keeps_serving_with_health_not_serving_for_the_delay_then_exits_
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
         if health.is_ok_and(|r| r.status() == 500) {
@@ -219,9 +222,13 @@ async fn serve_refuses_to_start_on_invalid_rules() {
 
 #[tokio::test]
 async fn in_flight_requests_complete_during_shutdown() {
-    // A leaky bucket draining 2 per second holds the 2nd and 3rd answers 0.5 s and 1 s.
+    // A leaky bucket draining 2 per second holds the 2nd and 3rd answers until the server's manual
+    // clock reaches their turns (0.5 s and 1 s): until the test moves it, they stay in flight.
     let rules = "domain: d\ndescriptors:\n  - key: q\n    rate_limit: {unit: second, requests_per_unit: 2, burst: 5, algorithm: leaky_bucket, max_delay: 2s}\n";
-    let s = start(&[("d.yaml", rules)]).await;
+    let s = common::start_with(&[("d.yaml", rules)], |settings| {
+        settings.drain_timeout = Duration::from_secs(3600);
+    })
+    .await;
     let calls: Vec<_> = (0..3)
         .map(|_| {
             let mut client = s.client.clone();
@@ -232,18 +239,22 @@ async fn in_flight_requests_complete_during_shutdown() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let draining = s.server.status.clone();
+    common::wait_remaining(&s.client, "d", &[("q", "x")], 2).await;
+    let (draining, clock) = (s.server.status.clone(), s.clock.clone());
     let stopping = tokio::spawn(s.server.shutdown());
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = tokio::time::Instant::now();
+    while !draining.is_draining() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "health never flipped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(
-        draining.is_draining(),
-        "health flipped while requests are still waiting"
-    );
-    assert!(
-        !stopping.is_finished(),
+        !stopping.is_finished() && !calls[1].is_finished() && !calls[2].is_finished(),
         "shutdown waits for the held answers"
     );
+    clock.advance(Duration::from_secs(1));
     for call in calls {
         let response = call
             .await
@@ -252,8 +263,8 @@ async fn in_flight_requests_complete_during_shutdown() {
             .into_inner();
         assert_eq!(common::code(response.overall_code), common::Code::Ok);
     }
-    tokio::time::timeout(Duration::from_secs(5), stopping)
+    tokio::time::timeout(Duration::from_secs(30), stopping)
         .await
-        .expect("shutdown finishes")
+        .expect("shutdown finishes once the held answers are sent")
         .unwrap();
 }

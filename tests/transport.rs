@@ -264,12 +264,15 @@ impl Drop for Killed {
 /// connections again once the silent ones are closed.
 #[tokio::test]
 async fn a_connection_flood_past_the_descriptor_limit_neither_spins_nor_starves_health() {
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
     let (grpc, http) = (free_port(), free_port());
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    // prlimit (util-linux) sets the limit on itself and then execs the server, which keeps it: no
+    // code of ours runs between fork and exec.
+    let mut command = std::process::Command::new("prlimit");
     command
+        .arg("--nofile=256:256")
+        .arg(env!("CARGO_BIN_EXE_ratelimit-server"))
         .args(["serve", "--config"])
         .arg(dir.path())
         .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
@@ -277,20 +280,11 @@ async fn a_connection_flood_past_the_descriptor_limit_neither_spins_nor_starves_
         .env("HANDSHAKE_TIMEOUT", "2s")
         .env("LOG_LEVEL", "error")
         .stdout(std::process::Stdio::null());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 256,
-                rlim_max: 256,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = Killed(command.spawn().unwrap());
+    let child = Killed(
+        command
+            .spawn()
+            .expect("prlimit (util-linux) runs the server"),
+    );
     let health = format!("http://127.0.0.1:{http}/healthcheck");
     let mut ready = false;
     for _ in 0..500 {

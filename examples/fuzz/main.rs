@@ -21,12 +21,13 @@ use std::hash::{Hash, Hasher};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use input::{Choices, mutate};
+use ratelimit_server::clock::monotonic;
 
 /// Counts live heap bytes and their peak, to bound each input's memory.
 struct Counting;
@@ -34,9 +35,15 @@ struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+#[allow(
+    unsafe_code,
+    reason = "a global allocator cannot be written without it; the package denies unsafe code \
+              everywhere else (Cargo.toml [lints]), the library and the binary forbid it"
+)]
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc` is the system allocator's.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
@@ -46,6 +53,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `alloc` above, that is from the system allocator, with `layout`.
         unsafe { System.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
@@ -122,7 +130,7 @@ impl Target {
     fn run(&mut self, input: &[u8]) -> Result<(), String> {
         let base = LIVE.load(Ordering::Relaxed);
         PEAK.store(base, Ordering::Relaxed);
-        let started = Instant::now();
+        let started = monotonic();
         IN_TARGET.with(|t| t.set(true));
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| self.check(input)));
         IN_TARGET.with(|t| t.set(false));
@@ -203,7 +211,7 @@ fn fuzz(name: &str, root: &Path, budget: Duration, rng: &mut StdRng) -> Report {
             fail(seed, why, &mut report);
         }
     }
-    let started = Instant::now();
+    let started = monotonic();
     while started.elapsed() < budget && report.crashes.len() < 5 {
         let input = if corpus.is_empty() || rng.random_bool(0.4) {
             let len = rng.random_range(0..512);
@@ -267,16 +275,15 @@ fn main() {
         return;
     }
     let seed = seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
+        use ratelimit_server::clock::{Clock, SystemClock};
+        SystemClock.now()
     });
     println!("fuzz: seed {seed}, {seconds} s over {targets:?}");
     let mut rng = StdRng::seed_from_u64(seed);
     let budget = Duration::from_secs_f64(seconds / targets.len() as f64);
     let mut crashed = 0;
     for name in &targets {
-        let started = Instant::now();
+        let started = monotonic();
         let r = fuzz(name, &root, budget, &mut rng);
         let took = started.elapsed().as_secs_f64();
         println!(

@@ -20,7 +20,7 @@ mod redis_side;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
@@ -31,6 +31,7 @@ use hdrhistogram::Histogram;
 use prost::Message;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};
+use ratelimit_server::clock::monotonic;
 use tonic::transport::{Channel, Endpoint};
 
 const RULES: &str = "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n  - key: held\n    rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: fixed_window}\n";
@@ -272,7 +273,7 @@ async fn drive(
         };
         channels.push(channel);
     }
-    let warmup_end = Instant::now() + Duration::from_secs(1);
+    let warmup_end = monotonic() + Duration::from_secs(1);
     let end = warmup_end + duration;
     let tasks: Vec<_> = (0..inflight)
         .map(|t| {
@@ -287,7 +288,7 @@ async fn drive(
                 let path = tonic::codegen::http::uri::PathAndQuery::from_static(PATH);
                 loop {
                     let body = traffic.pick(&mut rng);
-                    let started = Instant::now();
+                    let started = monotonic();
                     if grpc.ready().await.is_err() {
                         errors += 1;
                         continue;
@@ -295,7 +296,7 @@ async fn drive(
                     let result = grpc
                         .unary(tonic::Request::new(body), path.clone(), codec::RawCodec)
                         .await;
-                    let now = Instant::now();
+                    let now = monotonic();
                     answered += u64::from(result.is_ok());
                     if now >= end {
                         break;

@@ -4,12 +4,13 @@
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use ratelimit_server::clock::monotonic;
 
 pub struct Redis {
     pub addr: String,
@@ -58,7 +59,7 @@ impl Redis {
             child,
             client,
         };
-        let started = Instant::now();
+        let started = monotonic();
         while redis.info("server").is_none() {
             assert!(
                 started.elapsed() < Duration::from_secs(10),
@@ -109,7 +110,7 @@ impl Redis {
     /// `addr` and reports Redis' memory growth per counter.
     pub async fn memory_per_counter(&self, addr: SocketAddr, n: usize) -> String {
         let before = field(&self.info("memory").unwrap_or_default(), "used_memory").unwrap_or(0);
-        let started = Instant::now();
+        let started = monotonic();
         let client = loop {
             match RateLimitServiceClient::connect(format!("http://{addr}")).await {
                 Ok(c) => break c,

@@ -190,10 +190,11 @@ impl<S: Store> Engine<S> {
                 });
             }
         }
+        let now = self.clock.now();
         let verdicts = if charges.is_empty() {
             Verdicts::new()
         } else {
-            self.store.apply(&charges, self.clock.now()).await?
+            self.store.apply(&charges, now).await?
         };
         let tightest = response::tightest(&plans, &verdicts);
         let mut response = response::build(&plans, &tightest, &self.settings);
@@ -212,7 +213,7 @@ impl<S: Store> Engine<S> {
             );
         }
         if !self.settings.shadow_mode {
-            turn::wait(&*self.store, &*self.clock, &charges, &verdicts).await;
+            turn::wait(&*self.store, &*self.clock, now, &charges, &verdicts).await;
         }
         Ok(response)
     }

@@ -1,45 +1,45 @@
-//! Engine tests without a transport: the handler called directly with a manual clock.
+//! Engine tests without a transport: the handler called directly with a manual clock. Held
+//! leaky-bucket answers wait on that clock, so a test polls a call once to see it held, and moves
+//! the clock to release it: nothing here depends on how fast the machine is.
 
 use std::sync::Arc;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use futures_util::FutureExt;
 
 use super::*;
 use crate::clock::{ManualClock, NANOS_PER_SECOND};
 use crate::store::AnyStore;
 
+const START: u64 = 1_767_225_600 * NANOS_PER_SECOND;
+
 fn engine(yaml: &str) -> Engine<AnyStore> {
+    engine_on(yaml, ManualClock::new(START), EngineSettings::default())
+}
+
+fn engine_on(yaml: &str, clock: ManualClock, settings: EngineSettings) -> Engine<AnyStore> {
     let configs =
         crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
     Engine::new(
         Policy::new(&configs),
         Arc::new(AnyStore::memory(1000)),
-        Arc::new(ManualClock::new(1_767_225_600 * NANOS_PER_SECOND)),
-        EngineSettings::default(),
+        Arc::new(clock),
+        settings,
     )
 }
 
+/// A zero-hit check of `q=1`: what remains, charging nothing.
+fn check() -> RateLimitRequest {
+    let mut check = request(&[&[("q", "1")]]);
+    check.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+    check
+}
+
+/// A request of domain `d` (the one builder, `crate::testing`).
 fn request(descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "d".into(),
-        descriptors: descriptors
-            .iter()
-            .map(|entries| RateLimitDescriptor {
-                entries: entries
-                    .iter()
-                    .map(|(k, v)| Entry {
-                        key: (*k).into(),
-                        value: (*v).into(),
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect(),
-        hits_addend: 0,
-    }
+    crate::testing::request("d", descriptors)
 }
 
 #[tokio::test]
@@ -99,44 +99,69 @@ async fn a_new_policy_takes_effect_and_keeps_counters_of_unchanged_rules() {
 const LEAKY: &str = "domain: d\ndescriptors:\n  - key: q\n    rate_limit: {unit: second, requests_per_unit: 2, algorithm: leaky_bucket, burst: 3, max_delay: 5s}\n";
 
 #[tokio::test]
+async fn a_held_answer_is_released_when_the_clock_reaches_its_turn_and_not_before() {
+    let clock = ManualClock::new(START);
+    let e = engine_on(LEAKY, clock.clone(), EngineSettings::default());
+    let q = request(&[&[("q", "1")]]);
+    let first = e.should_rate_limit(&q).now_or_never();
+    assert_eq!(
+        first.map(|r| r.unwrap().statuses[0].limit_remaining),
+        Some(2),
+        "answered at once"
+    );
+    // Drains 2 per second: the second request's turn is 500 ms away.
+    let mut second = Box::pin(e.should_rate_limit(&q));
+    assert!((&mut second).now_or_never().is_none(), "held for its turn");
+    clock.advance(std::time::Duration::from_millis(499));
+    assert!(
+        (&mut second).now_or_never().is_none(),
+        "1 ms before its turn"
+    );
+    clock.advance(std::time::Duration::from_millis(1));
+    let answer = second.await.unwrap();
+    assert_eq!(
+        (answer.overall_code, answer.statuses[0].limit_remaining),
+        (Code::Ok as i32, 1),
+        "released at its turn with what remained when it was decided"
+    );
+}
+
+#[tokio::test]
 async fn a_caller_that_goes_away_while_queued_gives_its_turn_back() {
     let e = engine(LEAKY);
     let q = request(&[&[("q", "1")]]);
     let first = e.should_rate_limit(&q).await.unwrap();
     assert_eq!(first.statuses[0].limit_remaining, 2, "answered at once");
-    // The second waits 500 ms for its turn; the caller gives up after 20 ms.
-    let gave_up = tokio::time::timeout(
-        std::time::Duration::from_millis(20),
-        e.should_rate_limit(&q),
-    )
-    .await;
-    assert!(gave_up.is_err(), "still queued after 20 ms");
-    let mut check = q.clone();
-    check.descriptors[0].hits_addend =
-        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
-    let r = e.should_rate_limit(&check).await.unwrap();
+    // The second waits 500 ms for its turn on a clock that stands still; its caller polls it once
+    // and gives up (drops it).
+    let gave_up = e.should_rate_limit(&q).now_or_never();
+    assert!(gave_up.is_none(), "queued, not answered");
+    let r = e.should_rate_limit(&check()).await.unwrap();
     assert_eq!(r.statuses[0].limit_remaining, 2, "the turn was given back");
 }
 
 #[tokio::test]
 async fn global_shadow_mode_never_holds_an_answer() {
-    let configs =
-        crate::config::parse_files(&[("t.yaml".into(), LEAKY.to_owned())]).expect("valid rules");
-    let e = Engine::new(
-        Policy::new(&configs),
-        Arc::new(AnyStore::memory(1000)),
-        Arc::new(ManualClock::new(1_767_225_600 * NANOS_PER_SECOND)),
+    let e = engine_on(
+        LEAKY,
+        ManualClock::new(START),
         EngineSettings {
             shadow_mode: true,
             ..EngineSettings::default()
         },
     );
     let q = request(&[&[("q", "1")]]);
-    let started = std::time::Instant::now();
-    for _ in 0..3 {
-        e.should_rate_limit(&q).await.unwrap();
+    // The clock stands still: a held answer would never be ready.
+    for left in [2, 1, 0] {
+        let answer = e.should_rate_limit(&q).now_or_never();
+        assert_eq!(
+            answer.map(|r| r.unwrap().statuses[0].limit_remaining),
+            Some(left),
+            "answered at once, queued behind the earlier ones"
+        );
     }
-    assert!(started.elapsed() < std::time::Duration::from_millis(400));
+    let r = e.should_rate_limit(&check()).await.unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 0, "the turns were taken");
 }
 
 #[tokio::test]

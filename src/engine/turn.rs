@@ -1,11 +1,10 @@
 //! Waiting for a leaky bucket's turn: the answer of an admitted request is held until the latest
-//! turn among its enforced charges, on a timer (no thread, no lock held). If the caller goes away
-//! first (tonic drops the handler's future when the client cancels), a drop guard gives the queue
-//! turns back to the store.
+//! turn among its enforced charges, on the engine's own clock (`Clock::sleep_until`, the clock the
+//! decision read: a manual clock in tests releases the answer when it is moved to the turn), with
+//! no thread and no lock held. If the caller goes away first (tonic drops the handler's future when
+//! the client cancels), a drop guard gives the queue turns back to the store.
 
-use std::time::Duration;
-
-use crate::clock::Clock;
+use crate::clock::{Clock, Nanos};
 use crate::config::Algorithm;
 use crate::store::{Charge, Store, Verdict};
 
@@ -24,10 +23,12 @@ impl<S: Store> Drop for RefundOnDrop<'_, S> {
     }
 }
 
-/// Sleeps until the request's turn; refunds its turns if dropped before then.
+/// Sleeps until the request's turn (`now`, the decision's time, plus its delay); refunds its
+/// turns if dropped before then. Allocates nothing when the request need not wait.
 pub(super) async fn wait<S: Store>(
     store: &S,
     clock: &dyn Clock,
+    now: Nanos,
     charges: &[Charge<S::Key>],
     verdicts: &[Verdict],
 ) {
@@ -51,6 +52,6 @@ pub(super) async fn wait<S: Store>(
             .map(|(c, _)| c.clone())
             .collect(),
     };
-    tokio::time::sleep(Duration::from_nanos(delay)).await;
+    clock.sleep_until(now.saturating_add(delay)).await;
     guard.charges.clear();
 }

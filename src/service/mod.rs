@@ -8,7 +8,10 @@ mod codec;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Latency on tokio's monotonic time (it follows paused time in tests).
+use tokio::time::Instant;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code as RateLimitCode;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};

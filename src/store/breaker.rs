@@ -177,7 +177,7 @@ mod tests {
 
     #[test]
     fn opens_after_consecutive_failures_only() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic();
         let mut b = breaker();
         assert_eq!(fail(&mut b, 2, t), [None, None]);
         assert_eq!(
@@ -194,7 +194,7 @@ mod tests {
 
     #[test]
     fn one_probe_at_a_time_and_its_success_closes() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         let at = t + 100 * MS;
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn failed_probes_double_the_interval_up_to_the_cap() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         let mut now = t;
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn a_lost_probe_is_replaced() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         assert_eq!(b.permit(t + 100 * MS), Permit::Probe);
@@ -245,7 +245,7 @@ mod tests {
 
     #[test]
     fn late_answers_change_nothing() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         // A call let through while closed answers after the breaker opened.
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn starting_open_then_connected() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic();
         let mut b = Breaker::new_open(100 * MS, 800 * MS, 250 * MS, t);
         assert!(!b.is_up());
         assert_eq!(b.connected(), Some(Change::Up));

@@ -6,9 +6,11 @@
 //! Redis and the failure mode is logged once, counted and shown on `ratelimit_store_up`.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+
+use crate::clock::monotonic;
 
 use super::breaker::{Breaker, Change, Permit};
 use super::over_limit_cache::OverLimitCache;
@@ -108,7 +110,7 @@ impl GuardedRedis {
         };
         let breaker = match connected {
             Some(_) => Breaker::new(BREAKER_BASE, BREAKER_MAX, probe_timeout),
-            None => Breaker::new_open(BREAKER_BASE, BREAKER_MAX, probe_timeout, Instant::now()),
+            None => Breaker::new_open(BREAKER_BASE, BREAKER_MAX, probe_timeout, monotonic()),
         };
         metrics.store_up.set(i64::from(connected.is_some()));
         metrics.breaker_state.set(breaker.state() as i64);
@@ -153,7 +155,7 @@ impl GuardedRedis {
 
     fn permit(&self) -> Permit {
         let mut b = self.breaker();
-        let permit = b.permit(Instant::now());
+        let permit = b.permit(monotonic());
         self.shared.metrics.breaker_state.set(b.state() as i64);
         permit
     }
@@ -161,7 +163,7 @@ impl GuardedRedis {
     fn record(&self, permit: Permit, ok: bool) {
         let change = {
             let mut b = self.breaker();
-            let change = b.record(permit, ok, Instant::now());
+            let change = b.record(permit, ok, monotonic());
             self.shared.metrics.breaker_state.set(b.state() as i64);
             change
         };

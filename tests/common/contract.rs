@@ -1,5 +1,8 @@
 //! The store contract's shared parts: deterministic traces of requests, run against any store.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses a part"
+)]
 
 use ratelimit_server::clock::NANOS_PER_SECOND as S;
 use ratelimit_server::config::Algorithm;

@@ -1,5 +1,8 @@
 //! Test harness: a real server on 127.0.0.1:0 with a manual clock, and a real tonic client.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses a part"
+)]
 
 pub mod contract;
 pub mod ports;
@@ -12,8 +15,6 @@ pub use ports::free_port;
 use std::sync::Arc;
 use std::time::Duration;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use ratelimit_server::app::{self, Server};
@@ -23,6 +24,9 @@ use tempfile::TempDir;
 use tonic::transport::Channel;
 
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+/// The one request builder, shared with the library's own tests.
+#[allow(unused_imports, reason = "each test binary uses a part")]
+pub use ratelimit_server::testing::{descriptor, request};
 
 /// 2026-01-01T00:00:10Z: ten seconds into a minute, an hour and a day.
 pub const START: u64 = 1_767_225_610 * NANOS_PER_SECOND;
@@ -102,13 +106,14 @@ impl TestServer {
         format!("http://{}{path}", self.server.http_addr)
     }
 
-    /// Polls `probe` until it returns true or 3 s pass; returns how long it took.
+    /// Polls `probe` until it returns true; returns how long it took. Fails after 30 s, far above
+    /// the normal time, so a loaded machine does not fail it.
     pub async fn eventually<F, Fut>(&mut self, what: &str, mut probe: F) -> Duration
     where
         F: FnMut(RateLimitServiceClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         loop {
             if probe(self.client.clone()).await {
                 let took = started.elapsed();
@@ -116,8 +121,8 @@ impl TestServer {
                 return took;
             }
             assert!(
-                started.elapsed() < Duration::from_secs(3),
-                "{what}: not in force after 3 s"
+                started.elapsed() < Duration::from_secs(30),
+                "{what}: not in force after 30 s"
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -132,24 +137,48 @@ pub fn code(value: i32) -> Code {
     Code::try_from(value).expect("a known code")
 }
 
-pub fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
-    }
+/// The response's headers as (name, value) pairs, in order.
+pub fn headers(r: &RateLimitResponse) -> Vec<(&str, &str)> {
+    r.response_headers_to_add
+        .iter()
+        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .collect()
 }
 
-pub fn request(domain: &str, descriptors: &[&[(&str, &str)]]) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: domain.into(),
-        descriptors: descriptors.iter().map(|d| descriptor(d)).collect(),
-        hits_addend: 0,
+/// `request(domain, [entries])` with zero hits: reports what remains, charges nothing, never held.
+pub fn probe(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
+    let mut r = request(domain, &[entries]);
+    r.descriptors[0].hits_addend =
+        Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 });
+    r
+}
+
+/// Polls `probe(domain, entries)` until it reports `want` remaining: the way to know that calls
+/// sent from other tasks have been decided (a held leaky-bucket answer has taken its turn) without
+/// sleeping for a guessed time. Fails only if it never happens (10 s).
+pub async fn wait_remaining(
+    client: &RateLimitServiceClient<Channel>,
+    domain: &str,
+    entries: &[(&str, &str)],
+    want: u32,
+) {
+    let mut client = client.clone();
+    let started = tokio::time::Instant::now();
+    loop {
+        let r = client
+            .should_rate_limit(probe(domain, entries))
+            .await
+            .expect("ShouldRateLimit succeeds")
+            .into_inner();
+        let remaining = r.statuses[0].limit_remaining;
+        if remaining == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{domain} {entries:?}: remaining stayed {remaining}, never {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

@@ -3,11 +3,12 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::NamedTempFile;
 
 use super::free_port;
+use ratelimit_server::clock::monotonic;
 
 /// A `ratelimit-server serve` child, killed when dropped.
 pub struct Served {
@@ -47,7 +48,7 @@ impl Served {
     }
 
     pub async fn wait_ready(&mut self) {
-        let started = Instant::now();
+        let started = monotonic();
         loop {
             let ready = reqwest::get(format!("{}/readyz", self.http)).await;
             if ready.is_ok_and(|r| r.status().is_success()) {
@@ -57,7 +58,7 @@ impl Served {
                 panic!("server exited ({exit}):\n{}", self.log());
             }
             assert!(
-                started.elapsed() < Duration::from_secs(10),
+                started.elapsed() < Duration::from_secs(60),
                 "server not ready:\n{}",
                 self.log()
             );
@@ -70,12 +71,12 @@ impl Served {
         super::scrape_metric(&format!("{}/metrics", self.http), name).await
     }
 
-    /// Waits (at most 5 s) until `name` reaches `value`.
+    /// Waits (at most 30 s) until `name` reaches `value`.
     pub async fn wait_for_metric(&self, name: &str, value: u64) {
-        let started = Instant::now();
+        let started = monotonic();
         while self.metric(name).await < value {
             assert!(
-                started.elapsed() < Duration::from_secs(5),
+                started.elapsed() < Duration::from_secs(30),
                 "{name} did not reach {value}:\n{}",
                 self.log()
             );

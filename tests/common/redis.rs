@@ -1,11 +1,15 @@
 //! A real `redis-server` per test, on a free loopback port, killed on drop. Without
 //! `redis-server` on PATH a test is skipped with a loud message, except under CI (`CI` set),
 //! where `.ci/run` installs it and a missing one fails the test.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses a part"
+)]
 
+use ratelimit_server::clock::monotonic;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use super::ports::free_port;
 
@@ -124,7 +128,7 @@ impl RedisServer {
     }
 
     fn wait_ready(&self) {
-        let started = Instant::now();
+        let started = monotonic();
         loop {
             if self.cli(&["PING"]).is_ok_and(|out| out.trim() == "PONG") {
                 return;
@@ -248,7 +252,7 @@ impl ServerProcess {
         tonic::transport::Channel,
     >{
         use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-        let started = Instant::now();
+        let started = monotonic();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("server exited: {status}");
@@ -269,7 +273,7 @@ impl ServerProcess {
     /// Waits for the process to exit (it is expected to fail at start-up); returns its output.
     pub fn wait_exit(self) -> std::process::ExitStatus {
         let mut me = self;
-        let started = Instant::now();
+        let started = monotonic();
         loop {
             if let Ok(Some(status)) = me.child.try_wait() {
                 return status;

@@ -4,12 +4,11 @@
 use std::fs::File;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Once};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ratelimit_server::app::{self, Server};
 use ratelimit_server::clock::SystemClock;
@@ -138,21 +137,28 @@ pub struct Process {
 }
 
 impl Process {
-    fn spawn(name: &str, command: &mut Command, log: PathBuf) -> Process {
+    /// Runs `program` with `args` under `setpriv --pdeathsig KILL` (util-linux): if this test
+    /// process dies without running destructors, the kernel kills the child too. setpriv sets the
+    /// signal on itself and execs the program, which keeps it: no code of ours runs between fork
+    /// and exec.
+    fn spawn<I, S>(name: &str, program: &Path, args: I, log: PathBuf) -> Process
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
         let out = File::create(&log).expect("create log file");
         let err = out.try_clone().expect("clone log file");
-        command.stdin(Stdio::null()).stdout(out).stderr(err);
-        // If this test process dies without running destructors, the kernel kills the child too.
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--pdeathsig", "KILL", "--"])
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
         let child = command
             .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+            .unwrap_or_else(|e| panic!("start {name} (under setpriv, from util-linux): {e}"));
         Process {
             name: name.to_owned(),
             child,
@@ -206,15 +212,19 @@ impl Envoy {
         let dir = tempfile::tempdir().expect("temp dir");
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, config).expect("write envoy config");
-        let mut command = Command::new(bin);
-        command
-            .arg("-c")
-            .arg(&config_path)
+        let arg = std::ffi::OsStr::new;
+        let args = [
+            arg("-c"),
+            config_path.as_os_str(),
             // No shared memory for hot restart, so parallel tests' Envoys cannot collide.
-            .arg("--disable-hot-restart")
-            .args(["--concurrency", "1", "-l", "warning"]);
-        let mut process = Process::spawn("envoy", &mut command, dir.path().join("envoy.log"));
-        let started = Instant::now();
+            arg("--disable-hot-restart"),
+            arg("--concurrency"),
+            arg("1"),
+            arg("-l"),
+            arg("warning"),
+        ];
+        let mut process = Process::spawn("envoy", bin, args, dir.path().join("envoy.log"));
+        let started = tokio::time::Instant::now();
         loop {
             if let Some(status) = process.exited() {
                 let log = process.log();

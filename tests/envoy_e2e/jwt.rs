@@ -1,8 +1,6 @@
 //! ES256 test tokens, signed with the demo key in tests/fixtures/jwt whose public half is the
 //! local JWKS in envoy/per-user-jwt.yaml.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use p256::ecdsa::signature::Signer;
@@ -19,11 +17,10 @@ fn demo_key() -> SigningKey {
     SigningKey::from_pkcs8_pem(pem).expect("the demo key parses")
 }
 
+/// Unix seconds, from the library's one reader of wall time.
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs()
+    use ratelimit_server::clock::{Clock, NANOS_PER_SECOND, SystemClock};
+    SystemClock.now() / NANOS_PER_SECOND
 }
 
 /// Signs `claims` with `key` as a compact JWS (header.payload.signature).

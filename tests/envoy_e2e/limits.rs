@@ -127,10 +127,9 @@ descriptors:
 
 /// Seconds until the end of the current UTC hour, now, rounded up (a fixed window's reset).
 fn seconds_to_end_of_hour() -> u64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970");
-    3600 - now.as_secs() % 3600
+    use ratelimit_server::clock::{Clock, NANOS_PER_SECOND, SystemClock};
+    let now = SystemClock.now() / NANOS_PER_SECOND;
+    3600 - now % 3600
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,10 @@
 //! Certificates made in the test (rcgen, ECDSA P-256): a CA, server and client certificates it
 //! signs, written as PEM files; and rustls client configs that trust a CA and may present a
 //! client certificate.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses a part"
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -3,7 +3,10 @@
 //! MOVED/ASK and failovers handled by the client), or a master found through Sentinel.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's monotonic time (it follows paused time in tests); decisions never read it.
+use tokio::time::Instant;
 
 use arc_swap::ArcSwap;
 

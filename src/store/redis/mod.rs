@@ -199,10 +199,11 @@ async fn backoff(attempt: usize) {
         tokio::task::yield_now().await;
         return;
     }
-    let jitter = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    tokio::time::sleep(Duration::from_micros(u64::from(jitter % 2000))).await;
+    // Randomly keyed hashes make the jitter (RandomState gives every call new keys): instances that
+    // collide at the same instant do not retry in step, as a clock-derived jitter would have them.
+    use std::hash::BuildHasher;
+    let jitter = std::collections::hash_map::RandomState::new().hash_one(attempt);
+    tokio::time::sleep(Duration::from_micros(jitter % 2000)).await;
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -294,7 +295,7 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         let m = &self.inner.metrics;
         m.redis_calls.inc();
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let result = tokio::time::timeout(self.inner.timeout, call).await;
         m.redis_latency.observe(started.elapsed().as_secs_f64());
         match result {
