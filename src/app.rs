@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
 use crate::net::{self, Acceptor, ConnectionCaps, TransportArgs};
 use crate::policy::Policy;
+use crate::record::{LivePolicy, Recorder};
 use crate::reload::{self, Reloader};
 use crate::service::RateLimitGrpc;
 use crate::settings::Backend;
@@ -27,6 +28,9 @@ use crate::settings::ServeSettings;
 use crate::status::{LoadReport, ServerStatus};
 use crate::store::{AnyStore, Store};
 use crate::telemetry::Tracing;
+
+/// At shutdown, how long the record writer may take to write what is queued.
+const RECORD_FLUSH_WAIT: Duration = Duration::from_secs(10);
 
 /// How often idle keys are dropped from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -45,6 +49,11 @@ pub enum StartError {
     Tls(#[from] TlsError),
     #[error("{0}")]
     Tracing(#[from] crate::telemetry::TracingError),
+    #[error("cannot record to {path} (RECORD_FILE): {source}")]
+    Record {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -73,6 +82,8 @@ pub struct Server {
     shutdown_delay: Duration,
     /// Flushed once the listeners are closed.
     tracing: Option<Tracing>,
+    /// `--record`: its queue is written out once the listeners are closed.
+    pub recorder: Option<Arc<Recorder>>,
 }
 
 impl Server {
@@ -113,6 +124,9 @@ impl Server {
         }
         if let Some(tracing) = &self.tracing {
             tracing.shutdown().await;
+        }
+        if let Some(recorder) = self.recorder {
+            let _ = tokio::task::spawn_blocking(move || recorder.finish(RECORD_FLUSH_WAIT)).await;
         }
     }
 }
@@ -219,6 +233,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             });
         }
     };
+    let recorder = recorder(settings, &engine, &metrics)?;
     let tls_metrics = TlsMetrics::register(metrics.registry());
     let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics)?;
     let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics)?;
@@ -269,7 +284,9 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
             .add_service(health_service)
             .add_service(
-                RateLimitGrpc::new(engine.clone(), t.call_limits()).with_tracing(tracing.clone()),
+                RateLimitGrpc::new(engine.clone(), t.call_limits())
+                    .with_tracing(tracing.clone())
+                    .with_recorder(recorder.clone()),
             );
         if let Some(path) = &settings.grpc_uds {
             // Also on a Unix socket (Envoy's pipe address). A stale socket file is replaced.
@@ -306,6 +323,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             metrics,
             status: status.clone(),
             healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
+            recorder: recorder.clone(),
         });
         let header_timeout = settings.transport.handshake_timeout;
         if let Some((listener, _)) = debug {
@@ -342,7 +360,39 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         drain_timeout: settings.drain_timeout,
         shutdown_delay: settings.shutdown_delay,
         tracing,
+        recorder,
     })
+}
+
+/// The `--record` writer, when asked for: the file is opened now (an error stops the start).
+fn recorder(
+    settings: &ServeSettings,
+    engine: &Arc<Engine<AnyStore>>,
+    metrics: &Metrics,
+) -> Result<Option<Arc<Recorder>>, StartError> {
+    let Some(config) = settings.record.config()? else {
+        return Ok(None);
+    };
+    let live = engine.clone();
+    let policy: LivePolicy = Arc::new(move || live.policy());
+    let file = config.file.clone();
+    let recorder =
+        Recorder::start(config.clone(), policy, metrics.registry()).map_err(|source| {
+            StartError::Record {
+                path: file.path.display().to_string(),
+                source,
+            }
+        })?;
+    tracing::info!(
+        path = %file.path.display(),
+        max_bytes = file.max_bytes,
+        max_files = file.max_files,
+        sample = config.sample,
+        hash_values = config.hash_key.is_some(),
+        queue = config.queue,
+        "recording every decision (sampled) as JSON lines; a full queue or a failed write drops          lines and counts them, never slowing an answer"
+    );
+    Ok(Some(Arc::new(recorder)))
 }
 
 /// Drops idle keys from memory every [`SWEEP_INTERVAL`] until `stop` turns true.
