@@ -77,7 +77,7 @@ impl RecordMetrics {
         }
     }
 
-    pub fn drop(&self, reason: DropReason, lines: u64) {
+    pub fn count_drop(&self, reason: DropReason, lines: u64) {
         self.dropped[reason as usize].inc_by(lines);
     }
 

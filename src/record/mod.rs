@@ -100,7 +100,7 @@ impl Recorder {
         response: Option<&RateLimitResponse>,
     ) {
         if !self.sampler.take() {
-            self.metrics.drop(DropReason::SampledOut, 1);
+            self.metrics.count_drop(DropReason::SampledOut, 1);
             return;
         }
         let answer = response.map(|r| Answer {
@@ -114,9 +114,11 @@ impl Recorder {
         };
         match self.queue.try_send(Some(decided)) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.metrics.drop(DropReason::QueueFull, 1),
+            Err(TrySendError::Full(_)) => self.metrics.count_drop(DropReason::QueueFull, 1),
             // The writer has stopped (shutdown).
-            Err(TrySendError::Disconnected(_)) => self.metrics.drop(DropReason::WriteError, 1),
+            Err(TrySendError::Disconnected(_)) => {
+                self.metrics.count_drop(DropReason::WriteError, 1)
+            }
         }
     }
 

@@ -80,7 +80,7 @@ impl RecordFile {
         }
         if self.file.is_none() {
             if Instant::now() < self.retry_at {
-                self.metrics.drop(DropReason::WriteError, lines);
+                self.metrics.count_drop(DropReason::WriteError, lines);
                 return;
             }
             match open(&self.spec.path) {
@@ -102,7 +102,7 @@ impl RecordFile {
             self.rotate();
         }
         let Some(open) = &mut self.file else {
-            self.metrics.drop(DropReason::WriteError, lines);
+            self.metrics.count_drop(DropReason::WriteError, lines);
             return;
         };
         match open.file.write_all(batch) {
@@ -142,7 +142,7 @@ impl RecordFile {
     }
 
     fn failed(&mut self, error: io::Error, message: &str, lines: u64) {
-        self.metrics.drop(DropReason::WriteError, lines);
+        self.metrics.count_drop(DropReason::WriteError, lines);
         self.log(&error, message);
         self.file = None;
         self.retry_at = Instant::now() + RETRY_AFTER;
