@@ -22,6 +22,7 @@ use crate::metrics::Metrics;
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
 use crate::net::{self, Acceptor, ConnectionCaps, Timeouts, TransportArgs};
 use crate::policy::Policy;
+use crate::record::{LivePolicy, Recorder};
 use crate::reload::{self, Reloader};
 use crate::service::RateLimitGrpc;
 use crate::settings::Backend;
@@ -29,6 +30,9 @@ use crate::settings::ServeSettings;
 use crate::status::{LoadReport, ServerStatus};
 use crate::store::{AnyStore, Store};
 use crate::telemetry::Tracing;
+
+/// At shutdown, how long the record writer may take to write what is queued.
+const RECORD_FLUSH_WAIT: Duration = Duration::from_secs(10);
 
 /// How often idle keys are dropped from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -47,6 +51,11 @@ pub enum StartError {
     Tls(#[from] TlsError),
     #[error("{0}")]
     Tracing(#[from] crate::telemetry::TracingError),
+    #[error("cannot record to {path} (RECORD_FILE): {source}")]
+    Record {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -75,6 +84,8 @@ pub struct Server {
     shutdown_delay: Duration,
     /// Flushed once the listeners are closed.
     tracing: Option<Tracing>,
+    /// `--record`: its queue is written out once the listeners are closed.
+    pub recorder: Option<Arc<Recorder>>,
 }
 
 impl Server {
@@ -115,6 +126,9 @@ impl Server {
         }
         if let Some(tracing) = &self.tracing {
             tracing.shutdown().await;
+        }
+        if let Some(recorder) = self.recorder {
+            let _ = tokio::task::spawn_blocking(move || recorder.finish(RECORD_FLUSH_WAIT)).await;
         }
     }
 }
@@ -176,6 +190,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
     let reloader = rules_reloader(settings, &engine, &metrics, &status, &clock);
     let summary = load_first_rules(settings, &reloader)?;
+    let recorder = recorder(settings, &engine, &metrics)?;
     let tls_metrics = TlsMetrics::register(metrics.registry());
     let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics)?;
     let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics)?;
@@ -193,7 +208,8 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     tasks.watch_tls_files(settings, [&grpc_tls, &admin_tls]);
     let (health, health_service) = HealthReporter::new();
     let grpc_service = RateLimitGrpc::new(engine.clone(), settings.transport.call_limits())
-        .with_tracing(tracing.clone());
+        .with_tracing(tracing.clone())
+        .with_recorder(recorder.clone());
     let grpc_router = grpc_server(settings)
         .add_service(health_service)
         .add_service(grpc_service);
@@ -205,6 +221,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         metrics,
         status: status.clone(),
         healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
+        recorder: recorder.clone(),
     });
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, admin.clone());
@@ -227,7 +244,40 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         drain_timeout: settings.drain_timeout,
         shutdown_delay: settings.shutdown_delay,
         tracing,
+        recorder,
     })
+}
+
+/// The `--record` writer, when asked for: the file is opened now (an error stops the start).
+fn recorder(
+    settings: &ServeSettings,
+    engine: &Arc<Engine<AnyStore>>,
+    metrics: &Metrics,
+) -> Result<Option<Arc<Recorder>>, StartError> {
+    let Some(config) = settings.record.config()? else {
+        return Ok(None);
+    };
+    let live = engine.clone();
+    let policy: LivePolicy = Arc::new(move || live.policy());
+    let file = config.file.clone();
+    let recorder =
+        Recorder::start(config.clone(), policy, metrics.registry()).map_err(|source| {
+            StartError::Record {
+                path: file.path.display().to_string(),
+                source,
+            }
+        })?;
+    tracing::info!(
+        path = %file.path.display(),
+        max_bytes = file.max_bytes,
+        max_files = file.max_files,
+        sample = config.sample,
+        hash_values = config.hash_key.is_some(),
+        queue = config.queue,
+        "recording decisions as JSON lines; a full queue or a failed write drops lines and \
+         counts them, never slowing an answer"
+    );
+    Ok(Some(Arc::new(recorder)))
 }
 
 /// The store the settings ask for: memory, or Redis behind its guard (connecting now).

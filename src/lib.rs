@@ -7,7 +7,8 @@
 //! - state: [`store`] (where limiter state lives);
 //! - observation: [`metrics`], [`telemetry`] (OpenTelemetry spans);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
-//! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files);
+//! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files),
+//!   [`record`] (`serve --record`: decisions to a file, off the hot path);
 //! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`];
 //! - [`testing`]: request builders shared by tests, examples and benchmarks.
 //!
@@ -26,6 +27,7 @@ pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod policy;
+pub mod record;
 pub mod reference_env;
 pub mod reload;
 pub mod rules_dir;

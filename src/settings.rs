@@ -45,6 +45,10 @@ pub use store_args::{Backend, RedisType, SettingError, SocketType, StoreArgs};
 
 mod tracing_args;
 
+mod record_args;
+
+pub use record_args::RecordArgs;
+
 pub use tracing_args::{Headers, OtlpProtocol, TracingArgs};
 
 /// What a limit that does not say gets; shared by `serve` and `explain`.
@@ -203,6 +207,8 @@ pub struct ServeSettings {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub tracing: TracingArgs,
+    #[command(flatten)]
+    pub record: RecordArgs,
 }
 
 impl ServeSettings {

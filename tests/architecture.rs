@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["policy"],
     &["store"],
     &["metrics", "telemetry"],
-    &["status", "rules_dir", "health"],
+    &["status", "rules_dir", "health", "record"],
     &["engine"],
     &["service", "http", "reload"],
     &["net"],

@@ -12,6 +12,10 @@
 //! same run (a `redis-server` it starts itself, or `--redis-url`), and reports Redis round trips
 //! per decision (`INFO commandstats`); `--redis-memory-keys 100000` also reports Redis memory per
 //! held counter (`INFO memory`).
+//!
+//! `--backend memory,record` also measures the memory server recording every decision
+//! (`--record` to a file in the run's temporary directory) and reports its throughput and latency
+//! as ratios to the same server without recording, with the lines written and dropped.
 
 mod codec;
 mod noop;
@@ -62,7 +66,8 @@ struct Args {
     /// the server code linked into this program.
     #[arg(long)]
     server_bin: Option<std::path::PathBuf>,
-    /// Stores to measure the server on, each beside the no-op server: memory, redis.
+    /// Servers to measure, each beside the no-op server: memory, redis, record (the memory
+    /// server with `--record FILE`; compared with memory when both run).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
     /// Redis for `--backend redis` (host:port); default: a redis-server started for the run.
@@ -81,6 +86,8 @@ struct Args {
     serve: Option<String>,
     #[arg(long, hide = true)]
     addr: Option<SocketAddr>,
+    #[arg(long, hide = true)]
+    admin_addr: Option<SocketAddr>,
     #[arg(long, hide = true)]
     config: Option<std::path::PathBuf>,
 }
@@ -135,13 +142,15 @@ fn spawn_server(
     config: &std::path::Path,
     server_bin: Option<&std::path::Path>,
     redis_url: Option<&str>,
-) -> (ServerProcess, SocketAddr) {
+    record: Option<&std::path::Path>,
+) -> (ServerProcess, SocketAddr, SocketAddr) {
     let addr = free_addr();
+    let admin = free_addr();
     let mut command = match server_bin {
         Some(bin) if kind != "noop" => {
             let mut c = Command::new(bin);
             c.args(["serve", "--grpc-addr", &addr.to_string()])
-                .args(["--http-addr", &free_addr().to_string(), "--config"])
+                .args(["--http-addr", &admin.to_string(), "--config"])
                 .arg(config)
                 .env("LOG_LEVEL", "warn")
                 .stderr(Stdio::null());
@@ -149,7 +158,8 @@ fn spawn_server(
         }
         _ => {
             let mut c = Command::new(std::env::current_exe().expect("own path"));
-            c.args(["--serve", kind, "--addr", &addr.to_string(), "--config"])
+            c.args(["--serve", kind, "--addr", &addr.to_string()])
+                .args(["--admin-addr", &admin.to_string(), "--config"])
                 .arg(config);
             c
         }
@@ -163,11 +173,14 @@ fn spawn_server(
             )
             .env("CACHE_KEY_PREFIX", "load:");
     }
+    if let Some(file) = record {
+        command.env("RECORD_FILE", file);
+    }
     let child = command.stdout(Stdio::null()).spawn().expect("spawn server");
-    (ServerProcess(child), addr)
+    (ServerProcess(child), addr, admin)
 }
 
-async fn serve(kind: &str, addr: SocketAddr, config: std::path::PathBuf) {
+async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::path::PathBuf) {
     use ratelimit_server::{app, clock::SystemClock, settings::ServeSettings};
     if kind == "noop" {
         tonic::transport::Server::builder()
@@ -176,9 +189,11 @@ async fn serve(kind: &str, addr: SocketAddr, config: std::path::PathBuf) {
             .await
             .expect("noop server");
     } else {
-        // BACKEND_TYPE, REDIS_URL… come from the environment (set by `spawn_server`).
+        // BACKEND_TYPE, REDIS_URL, RECORD_FILE… come from the environment (set by
+        // `spawn_server`).
         let mut settings = ServeSettings::for_tests(config);
         settings.grpc_addr = addr;
+        settings.http_addr = admin;
         let _server = app::start(&settings, Arc::new(SystemClock))
             .await
             .expect("server");
@@ -241,6 +256,8 @@ struct Outcome {
     round_trips: Option<f64>,
     /// Decide-and-write attempts (scripts) per answered call: above 1, conflicts were retried.
     attempts: Option<f64>,
+    /// `record` only: lines written and dropped for a full queue, from the server's /metrics.
+    recorded: Option<(u64, u64)>,
 }
 
 async fn drive(
@@ -331,6 +348,7 @@ async fn drive(
         answered,
         round_trips: None,
         attempts: None,
+        recorded: None,
     }
 }
 
@@ -352,6 +370,7 @@ async fn main() {
         serve(
             kind,
             args.addr.expect("--addr"),
+            args.admin_addr.expect("--admin-addr"),
             args.config.clone().expect("--config"),
         )
         .await;
@@ -374,7 +393,8 @@ async fn main() {
         match backend.as_str() {
             "memory" => kinds.push("real"),
             "redis" => kinds.push("redis"),
-            other => panic!("unknown backend {other} (memory or redis)"),
+            "record" => kinds.push("record"),
+            other => panic!("unknown backend {other} (memory, redis or record)"),
         }
     }
     let redis = kinds
@@ -385,6 +405,9 @@ async fn main() {
     let mut worst: Option<(String, f64, f64)> = None;
     let mut worst_tail: Option<(String, f64)> = None;
     let mut redis_vs_memory = Vec::new();
+    let mut record_vs_memory = Vec::new();
+    let mut worst_record: Option<(String, f64, f64)> = None;
+    let record_file = dir.path().join("record.jsonl");
     for mix in &args.keys {
         let traffic = Arc::new(Traffic::new(mix));
         for &shape in &args.shapes {
@@ -401,17 +424,30 @@ async fn main() {
                     } else {
                         1
                     };
-                    let (_servers, addrs): (Vec<ServerProcess>, Vec<SocketAddr>) = (0..instances)
-                        .map(|_| {
-                            spawn_server(
-                                kind,
-                                dir.path(),
-                                args.server_bin.as_deref(),
-                                redis_url.as_deref(),
-                            )
-                        })
-                        .unzip();
+                    let record = (*kind == "record").then_some(record_file.as_path());
+                    if let Some(file) = record {
+                        let _ = std::fs::remove_file(file);
+                    }
+                    let mut servers = Vec::new();
+                    let mut addrs = Vec::new();
+                    let mut admins = Vec::new();
+                    for _ in 0..instances {
+                        let (server, addr, admin) = spawn_server(
+                            kind,
+                            dir.path(),
+                            args.server_bin.as_deref(),
+                            redis_url.as_deref(),
+                            record,
+                        );
+                        servers.push(server);
+                        addrs.push(addr);
+                        admins.push(admin);
+                    }
                     let mut outcome = drive(&addrs, traffic.clone(), shape, duration).await;
+                    if record.is_some() {
+                        outcome.recorded = Some(record_counts(admins[0]).await);
+                    }
+                    drop(servers);
                     if *kind == "redis"
                         && let (Some(r), Some((calls, reads))) = (&redis, before)
                     {
@@ -444,6 +480,7 @@ async fn main() {
             for (kind, r) in &results {
                 let name = match *kind {
                     "real" => "memory",
+                    "record" => "memory --record",
                     other => other,
                 };
                 println!(
@@ -462,6 +499,20 @@ async fn main() {
                 }
             }
             let find = |k: &str| results.iter().find(|(kind, _)| *kind == k).map(|(_, o)| o);
+            if let (Some(record), Some(memory)) = (find("record"), find("real")) {
+                let ratio = record.throughput / memory.throughput;
+                let p50 = us(&record.latency, 0.5) / us(&memory.latency, 0.5);
+                let p999 = us(&record.latency, 0.999) / us(&memory.latency, 0.999);
+                let (lines, dropped) = record.recorded.unwrap_or_default();
+                record_vs_memory.push(format!(
+                    "| {mix} | {shape} | {ratio:.3} | {p50:.3} | {p999:.3} | {lines} | {dropped} | {} |",
+                    record.answered
+                ));
+                let scenario = format!("{mix} keys, {shape}");
+                if worst_record.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
+                    worst_record = Some((scenario, ratio, p50));
+                }
+            }
             if let Some(redis) = find("redis") {
                 let vs = |f: &dyn Fn(&Outcome) -> f64, fmt: fn(f64) -> String| {
                     find("real").map_or("-".to_owned(), |memory| fmt(f(memory)))
@@ -495,13 +546,30 @@ async fn main() {
             println!("{line}");
         }
     }
+    if !record_vs_memory.is_empty() {
+        println!(
+            "\nRecording cost (the memory server with --record vs without, same run):\n\n\
+             | keys | connections x in flight | req/s ratio | p50 ratio | p999 ratio | \
+             lines written | dropped (queue full) | calls answered |"
+        );
+        println!("|---|---|---|---|---|---|---|---|");
+        for line in &record_vs_memory {
+            println!("{line}");
+        }
+    }
+    if let Some((scenario, ratio, p50)) = worst_record {
+        println!(
+            "worst recording shape: {scenario}: {ratio:.3}x the throughput without --record, p50 {p50:.3}x"
+        );
+    }
     if let (Some(r), true) = (&redis, args.redis_memory_keys > 0) {
         r.flush();
-        let (_server, addr) = spawn_server(
+        let (_server, addr, _) = spawn_server(
             "redis",
             dir.path(),
             args.server_bin.as_deref(),
             redis_url.as_deref(),
+            None,
         );
         let report = r.memory_per_counter(addr, args.redis_memory_keys).await;
         println!("\n{report}");
@@ -519,4 +587,38 @@ async fn main() {
         eprintln!("load: errors or no answers in: {}", failed.join("; "));
         std::process::exit(1);
     }
+}
+
+/// `ratelimit_record_lines_total` and the queue-full drops from a recording server's /metrics,
+/// once its writer has caught up (the counts stop moving).
+async fn record_counts(admin: SocketAddr) -> (u64, u64) {
+    let read = || async move {
+        let text = reqwest::get(format!("http://{admin}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let value = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or(0, |v| v as u64)
+        };
+        Some((
+            value("ratelimit_record_lines_total"),
+            value(r#"ratelimit_record_dropped_total{reason="queue_full"}"#),
+        ))
+    };
+    let mut last = None;
+    for _ in 0..50 {
+        let now = read().await;
+        if now.is_some() && now == last {
+            break;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    last.unwrap_or_default()
 }

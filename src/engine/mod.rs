@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Nanos};
 use crate::limiter::LimitDefaults;
 use crate::limiter::{LimitParams, State};
 use crate::metrics::{Metrics, PolicyMetrics};
@@ -66,6 +66,14 @@ pub enum EngineError {
     Invalid(#[from] InvalidRequest),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A decision and the instant it was made at.
+#[derive(Debug)]
+pub struct Decision {
+    /// The `now` the request's limits were evaluated at.
+    pub now: Nanos,
+    pub result: Result<RateLimitResponse, EngineError>,
 }
 
 /// The rules in force and their metric series, swapped together.
@@ -162,6 +170,24 @@ impl<S: Store> Engine<S> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EngineError> {
+        self.decide(request).await.result
+    }
+
+    /// Decides one request and says at which instant: the `now` its limits were evaluated at
+    /// (read before validation, so a refused request has one too), for `serve --record`.
+    pub async fn decide(&self, request: &RateLimitRequest) -> Decision {
+        let now = self.clock.now();
+        Decision {
+            now,
+            result: self.decide_at(request, now).await,
+        }
+    }
+
+    async fn decide_at(
+        &self,
+        request: &RateLimitRequest,
+        now: Nanos,
+    ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
         let plans = plan::plan(&live.policy, request, &self.settings)?;
@@ -190,7 +216,6 @@ impl<S: Store> Engine<S> {
                 });
             }
         }
-        let now = self.clock.now();
         let verdicts = if charges.is_empty() {
             Verdicts::new()
         } else {

@@ -200,3 +200,32 @@ async fn hits_beyond_any_limit_are_over_it_and_the_largest_limit_still_fits_exac
         );
     }
 }
+
+#[tokio::test]
+async fn a_decision_says_the_instant_it_was_made_at_refused_or_not() {
+    let clock = ManualClock::new(1_767_225_600 * NANOS_PER_SECOND);
+    let configs = crate::config::parse_files(&[(
+        "t.yaml".into(),
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: fixed_window}\n".to_owned(),
+    )])
+    .expect("valid rules");
+    let e = Engine::new(
+        Policy::new(&configs),
+        Arc::new(AnyStore::memory(1000)),
+        Arc::new(clock.clone()),
+        EngineSettings::default(),
+    );
+    let first = e.decide(&request(&[&[("a", "1")]])).await;
+    assert_eq!(first.now, 1_767_225_600 * NANOS_PER_SECOND);
+    assert_eq!(first.result.unwrap().overall_code, Code::Ok as i32);
+    clock.advance(std::time::Duration::from_secs(61));
+    // The limit was evaluated at the instant reported: a minute later the window is new.
+    let second = e.decide(&request(&[&[("a", "1")]])).await;
+    assert_eq!(second.now, 1_767_225_661 * NANOS_PER_SECOND);
+    assert_eq!(second.result.unwrap().overall_code, Code::Ok as i32);
+    let mut invalid = request(&[&[("a", "1")]]);
+    invalid.domain.clear();
+    let refused = e.decide(&invalid).await;
+    assert_eq!(refused.now, 1_767_225_661 * NANOS_PER_SECOND);
+    assert!(matches!(refused.result, Err(EngineError::Invalid(_))));
+}

@@ -1,7 +1,8 @@
 //! `POST /json`: the reference's JSON form of ShouldRateLimit. The body is a proto3-JSON
 //! RateLimitRequest (camelCase or original field names, enums by name or number); the answer is a
 //! proto3-JSON RateLimitResponse (zero values omitted) with HTTP 200 for OK, 429 for OVER_LIMIT,
-//! 400 for bad input and 500 when the store fails.
+//! 400 for bad input and 500 when the store fails. A `serve --record` line is a valid body: its
+//! `v`, `time` and `decision` are accepted and ignored.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -18,10 +19,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::UInt64Value;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value, json};
 
 use super::AdminState;
-use crate::engine::EngineError;
+use crate::engine::{Decision, EngineError};
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -32,6 +34,14 @@ struct JsonRequest {
     descriptors: Vec<JsonDescriptor>,
     #[serde(default, alias = "hits_addend")]
     hits_addend: Option<Number>,
+    /// A record line's (docs/record.md) format version, time and decision: accepted and ignored,
+    /// so a record line POSTs as it is.
+    #[serde(default, rename = "v")]
+    _version: Option<IgnoredAny>,
+    #[serde(default, rename = "time")]
+    _time: Option<IgnoredAny>,
+    #[serde(default, rename = "decision")]
+    _decision: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -253,7 +263,11 @@ pub(super) async fn json(State(admin): AdminState, body: Bytes) -> Response {
         Ok(r) => r,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    match admin.engine.should_rate_limit(&request).await {
+    let Decision { now, result } = admin.engine.decide(&request).await;
+    if let Some(recorder) = &admin.recorder {
+        recorder.record(now, request, result.as_ref().ok());
+    }
+    match result {
         Ok(response) => {
             let status = if response.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS

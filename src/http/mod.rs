@@ -27,6 +27,8 @@ pub struct Admin {
     pub status: Arc<ServerStatus>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
     pub healthy_needs_a_domain: bool,
+    /// `serve --record`: `POST /json` decisions are recorded too.
+    pub recorder: Option<Arc<crate::record::Recorder>>,
 }
 
 type AdminState = State<Arc<Admin>>;

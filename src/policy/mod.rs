@@ -319,6 +319,22 @@ impl DomainRules {
         collect(&self.root, &mut out);
         out
     }
+
+    /// Every `(key, value)` the domain's entries name exactly (not wildcards, not value-less
+    /// keys), at any depth: values that are no secret (`serve --record-hash-values` keeps them).
+    pub fn named_values(&self) -> Vec<(&str, &str)> {
+        fn collect<'p>(level: &'p Level, out: &mut Vec<(&'p str, &'p str)>) {
+            for node in &level.nodes {
+                if let NodeValue::Exact(value) = &node.value {
+                    out.push((node.key.as_str(), value.as_str()));
+                }
+                collect(&node.children, out);
+            }
+        }
+        let mut out = Vec::new();
+        collect(&self.root, &mut out);
+        out
+    }
 }
 
 /// All domains' rules: one immutable snapshot, swapped whole on reload.

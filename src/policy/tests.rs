@@ -177,3 +177,23 @@ fn descriptor_text_parses_pairs_and_rejects_missing_equals() {
             .contains("'b' is not key=value")
     );
 }
+
+#[test]
+fn named_values_are_the_exact_ones_at_every_depth() {
+    let p = policy(vec![
+        d("path", None, Some(1), vec![]),
+        d("path", Some("/v1/*"), Some(2), vec![]),
+        d(
+            "client",
+            Some("acme"),
+            None,
+            vec![
+                d("user", Some("bob"), Some(3), vec![]),
+                d("user", None, Some(4), vec![]),
+            ],
+        ),
+    ]);
+    let mut named = p.domain("test").unwrap().named_values();
+    named.sort();
+    assert_eq!(named, [("client", "acme"), ("user", "bob")]);
+}

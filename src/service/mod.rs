@@ -21,7 +21,8 @@ use tonic::codegen::{BoxFuture, Context, Poll, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Request, Response, Status};
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Decision, Engine, EngineError};
+use crate::record::Recorder;
 use crate::store::Store;
 use crate::telemetry::Tracing;
 
@@ -72,6 +73,8 @@ struct Shared<S> {
     buffered: Arc<Semaphore>,
     /// A span per call when tracing is on; `None` builds nothing.
     tracing: Option<Tracing>,
+    /// `serve --record`: each decision, queued for the record file.
+    recorder: Option<Arc<Recorder>>,
 }
 
 /// The tonic service around a shared engine.
@@ -113,6 +116,7 @@ impl<S: Store> RateLimitGrpc<S> {
                 limits,
                 buffered: Arc::new(Semaphore::new(permits)),
                 tracing: None,
+                recorder: None,
             }),
         }
     }
@@ -123,6 +127,15 @@ impl<S: Store> RateLimitGrpc<S> {
             Arc::try_unwrap(self.shared).unwrap_or_else(|_| unreachable!("not yet cloned"));
         RateLimitGrpc {
             shared: Arc::new(Shared { tracing, ..shared }),
+        }
+    }
+
+    /// Records each decision (see [`Recorder`]).
+    pub fn with_recorder(self, recorder: Option<Arc<Recorder>>) -> Self {
+        let shared =
+            Arc::try_unwrap(self.shared).unwrap_or_else(|_| unreachable!("not yet cloned"));
+        RateLimitGrpc {
+            shared: Arc::new(Shared { recorder, ..shared }),
         }
     }
 
@@ -235,7 +248,7 @@ impl<S: Store> Shared<S> {
                     .map(|d| d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))),
             );
         }
-        let result = self.engine.should_rate_limit(request.get_ref()).await;
+        let Decision { now, result } = self.engine.decide(request.get_ref()).await;
         if let Some(m) = &self.metrics {
             m.requests.inc();
             m.latency.observe(started.elapsed().as_secs_f64());
@@ -244,6 +257,9 @@ impl<S: Store> Shared<S> {
                 Err(EngineError::Store(_)) => m.store_errors.inc(),
                 Ok(_) => {}
             }
+        }
+        if let Some(recorder) = &self.recorder {
+            recorder.record(now, request.into_inner(), result.as_ref().ok());
         }
         let response = result.map_err(Status::from);
         if let Some(span) = span {

@@ -1,0 +1,319 @@
+//! The record line (docs/record.md, format version 1) as pure code: one request, the instant it
+//! was decided at and the answer given → one JSON line, values in clear or as keyed hashes.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+use smallvec::SmallVec;
+
+use super::hash::HashKey;
+use crate::clock::{NANOS_PER_SECOND, Nanos};
+
+/// The answer a request got: the overall code and each descriptor's, or `None` when the engine
+/// refused the request (recorded as `UNKNOWN` with no statuses).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub code: i32,
+    pub statuses: SmallVec<[i32; 4]>,
+}
+
+/// One decision to record: what was asked, when it was decided, and what was answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub time: Nanos,
+    pub request: RateLimitRequest,
+    pub answer: Option<Answer>,
+}
+
+/// How descriptor values are written.
+pub enum Values<'a> {
+    Clear,
+    /// Keyed hashes, except the values `named(domain, key, value)` says the live rules name.
+    Hashed {
+        key: &'a HashKey,
+        named: &'a dyn Fn(&str, &str, &str) -> bool,
+    },
+}
+
+/// Appends the record line of `decided` (with its `\n`) to `out`.
+pub fn encode(decided: &Decided, values: &Values<'_>, out: &mut Vec<u8>) {
+    let r = &decided.request;
+    out.extend_from_slice(b"{\"v\":1,\"time\":\"");
+    rfc3339(decided.time, out);
+    out.extend_from_slice(b"\",\"domain\":");
+    string(&r.domain, out);
+    out.extend_from_slice(b",\"descriptors\":[");
+    for (i, d) in r.descriptors.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"entries\":[");
+        for (j, e) in d.entries.iter().enumerate() {
+            if j > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"key\":");
+            string(&e.key, out);
+            out.extend_from_slice(b",\"value\":");
+            match values {
+                Values::Hashed { key, named } if !named(&r.domain, &e.key, &e.value) => {
+                    out.extend_from_slice(b"\"h:");
+                    out.extend_from_slice(key.hash_hex(&e.value).as_bytes());
+                    out.push(b'"');
+                }
+                _ => string(&e.value, out),
+            }
+            out.push(b'}');
+        }
+        out.push(b']');
+        if let Some(limit) = &d.limit {
+            out.extend_from_slice(b",\"limit\":{");
+            let mut comma = false;
+            if limit.requests_per_unit != 0 {
+                out.extend_from_slice(b"\"requestsPerUnit\":");
+                out.extend_from_slice(limit.requests_per_unit.to_string().as_bytes());
+                comma = true;
+            }
+            if limit.unit != 0 {
+                if comma {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"\"unit\":");
+                match RateLimitUnit::try_from(limit.unit) {
+                    Ok(unit) => string(unit.as_str_name(), out),
+                    Err(_) => out.extend_from_slice(limit.unit.to_string().as_bytes()),
+                }
+            }
+            out.push(b'}');
+        }
+        if let Some(hits) = &d.hits_addend {
+            // proto3 JSON writes a 64-bit integer as a string.
+            out.extend_from_slice(b",\"hitsAddend\":\"");
+            out.extend_from_slice(hits.value.to_string().as_bytes());
+            out.push(b'"');
+        }
+        if d.is_negative_hits {
+            out.extend_from_slice(b",\"isNegativeHits\":true");
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    if r.hits_addend != 0 {
+        out.extend_from_slice(b",\"hitsAddend\":");
+        out.extend_from_slice(r.hits_addend.to_string().as_bytes());
+    }
+    out.extend_from_slice(b",\"decision\":{\"code\":\"");
+    match &decided.answer {
+        None => out.extend_from_slice(b"UNKNOWN\",\"statuses\":[]}}\n"),
+        Some(answer) => {
+            out.extend_from_slice(code_name(answer.code).as_bytes());
+            out.extend_from_slice(b"\",\"statuses\":[");
+            for (i, code) in answer.statuses.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.push(b'"');
+                out.extend_from_slice(code_name(*code).as_bytes());
+                out.push(b'"');
+            }
+            out.extend_from_slice(b"]}}\n");
+        }
+    }
+}
+
+fn code_name(code: i32) -> &'static str {
+    Code::try_from(code).map_or("UNKNOWN", |c| c.as_str_name())
+}
+
+/// A JSON string literal.
+fn string(text: &str, out: &mut Vec<u8>) {
+    // Writing to a Vec cannot fail, and a &str always serialises.
+    let _ = serde_json::to_writer(&mut *out, text);
+}
+
+/// `time` as RFC 3339 UTC with nanoseconds: `2026-12-01T05:00:00.123456789Z`.
+pub fn rfc3339(time: Nanos, out: &mut Vec<u8>) {
+    let secs = time / NANOS_PER_SECOND;
+    let nanos = time % NANOS_PER_SECOND;
+    let days = secs / 86_400;
+    let of_day = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    let text = format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    );
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm,
+/// for days ≥ 0).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    use smallvec::smallvec;
+
+    use super::*;
+
+    fn time_text(time: Nanos) -> String {
+        let mut out = Vec::new();
+        rfc3339(time, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc_with_nanoseconds() {
+        assert_eq!(time_text(0), "1970-01-01T00:00:00.000000000Z");
+        assert_eq!(
+            time_text(1_767_225_610 * NANOS_PER_SECOND + 5),
+            "2026-01-01T00:00:10.000000005Z"
+        );
+        // A leap day, and the last nanosecond of a year.
+        assert_eq!(
+            time_text(951_782_400 * NANOS_PER_SECOND + 123_456_789),
+            "2000-02-29T00:00:00.123456789Z"
+        );
+        assert_eq!(
+            time_text(1_735_689_600 * NANOS_PER_SECOND - 1),
+            "2024-12-31T23:59:59.999999999Z"
+        );
+        assert_eq!(time_text(u64::MAX), "2554-07-21T23:34:33.709551615Z");
+    }
+
+    fn request() -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![
+                RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: "remote_address".into(),
+                        value: "10.0.0.7".into(),
+                    }],
+                    ..Default::default()
+                },
+                RateLimitDescriptor {
+                    entries: vec![
+                        Entry {
+                            key: "path".into(),
+                            value: "/a\"b\n".into(),
+                        },
+                        Entry {
+                            key: "user".into(),
+                            value: "".into(),
+                        },
+                    ],
+                    limit: Some(RateLimitOverride {
+                        requests_per_unit: 7,
+                        unit: RateLimitUnit::Minute as i32,
+                    }),
+                    hits_addend: Some(UInt64Value { value: 0 }),
+                    is_negative_hits: false,
+                },
+            ],
+            hits_addend: 3,
+        }
+    }
+
+    fn line(decided: &Decided, values: &Values<'_>) -> String {
+        let mut out = Vec::new();
+        encode(decided, values, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_documented_example_line() {
+        let decided = Decided {
+            time: 1_796_101_200 * NANOS_PER_SECOND + 123_456_789,
+            request: RateLimitRequest {
+                domain: "edge".into(),
+                descriptors: vec![request().descriptors[0].clone()],
+                hits_addend: 1,
+            },
+            answer: Some(Answer {
+                code: Code::Ok as i32,
+                statuses: smallvec![Code::Ok as i32],
+            }),
+        };
+        let doc = include_str!("../../docs/record.md");
+        let example = doc
+            .lines()
+            .find(|l| l.starts_with("{\"v\":1"))
+            .expect("docs/record.md has an example line");
+        assert_eq!(line(&decided, &Values::Clear), format!("{example}\n"));
+    }
+
+    #[test]
+    fn overrides_hits_and_escapes_are_kept_and_refusals_are_unknown() {
+        let decided = Decided {
+            time: 0,
+            request: request(),
+            answer: None,
+        };
+        let text = line(&decided, &Values::Clear);
+        assert!(text.ends_with('\n') && text.matches('\n').count() == 1);
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["hitsAddend"], 3);
+        let d = &json["descriptors"][1];
+        assert_eq!(d["entries"][0]["value"], "/a\"b\n");
+        assert_eq!(d["entries"][1]["value"], "");
+        assert_eq!(d["limit"]["requestsPerUnit"], 7);
+        assert_eq!(d["limit"]["unit"], "MINUTE");
+        assert_eq!(d["hitsAddend"], "0");
+        assert_eq!(json["decision"]["code"], "UNKNOWN");
+        assert_eq!(json["decision"]["statuses"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn hashed_values_hide_all_but_named_ones() {
+        let key = HashKey::parse(&"ab".repeat(16)).unwrap();
+        let named =
+            |domain: &str, k: &str, v: &str| domain == "edge" && k == "path" && v == "/a\"b\n";
+        let values = Values::Hashed {
+            key: &key,
+            named: &named,
+        };
+        let decided = Decided {
+            time: 0,
+            request: request(),
+            answer: Some(Answer {
+                code: Code::OverLimit as i32,
+                statuses: smallvec![Code::Ok as i32, Code::OverLimit as i32],
+            }),
+        };
+        let text = line(&decided, &values);
+        assert!(!text.contains("10.0.0.7"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let hashed = json["descriptors"][0]["entries"][0]["value"]
+            .as_str()
+            .unwrap();
+        assert_eq!(hashed, format!("h:{}", key.hash_hex("10.0.0.7")));
+        assert_eq!(json["descriptors"][1]["entries"][0]["value"], "/a\"b\n");
+        assert_eq!(
+            json["descriptors"][1]["entries"][1]["value"],
+            format!("h:{}", key.hash_hex(""))
+        );
+        assert_eq!(json["decision"]["code"], "OVER_LIMIT");
+        assert_eq!(
+            json["decision"]["statuses"],
+            serde_json::json!(["OK", "OVER_LIMIT"])
+        );
+    }
+}

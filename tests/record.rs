@@ -1,0 +1,381 @@
+//! `serve --record`: a real server (in process, manual clock) and a real tonic client; the record
+//! file is read back and checked line by line (docs/record.md).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::{Code, START, TestServer, request, scrape_metric, start_with};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use ratelimit_server::record::HashKey;
+use ratelimit_server::settings::ServeSettings;
+use serde_json::{Value, json};
+
+const RULES: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}\n  - key: client\n    value: acme\n    rate_limit: {unit: minute, requests_per_unit: 100}\n  - key: client\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+
+async fn recording(path: &Path, adjust: impl FnOnce(&mut ServeSettings)) -> TestServer {
+    let path = path.to_path_buf();
+    start_with(&[("edge.yaml", RULES)], move |s| {
+        s.record.record_file = Some(path);
+        adjust(s);
+    })
+    .await
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+fn ip(n: usize) -> RateLimitRequest {
+    request(
+        "edge",
+        &[&[("remote_address", &format!("10.0.{}.{}", n / 256, n % 256))]],
+    )
+}
+
+/// Value of a labelled series from `/metrics`.
+async fn metric(server: &TestServer, series: &str) -> u64 {
+    scrape_metric(&server.http("/metrics"), series).await
+}
+
+#[tokio::test]
+async fn grpc_decisions_are_recorded_in_order_with_their_time_and_answer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let mut t = recording(&path, |_| {}).await;
+    let one = request("edge", &[&[("remote_address", "10.0.0.7")]]);
+    assert_eq!(
+        common::code(t.call(one.clone()).await.overall_code),
+        Code::Ok
+    );
+    t.clock
+        .advance(std::time::Duration::from_nanos(1_500_000_001));
+    let mut two = request(
+        "edge",
+        &[&[("remote_address", "10.0.0.7")], &[("client", "acme")]],
+    );
+    two.hits_addend = 2;
+    two.descriptors[1].limit = Some(RateLimitOverride {
+        requests_per_unit: 9,
+        unit: 2,
+    });
+    two.descriptors[1].hits_addend = Some(UInt64Value { value: 1 });
+    assert_eq!(
+        common::code(t.call(two).await.overall_code),
+        Code::OverLimit
+    );
+    let refused = t.call_err(request("", &[&[("remote_address", "x")]])).await;
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    t.server.shutdown().await;
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(
+        lines[0],
+        r#"{"v":1,"time":"2026-01-01T00:00:10.000000000Z","domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.7"}]}],"decision":{"code":"OK","statuses":["OK"]}}"#
+    );
+    assert_eq!(
+        lines[1],
+        r#"{"v":1,"time":"2026-01-01T00:00:11.500000001Z","domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.7"}]},{"entries":[{"key":"client","value":"acme"}],"limit":{"requestsPerUnit":9,"unit":"MINUTE"},"hitsAddend":"1"}],"hitsAddend":2,"decision":{"code":"OVER_LIMIT","statuses":["OVER_LIMIT","OK"]}}"#
+    );
+    assert_eq!(
+        lines[2],
+        r#"{"v":1,"time":"2026-01-01T00:00:11.500000001Z","domain":"","descriptors":[{"entries":[{"key":"remote_address","value":"x"}]}],"decision":{"code":"UNKNOWN","statuses":[]}}"#
+    );
+}
+
+#[tokio::test]
+async fn a_record_line_posts_to_json_as_it_is_and_is_recorded_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let mut t = recording(&path, |_| {}).await;
+    t.call(request("edge", &[&[("client", "acme")]])).await;
+    let url = t.http("/json");
+    let line = loop {
+        if let Some(line) = std::fs::read_to_string(&path).unwrap().lines().next() {
+            break line.to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    let client = reqwest::Client::new();
+    let answer = client.post(&url).body(line.clone()).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!(body["overallCode"], "OK");
+    t.server.shutdown().await;
+    let recorded = lines(&path);
+    assert_eq!(recorded.len(), 2);
+    let first: Value = serde_json::from_str(&line).unwrap();
+    for field in ["v", "time", "domain", "descriptors", "decision"] {
+        assert_eq!(recorded[1][field], first[field], "{field}");
+    }
+}
+
+fn all_files(path: &Path) -> Vec<PathBuf> {
+    let mut files = vec![path.to_path_buf()];
+    for n in 1.. {
+        let next = PathBuf::from(format!("{}.{n}", path.display()));
+        if !next.exists() {
+            break;
+        }
+        files.push(next);
+    }
+    files
+}
+
+#[tokio::test]
+async fn rotation_at_the_size_bound_loses_no_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let mut t = recording(&path, |s| {
+        s.record.record_max_bytes = 1024;
+        s.record.record_max_files = 100;
+    })
+    .await;
+    for n in 0..200 {
+        t.call(ip(n)).await;
+    }
+    t.server.shutdown().await;
+    let files = all_files(&path);
+    assert!(files.len() > 10, "{} files", files.len());
+    let mut seen = Vec::new();
+    // Oldest first: FILE.N … FILE.1, FILE.
+    for file in files.iter().rev() {
+        assert!(
+            std::fs::metadata(file).unwrap().len() <= 1024,
+            "{}",
+            file.display()
+        );
+        for line in lines(file) {
+            seen.push(line["descriptors"][0]["entries"][0]["value"].clone());
+        }
+    }
+    let sent: Vec<Value> = (0..200)
+        .map(|n| json!(format!("10.0.{}.{}", n / 256, n % 256)))
+        .collect();
+    assert_eq!(seen, sent, "every line once, in order, across the files");
+}
+
+#[tokio::test]
+async fn rotation_keeps_max_files_and_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let mut t = recording(&path, |s| {
+        s.record.record_max_bytes = 1024;
+        s.record.record_max_files = 2;
+    })
+    .await;
+    for n in 0..100 {
+        t.call(ip(n)).await;
+    }
+    let lines_total = t
+        .eventually_metric("ratelimit_record_lines_total", 100)
+        .await;
+    assert_eq!(lines_total, 100);
+    let rotations = metric(&t, "ratelimit_record_rotations_total").await;
+    t.server.shutdown().await;
+    assert_eq!(all_files(&path).len(), 3, "FILE, FILE.1, FILE.2");
+    assert!(rotations > 2, "{rotations} rotations");
+    // The newest lines are all there, the oldest went with the deleted files.
+    let last = lines(&path);
+    assert_eq!(
+        last.last().unwrap()["descriptors"][0]["entries"][0]["value"],
+        "10.0.0.99"
+    );
+}
+
+#[tokio::test]
+async fn sampling_half_records_exactly_every_second_decision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let mut t = recording(&path, |s| s.record.record_sample = 0.5).await;
+    for n in 0..100 {
+        t.call(ip(n)).await;
+    }
+    let sampled_out = metric(
+        &t,
+        r#"ratelimit_record_dropped_total{reason="sampled_out"}"#,
+    )
+    .await;
+    t.server.shutdown().await;
+    assert_eq!(sampled_out, 50);
+    let values: Vec<Value> = lines(&path)
+        .iter()
+        .map(|l| l["descriptors"][0]["entries"][0]["value"].clone())
+        .collect();
+    let odd: Vec<Value> = (0..100)
+        .filter(|n| n % 2 == 1)
+        .map(|n| json!(format!("10.0.0.{n}")))
+        .collect();
+    assert_eq!(values, odd);
+}
+
+#[tokio::test]
+async fn hashed_values_hide_raw_values_but_keep_the_ones_the_rules_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let key = "00112233445566778899aabbccddeeff";
+    let mut t = recording(&path, |s| {
+        s.record.record_hash_values = true;
+        s.record.record_hash_key = Some(HashKey::parse(key).unwrap());
+    })
+    .await;
+    for (k, v) in [
+        ("remote_address", "10.0.0.7"),
+        ("remote_address", "10.0.0.7"),
+        ("remote_address", "10.0.0.8"),
+        ("client", "acme"),
+        ("client", "globex"),
+    ] {
+        t.call(request("edge", &[&[(k, v)]])).await;
+    }
+    t.server.shutdown().await;
+    let text = std::fs::read_to_string(&path).unwrap();
+    for raw in ["10.0.0.7", "10.0.0.8", "globex"] {
+        assert!(!text.contains(raw), "{raw} in {text}");
+    }
+    let values: Vec<String> = lines(&path)
+        .iter()
+        .map(|l| {
+            l["descriptors"][0]["entries"][0]["value"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        values[0].starts_with("h:") && values[0].len() == 34,
+        "{}",
+        values[0]
+    );
+    assert_eq!(values[0], values[1], "the same value hashes the same");
+    assert_ne!(values[0], values[2]);
+    assert_eq!(values[3], "acme", "a value the rules name stays clear");
+    assert!(values[4].starts_with("h:"));
+    let expected = HashKey::parse(key).unwrap().hash_hex("10.0.0.7");
+    assert_eq!(values[0], format!("h:{expected}"));
+}
+
+#[tokio::test]
+async fn a_full_disk_drops_and_counts_and_every_decision_is_answered() {
+    let mut t = recording(Path::new("/dev/full"), |_| {}).await;
+    for n in 0..200 {
+        assert_eq!(common::code(t.call(ip(n)).await.overall_code), Code::Ok);
+    }
+    let dropped = t
+        .eventually_metric(
+            r#"ratelimit_record_dropped_total{reason="write_error"}"#,
+            200,
+        )
+        .await;
+    assert_eq!(dropped, 200);
+    assert_eq!(metric(&t, "ratelimit_record_lines_total").await, 0);
+    t.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_queue_under_a_burst_drops_and_counts_and_never_fails_a_call() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("rec.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo (coreutils) runs");
+    assert!(made.success(), "mkfifo {}", fifo.display());
+    // A reader that does not read yet: the pipe fills and the writer blocks on it. Opening a FIFO
+    // for reading waits for its writer, so the reader is opened on a thread while the server
+    // (the writer) starts.
+    let opening = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::File::open(fifo).unwrap())
+    };
+    let t = recording(&fifo, |s| s.record.record_queue = 4).await;
+    let reader = opening.join().unwrap();
+    const CALLS: usize = 4000;
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let mut client = t.client.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..CALLS / 16 {
+                let r = client.should_rate_limit(ip(task * 1000 + n)).await;
+                assert!(r.is_ok(), "{r:?}");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let queue_full = metric(&t, r#"ratelimit_record_dropped_total{reason="queue_full"}"#).await;
+    // The pipe (64 KiB), the writer's batch (64 KiB) and the queue hold far fewer than 4000
+    // lines of ~100 bytes.
+    assert!(queue_full >= 1000, "{queue_full} dropped");
+    // Now read: what was queued is written, and every call is a line or a drop.
+    let counter = std::thread::spawn(move || count_lines_until_eof(reader));
+    let written = t
+        .eventually_metric("ratelimit_record_lines_total", (CALLS as u64) - queue_full)
+        .await;
+    assert_eq!(written + queue_full, CALLS as u64);
+    t.server.shutdown().await;
+    assert_eq!(counter.join().unwrap(), written);
+}
+
+fn count_lines_until_eof(mut reader: std::fs::File) -> u64 {
+    use std::io::Read;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut lines = 0;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return lines,
+            Ok(n) => lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_record_file_that_cannot_be_opened_stops_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("edge.yaml"), RULES).unwrap();
+    let mut settings = ServeSettings::for_tests(dir.path().to_path_buf());
+    settings.record.record_file = Some(dir.path().join("missing/dir/rec.jsonl"));
+    let clock = Arc::new(ratelimit_server::clock::ManualClock::new(START));
+    let error = ratelimit_server::app::start(&settings, clock)
+        .await
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        error.contains("RECORD_FILE") && error.contains("missing/dir"),
+        "{error}"
+    );
+}
+
+trait Eventually {
+    /// Polls `/metrics` until `series` reaches `at_least` (or 60 s pass: a bound for a stuck
+    /// writer, not a timing assertion); returns its value.
+    async fn eventually_metric(&self, series: &str, at_least: u64) -> u64;
+}
+
+impl Eventually for TestServer {
+    async fn eventually_metric(&self, series: &str, at_least: u64) -> u64 {
+        let started = ratelimit_server::clock::monotonic();
+        loop {
+            let value = metric(self, series).await;
+            if value >= at_least || started.elapsed() > std::time::Duration::from_secs(60) {
+                return value;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+}
