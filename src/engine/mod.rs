@@ -16,6 +16,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
+pub use observe::Attribution;
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 
@@ -162,6 +163,31 @@ impl<S: Store> Engine<S> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EngineError> {
+        self.decide(request, None, None).await
+    }
+
+    /// Decides one request at `now` (not the engine's clock), and says per descriptor which rule
+    /// decided it and how (`attribution` is cleared, then gets one entry per descriptor). Leaky
+    /// bucket turns are taken but not waited for: the answer comes at once. For `replay`, which
+    /// runs recorded requests on their recorded times.
+    pub async fn decide_at(
+        &self,
+        request: &RateLimitRequest,
+        now: crate::clock::Nanos,
+        attribution: &mut Vec<Attribution>,
+    ) -> Result<RateLimitResponse, EngineError> {
+        attribution.clear();
+        self.decide(request, Some(now), Some(attribution)).await
+    }
+
+    /// One decision. `at`: a given time instead of the clock, and then no waiting for a leaky
+    /// bucket's turn; `attribution`: where to say which rule decided each descriptor.
+    async fn decide(
+        &self,
+        request: &RateLimitRequest,
+        at: Option<crate::clock::Nanos>,
+        attribution: Option<&mut Vec<Attribution>>,
+    ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
         let plans = plan::plan(&live.policy, request, &self.settings)?;
@@ -193,7 +219,11 @@ impl<S: Store> Engine<S> {
         let verdicts = if charges.is_empty() {
             Verdicts::new()
         } else {
-            self.store.apply(&charges, self.clock.now()).await?
+            let now = match at {
+                Some(now) => now,
+                None => self.clock.now(),
+            };
+            self.store.apply(&charges, now).await?
         };
         let tightest = response::tightest(&plans, &verdicts);
         let mut response = response::build(&plans, &tightest, &self.settings);
@@ -211,7 +241,10 @@ impl<S: Store> Engine<S> {
                 &self.settings,
             );
         }
-        if !self.settings.shadow_mode {
+        if let Some(attribution) = attribution {
+            observe::attribute(attribution, &plans, &tightest, &self.settings);
+        }
+        if !self.settings.shadow_mode && at.is_none() {
             turn::wait(&*self.store, &*self.clock, &charges, &verdicts).await;
         }
         Ok(response)
