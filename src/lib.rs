@@ -6,7 +6,7 @@
 //! - state: [`store`] (where limiter state lives);
 //! - observation: [`metrics`], [`telemetry`] (OpenTelemetry spans);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
-//! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files);
+//! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files), [`replay`] (recorded requests through rules), [`plot`] (SVG charts);
 //! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`].
 pub mod app;
 pub mod cli;
@@ -19,9 +19,11 @@ pub mod limiter;
 pub mod logging;
 pub mod metrics;
 pub mod net;
+pub mod plot;
 pub mod policy;
 pub mod reference_env;
 pub mod reload;
+pub mod replay;
 pub mod rules_dir;
 pub mod service;
 pub mod settings;
