@@ -86,7 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (cpu0, _) = usage();
     let mut input = Merged::open(&[&file], &RecordLines, Problems::new(20))?;
     let mut n = 0u64;
-    while input.next()?.is_some() {
+    while input.next_request()?.is_some() {
         n += 1;
     }
     let (cpu1, rss_decode) = usage();

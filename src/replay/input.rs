@@ -145,12 +145,12 @@ impl Source {
     }
 }
 
-/// The input files merged by time: `next` gives the earliest head line of all files (ties in
+/// The input files merged by time: `next_request` gives the earliest head line of all files (ties in
 /// file order; within a file, file order).
 pub struct Merged<'d> {
     sources: Vec<Source>,
     heap: BinaryHeap<Reverse<(Nanos, usize)>>,
-    /// The source whose line `next` returned last, to advance on the next call.
+    /// The source whose line `next_request` returned last, to advance on the next call.
     current: Option<usize>,
     decoder: &'d dyn Decode,
     pub problems: Problems,
@@ -207,7 +207,7 @@ impl<'d> Merged<'d> {
     }
 
     /// The next line in time order: its time and request.
-    pub fn next(&mut self) -> io::Result<Option<(Nanos, &RateLimitRequest)>> {
+    pub fn next_request(&mut self) -> io::Result<Option<(Nanos, &RateLimitRequest)>> {
         if let Some(i) = self.current.take() {
             let source = &mut self.sources[i];
             if source.advance(self.decoder, &mut self.problems)? {
@@ -243,7 +243,7 @@ mod tests {
 
     fn drain(m: &mut Merged<'_>) -> Vec<(Nanos, String)> {
         let mut out = Vec::new();
-        while let Some((t, r)) = m.next().expect("read") {
+        while let Some((t, r)) = m.next_request().expect("read") {
             out.push((t, r.domain.clone()));
         }
         out

@@ -163,7 +163,7 @@ pub async fn replay(
     let mut run = Run::default();
     let mut clock: Nanos = 0;
     let mut next_sweep: Nanos = 0;
-    while let Some((time, request)) = input.next()? {
+    while let Some((time, request)) = input.next_request()? {
         // The virtual clock: the recorded time, never backwards.
         clock = clock.max(time);
         if clock >= next_sweep {
