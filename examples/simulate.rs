@@ -13,6 +13,7 @@ use plotters::prelude::*;
 use ratelimit_server::clock::{NANOS_PER_SECOND, Nanos};
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::{self, LimitParams, State};
+use ratelimit_server::plot::{Plot, builder, legend, mesh, page};
 
 const MS: Nanos = 1_000_000;
 /// Simulated span, and the width of one bar of the plots.
@@ -91,30 +92,18 @@ fn color(a: Algorithm) -> RGBColor {
     }
 }
 
-type Plot = Result<(), Box<dyn std::error::Error>>;
-
 fn plot_one(dir: &std::path::Path, a: Algorithm, offered: &[u32], admitted: &[u32]) -> Plot {
     let path = dir.join(format!("algorithms-{a}.svg"));
-    let root = SVGBackend::new(&path, (900, 280)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = page(&path, (900, 280))?;
     // Room above the tallest bar for the legend.
     let top = offered.iter().copied().max().unwrap_or(1) + 10;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("{a}: requests answered OK per 100 ms (10/s, burst 10)"),
-            ("sans-serif", 18),
-        )
-        .margin(8)
-        .x_label_area_size(30)
-        .y_label_area_size(36)
-        .build_cartesian_2d(0f64..(SPAN / MS) as f64 / 1000.0, 0u32..top)?;
-    chart
-        .configure_mesh()
-        .x_desc("time (s)")
-        .y_desc("per 100 ms")
-        .x_labels(21)
-        .light_line_style(WHITE)
-        .draw()?;
+    let mut chart = builder(
+        &root,
+        &format!("{a}: requests answered OK per 100 ms (10/s, burst 10)"),
+        36,
+    )
+    .build_cartesian_2d(0f64..(SPAN / MS) as f64 / 1000.0, 0u32..top)?;
+    mesh(&mut chart, "time (s)", "per 100 ms", 21)?;
     let w = BIN as f64 / 1e9;
     let bar = |(i, &n): (usize, &u32), style: ShapeStyle| {
         let x = i as f64 * w;
@@ -150,12 +139,7 @@ fn plot_one(dir: &std::path::Path, a: Algorithm, offered: &[u32], admitted: &[u3
         ))?
         .label("the rate: 1 per 100 ms")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], RED));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -166,22 +150,11 @@ fn plot_cumulative(
     runs: &[(Algorithm, Vec<Nanos>)],
 ) -> Plot {
     let path = dir.join("algorithms-cumulative.svg");
-    let root = SVGBackend::new(&path, (900, 360)).into_drawing_area();
-    root.fill(&WHITE)?;
+    let root = page(&path, (900, 360))?;
     let end = (SPAN / MS) as f64 / 1000.0;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("All four: requests answered OK so far", ("sans-serif", 18))
-        .margin(8)
-        .x_label_area_size(30)
-        .y_label_area_size(40)
+    let mut chart = builder(&root, "All four: requests answered OK so far", 40)
         .build_cartesian_2d(0f64..end, 0usize..offered.len() + 5)?;
-    chart
-        .configure_mesh()
-        .x_desc("time (s)")
-        .y_desc("requests")
-        .x_labels(21)
-        .light_line_style(WHITE)
-        .draw()?;
+    mesh(&mut chart, "time (s)", "requests", 21)?;
     let steps = |times: &[Nanos]| {
         let mut points = vec![(0.0, 0)];
         for (i, &t) in times.iter().enumerate() {
@@ -213,12 +186,7 @@ fn plot_cumulative(
             .label(a.name())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }

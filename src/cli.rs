@@ -1,6 +1,8 @@
-//! The command line: `serve`, `check`, `explain` and `query`, each a thin call into the library.
+//! The command line: `serve`, `check`, `explain`, `query` and `replay`, each a thin call into the
+//! library.
 
 mod explain;
+mod replay;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -78,6 +80,9 @@ pub enum Command {
         #[arg(required = true)]
         descriptors: Vec<String>,
     },
+    /// Run recorded requests (`serve --record`, or Envoy access logs) through a rules directory
+    /// on their recorded times and report per rule what those rules would have done.
+    Replay(Box<replay::ReplayArgs>),
 }
 
 /// Runs a command; returns the process exit code.
@@ -119,6 +124,7 @@ pub async fn run(cli: Cli) -> i32 {
             repeat,
             descriptors,
         } => query(&server, &domain, hits, repeat, &descriptors).await,
+        Command::Replay(args) => replay::run(*args).await,
     }
 }
 

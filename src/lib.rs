@@ -8,7 +8,7 @@
 //! - observation: [`metrics`], [`telemetry`] (OpenTelemetry spans);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`];
 //! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files),
-//!   [`record`] (`serve --record`: decisions to a file, off the hot path);
+//!   [`record`] (`serve --record`: decisions to a file, off the hot path), [`replay`] (recorded requests through rules), [`plot`] (SVG charts);
 //! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`];
 //! - [`testing`]: request builders shared by tests, examples and benchmarks.
 //!
@@ -26,10 +26,12 @@ pub mod limiter;
 pub mod logging;
 pub mod metrics;
 pub mod net;
+pub mod plot;
 pub mod policy;
 pub mod record;
 pub mod reference_env;
 pub mod reload;
+pub mod replay;
 pub mod rules_dir;
 pub mod service;
 pub mod settings;

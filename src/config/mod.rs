@@ -6,7 +6,7 @@ mod error;
 mod model;
 mod parse;
 mod text;
-mod yaml;
+pub mod yaml;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

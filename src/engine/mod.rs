@@ -16,6 +16,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
+pub use observe::Attribution;
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 
@@ -80,6 +81,13 @@ pub struct Decision {
 struct Live {
     policy: Arc<Policy>,
     counters: Arc<PolicyMetrics>,
+}
+
+/// Whether a decision holds its answer until a leaky bucket's turn (serving) or not (replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turns {
+    Wait,
+    Skip,
 }
 
 /// The rate limiter: live policy + store + clock (+ metrics).
@@ -179,14 +187,31 @@ impl<S: Store> Engine<S> {
         let now = self.clock.now();
         Decision {
             now,
-            result: self.decide_at(request, now).await,
+            result: self.run(request, now, Turns::Wait, None).await,
         }
     }
 
-    async fn decide_at(
+    /// Decides one request at `now` (not the engine's clock), and says per descriptor which rule
+    /// decided it and how (`attribution` is cleared, then gets one entry per descriptor). Leaky
+    /// bucket turns are taken but not waited for: the answer comes at once. For `replay`, which
+    /// runs recorded requests on their recorded times.
+    pub async fn decide_at(
         &self,
         request: &RateLimitRequest,
         now: Nanos,
+        attribution: &mut Vec<Attribution>,
+    ) -> Result<RateLimitResponse, EngineError> {
+        attribution.clear();
+        self.run(request, now, Turns::Skip, Some(attribution)).await
+    }
+
+    /// One decision at `now`; `attribution`: where to say which rule decided each descriptor.
+    async fn run(
+        &self,
+        request: &RateLimitRequest,
+        now: Nanos,
+        turns: Turns,
+        attribution: Option<&mut Vec<Attribution>>,
     ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
@@ -237,7 +262,10 @@ impl<S: Store> Engine<S> {
                 &self.settings,
             );
         }
-        if !self.settings.shadow_mode {
+        if let Some(attribution) = attribution {
+            observe::attribute(attribution, &plans, &tightest, &self.settings);
+        }
+        if !self.settings.shadow_mode && turns == Turns::Wait {
             turn::wait(&*self.store, &*self.clock, now, &charges, &verdicts).await;
         }
         Ok(response)

@@ -1,0 +1,176 @@
+//! `ratelimit-server replay`: loads the rules sets as `check` does, opens the inputs, runs
+//! `replay::replay` and prints the report (text or JSON) and, with `--plot`, draws it.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+
+use crate::engine::EngineSettings;
+use crate::policy::Policy;
+use crate::replay::input::{Decode, Merged, Problems};
+use crate::replay::report::{self, RunInput};
+use crate::replay::tally::DiffTally;
+use crate::replay::{RecordLines, Side, replay};
+use crate::rules_dir::{no_rules_warning, parse_rules_merging, read_rules_dir};
+use crate::settings::{DefaultsArgs, RulesFilesArgs};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The rules directory to replay the requests through.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// A second rules directory: replay the same requests through it too and show the
+    /// differences per rule.
+    #[arg(long)]
+    pub against: Option<PathBuf>,
+    /// Report as an aligned text table or as JSON (docs/record.md describes the fields).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// How many keys to list per rule (most denied, newly limited, freed).
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Draw allowed and denied requests over time per rule into this SVG file.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// The inputs are Envoy access-log JSON lines (see docs/record.md), turned into requests by
+    /// the `--map` file.
+    #[arg(long, requires = "map")]
+    pub from_envoy_log: bool,
+    /// With --from-envoy-log: the mapping from log fields to descriptors (the route's
+    /// `rate_limits` actions).
+    #[arg(long, requires = "from_envoy_log")]
+    pub map: Option<PathBuf>,
+    /// Most keys each replay store holds (a full store evicts, which changes answers).
+    #[arg(long, default_value_t = 50_000_000)]
+    pub max_keys: usize,
+    /// How many skipped lines to print on stderr (the rest are counted).
+    #[arg(long, default_value_t = 20)]
+    pub print_skipped: u64,
+    #[command(flatten)]
+    pub rules_files: RulesFilesArgs,
+    #[command(flatten)]
+    pub defaults: DefaultsArgs,
+    /// Record files (`serve --record`), or Envoy access logs with --from-envoy-log; several are
+    /// merged by time; `-` is standard input.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// Loads a rules directory; prints its errors and returns None if it has any.
+fn load(dir: &Path, args: &RulesFilesArgs) -> Option<Policy> {
+    let loaded = read_rules_dir(dir, args.caps())
+        .map_err(|e| crate::config::ConfigErrors(vec![e.into()]))
+        .and_then(|files| {
+            if files.is_empty() {
+                eprintln!("warning: {}", no_rules_warning(dir));
+            }
+            parse_rules_merging(files, args.merge_domain_config)
+        });
+    match loaded {
+        Ok(configs) => Some(Policy::new(&configs)),
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            eprintln!("{}: {} error(s)", dir.display(), errors.0.len());
+            None
+        }
+    }
+}
+
+fn input_of(side: &Side) -> RunInput<'_> {
+    RunInput {
+        label: side.label.as_str(),
+        names: &side.names,
+        tally: &side.tally,
+    }
+}
+
+pub async fn run(args: ReplayArgs) -> i32 {
+    let settings = EngineSettings {
+        defaults: args.defaults.limit_defaults(),
+        ..EngineSettings::default()
+    };
+    let Some(policy) = load(&args.config, &args.rules_files) else {
+        return 1;
+    };
+    let mut before = Side::new(
+        args.config.display().to_string(),
+        policy,
+        settings.clone(),
+        args.max_keys,
+    );
+    let mut after = match &args.against {
+        None => None,
+        Some(dir) => match load(dir, &args.rules_files) {
+            Some(policy) => Some(Side::new(
+                dir.display().to_string(),
+                policy,
+                settings,
+                args.max_keys,
+            )),
+            None => return 1,
+        },
+    };
+    let decoder: Box<dyn Decode> = match &args.map {
+        Some(map) if args.from_envoy_log => match crate::replay::envoy_log::Mapping::load(map) {
+            Ok(m) => Box::new(m),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 1;
+            }
+        },
+        _ => Box::new(RecordLines),
+    };
+    let mut input = match Merged::open(&args.files, &*decoder, Problems::new(args.print_skipped)) {
+        Ok(input) => input,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let mut diff = DiffTally::default();
+    let run = match replay(
+        &mut input,
+        &mut before,
+        after.as_mut().map(|a| (a, &mut diff)),
+    )
+    .await
+    {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let report = report::build(
+        &run,
+        input_of(&before),
+        after.as_ref().map(|a| (input_of(a), &diff)),
+        args.top,
+    );
+    if let Some(path) = &args.plot {
+        let sides: Vec<&Side> = std::iter::once(&before).chain(after.as_ref()).collect();
+        if let Err(e) = crate::replay::plot::draw(path, &sides) {
+            eprintln!("error: cannot draw {}: {e}", path.display());
+            return 1;
+        }
+    }
+    match args.format {
+        Format::Text => print!("{}", report::text(&report)),
+        Format::Json => match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 1;
+            }
+        },
+    }
+    0
+}
