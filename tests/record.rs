@@ -379,3 +379,122 @@ impl Eventually for TestServer {
         }
     }
 }
+
+/// The rules of the record → replay round trip: three algorithms, limits small enough to deny.
+const ROUND_TRIP_RULES: &str = "\
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: fixed_window}
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: sliding_window}
+";
+
+/// What the gRPC client saw, per rule (the descriptor's key): allowed, denied, and the denials
+/// per key (`key=value`, as replay names keys).
+#[derive(Debug, Default, PartialEq)]
+struct Seen {
+    allowed: u64,
+    denied: u64,
+    denied_keys: std::collections::BTreeMap<String, u64>,
+}
+
+#[tokio::test]
+async fn a_recording_replays_to_the_decisions_the_server_gave() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let record = path.clone();
+    let mut t = start_with(&[("edge.yaml", ROUND_TRIP_RULES)], move |s| {
+        s.record.record_file = Some(record);
+    })
+    .await;
+    let mut seen: std::collections::BTreeMap<&str, Seen> = Default::default();
+    let (mut overall_ok, mut overall_over) = (0u64, 0u64);
+    // 400 requests, 137 ms apart on the server's (manual) clock: one, two or three descriptors
+    // each, drawn from a few values per key by a fixed pseudo-random sequence.
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    for _ in 0..400 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let ip = format!("10.0.0.{}", x % 4);
+        let client = format!("c{}", (x >> 8) % 3);
+        let route = format!("/p{}", (x >> 16) % 2);
+        let mut descriptors: Vec<(&str, &str)> = vec![("remote_address", ip.as_str())];
+        if x & (1 << 30) != 0 {
+            descriptors.push(("client", client.as_str()));
+        }
+        if x & (1 << 31) != 0 {
+            descriptors.push(("path", route.as_str()));
+        }
+        let entries: Vec<[(&str, &str); 1]> = descriptors.iter().map(|d| [*d]).collect();
+        let refs: Vec<&[(&str, &str)]> = entries.iter().map(|e| &e[..]).collect();
+        let answer = t.call(request("edge", &refs)).await;
+        match common::code(answer.overall_code) {
+            Code::Ok => overall_ok += 1,
+            _ => overall_over += 1,
+        }
+        for ((key, value), status) in descriptors.iter().zip(&answer.statuses) {
+            let rule = seen.entry(key).or_default();
+            if common::code(status.code) == Code::Ok {
+                rule.allowed += 1;
+            } else {
+                rule.denied += 1;
+                *rule.denied_keys.entry(format!("{key}={value}")).or_default() += 1;
+            }
+        }
+        t.clock.advance(std::time::Duration::from_millis(137));
+    }
+    let config = t.dir.path().to_path_buf();
+    t.server.shutdown().await;
+    assert_eq!(lines(&path).len(), 400, "every decision recorded");
+    assert!(
+        seen.values().all(|s| s.allowed > 0 && s.denied > 0),
+        "the traffic must exercise both answers of every rule: {seen:?}"
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args(["replay", "--format", "json", "--top", "100", "--config"])
+        .arg(&config)
+        .arg(&path)
+        .output()
+        .expect("run ratelimit-server replay");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let run = &report["runs"][0];
+    assert_eq!(report["lines"]["replayed"], 400);
+    assert_eq!(report["lines"]["skipped"], 0);
+    assert_eq!(run["totals"]["allowed"], overall_ok, "{run}");
+    assert_eq!(run["totals"]["denied"], overall_over, "{run}");
+    let mut replayed: std::collections::BTreeMap<&str, Seen> = Default::default();
+    for rule in run["rules"].as_array().unwrap() {
+        let name = rule["rule"].as_str().unwrap();
+        let denied_keys = rule["top_denied"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| {
+                (
+                    k["key"].as_str().unwrap().to_owned(),
+                    k["requests"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let tally = Seen {
+            allowed: rule["allowed"].as_u64().unwrap(),
+            denied: rule["denied"].as_u64().unwrap(),
+            denied_keys,
+        };
+        if tally.allowed + tally.denied > 0 {
+            replayed.insert(name, tally);
+        }
+    }
+    assert_eq!(replayed, seen, "replay against what the server answered");
+}

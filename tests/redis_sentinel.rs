@@ -194,8 +194,12 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
     });
     // Until Sentinel turns the old master into a replica it still takes writes (any Sentinel
     // client can lose those); from then on the server must follow to the new master.
+    // While Sentinel reconfigures it, the old master may close the connection of an INFO: that
+    // is "not yet", not a failure (seen once in 10 runs with both cores busy).
     wait_until("old master never demoted", Duration::from_secs(20), || {
-        master.info("replication").contains("role:slave")
+        master
+            .cli(&["INFO", "replication"])
+            .is_ok_and(|info| info.contains("role:slave"))
     });
     // The next calls may fail while the server notices; then it decides on the new master, where
     // the count went on.
