@@ -385,7 +385,7 @@ const ROUND_TRIP_RULES: &str = "\
 domain: edge
 descriptors:
   - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: fixed_window}
+    rate_limit: {unit: minute, requests_per_unit: 40, algorithm: fixed_window}
   - key: client
     rate_limit: {unit: minute, requests_per_unit: 5}
   - key: path
@@ -442,7 +442,10 @@ async fn a_recording_replays_to_the_decisions_the_server_gave() {
                 rule.allowed += 1;
             } else {
                 rule.denied += 1;
-                *rule.denied_keys.entry(format!("{key}={value}")).or_default() += 1;
+                *rule
+                    .denied_keys
+                    .entry(format!("{key}={value}"))
+                    .or_default() += 1;
             }
         }
         t.clock.advance(std::time::Duration::from_millis(137));
