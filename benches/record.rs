@@ -54,6 +54,7 @@ fn record(c: &mut Criterion) {
             sample: 1.0,
             hash_key: None,
             queue: 65536,
+            queue_bytes: 64 << 20,
         },
         policy,
         &prometheus::Registry::new(),

@@ -501,3 +501,33 @@ async fn a_recording_replays_to_the_decisions_the_server_gave() {
     }
     assert_eq!(replayed, seen, "replay against what the server answered");
 }
+
+#[tokio::test]
+async fn a_request_beyond_the_queue_byte_bound_is_dropped_and_counted_not_queued() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let mut t = recording(&path, |s| s.record.record_queue_bytes = 1024).await;
+    // 2 KiB on the wire: more than the whole queue may hold, so it can never be queued.
+    let big = "x".repeat(2048);
+    let answer = t
+        .call(request("edge", &[&[("remote_address", big.as_str())]]))
+        .await;
+    assert_eq!(
+        common::code(answer.overall_code),
+        Code::Ok,
+        "answered all the same"
+    );
+    assert_eq!(
+        metric(&t, r#"ratelimit_record_dropped_total{reason="queue_full"}"#).await,
+        1
+    );
+    // A small one fits (the big one's bytes were given back).
+    assert_eq!(common::code(t.call(ip(1)).await.overall_code), Code::Ok);
+    t.server.shutdown().await;
+    let written = lines(&path);
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert_eq!(
+        written[0]["descriptors"][0]["entries"][0]["value"],
+        "10.0.0.1"
+    );
+}

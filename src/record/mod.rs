@@ -14,13 +14,14 @@ mod writer;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prometheus::Registry;
+use prost::Message;
 
 pub use hash::HashKey;
 pub use line::{Answer, Decided, Values, encode, rfc3339};
@@ -41,6 +42,8 @@ pub struct RecordConfig {
     pub hash_key: Option<HashKey>,
     /// Lines the queue holds before decisions are dropped.
     pub queue: usize,
+    /// Bytes (requests' encoded sizes) the queue holds before decisions are dropped.
+    pub queue_bytes: usize,
 }
 
 /// The live rules, for the values they name (kept clear when hashing).
@@ -58,6 +61,9 @@ pub struct Recorder {
     metrics: RecordMetrics,
     stop: Arc<AtomicBool>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Encoded bytes of the requests queued now, and their bound.
+    queued_bytes: Arc<AtomicUsize>,
+    queue_bytes: usize,
 }
 
 impl Recorder {
@@ -71,7 +77,9 @@ impl Recorder {
         let file = RecordFile::open(config.file.clone(), metrics.clone())?;
         let (queue, receiver) = mpsc::sync_channel(config.queue.max(1));
         let stop = Arc::new(AtomicBool::new(false));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let thread = Writer {
+            queued_bytes: queued_bytes.clone(),
             receiver,
             file,
             hash_key: config.hash_key.clone(),
@@ -88,6 +96,8 @@ impl Recorder {
             metrics,
             stop,
             writer: Mutex::new(Some(writer)),
+            queued_bytes,
+            queue_bytes: config.queue_bytes,
         })
     }
 
@@ -103,6 +113,13 @@ impl Recorder {
             self.metrics.count_drop(DropReason::SampledOut, 1);
             return;
         }
+        // The byte bound: a request's wire size, taken back by the writer when it dequeues it.
+        let size = request.encoded_len();
+        if self.queued_bytes.fetch_add(size, Ordering::Relaxed) + size > self.queue_bytes {
+            self.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+            self.metrics.count_drop(DropReason::QueueFull, 1);
+            return;
+        }
         let answer = response.map(|r| Answer {
             code: r.overall_code,
             statuses: r.statuses.iter().map(|s| s.code).collect(),
@@ -112,14 +129,14 @@ impl Recorder {
             request,
             answer,
         };
-        match self.queue.try_send(Some(decided)) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.metrics.count_drop(DropReason::QueueFull, 1),
+        let refused = match self.queue.try_send(Some(decided)) {
+            Ok(()) => return,
+            Err(TrySendError::Full(_)) => DropReason::QueueFull,
             // The writer has stopped (shutdown).
-            Err(TrySendError::Disconnected(_)) => {
-                self.metrics.count_drop(DropReason::WriteError, 1)
-            }
-        }
+            Err(TrySendError::Disconnected(_)) => DropReason::WriteError,
+        };
+        self.queued_bytes.fetch_sub(size, Ordering::Relaxed);
+        self.metrics.count_drop(refused, 1);
     }
 
     pub fn metrics(&self) -> &RecordMetrics {
@@ -174,6 +191,8 @@ fn named_values(policy: &Policy) -> Named {
 /// The writer thread's side.
 struct Writer {
     receiver: Receiver<Option<Decided>>,
+    /// The recorder's count of queued bytes, given back as requests are dequeued.
+    queued_bytes: Arc<AtomicUsize>,
     file: RecordFile,
     hash_key: Option<HashKey>,
     policy: LivePolicy,
@@ -217,6 +236,8 @@ impl Writer {
 
     fn push(&mut self, decided: Option<Decided>, batch: &mut Batch) {
         let Some(decided) = decided else { return };
+        self.queued_bytes
+            .fetch_sub(decided.request.encoded_len(), Ordering::Relaxed);
         let start = batch.bytes.len();
         match &self.hash_key {
             None => encode(&decided, &Values::Clear, &mut batch.bytes),

@@ -66,6 +66,11 @@ pub struct RecordArgs {
     /// answered and their lines dropped and counted.
     #[arg(long, env = "RECORD_QUEUE", default_value = "65536", value_parser = at_least_one)]
     pub record_queue: usize,
+    /// The queue's bound in bytes (requests as encoded on the wire): past it, lines are dropped
+    /// and counted as when the queue is full, so a burst of large requests cannot grow memory
+    /// beyond it.
+    #[arg(long, env = "RECORD_QUEUE_BYTES", default_value = "64MiB", value_parser = parse_max_bytes)]
+    pub record_queue_bytes: usize,
 }
 
 impl RecordArgs {
@@ -101,6 +106,7 @@ impl RecordArgs {
             sample: self.record_sample,
             hash_key,
             queue: self.record_queue,
+            queue_bytes: self.record_queue_bytes,
         }))
     }
 }
