@@ -17,4 +17,5 @@ mod ports;
 mod redis;
 #[path = "../common/redis.rs"]
 mod redis_server;
+mod replay;
 mod user_jwt;
