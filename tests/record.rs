@@ -458,19 +458,13 @@ async fn a_recording_replays_to_the_decisions_the_server_gave() {
         "the traffic must exercise both answers of every rule: {seen:?}"
     );
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args(["replay", "--format", "json", "--top", "100", "--config"])
-        .arg(&config)
-        .arg(&path)
-        .output()
-        .expect("run ratelimit-server replay");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let report = common::replay::replay_json([
+        "--top".as_ref(),
+        "100".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        path.as_os_str(),
+    ]);
     let run = &report["runs"][0];
     assert_eq!(report["lines"]["replayed"], 400);
     assert_eq!(report["lines"]["skipped"], 0);

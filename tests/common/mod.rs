@@ -9,6 +9,7 @@ pub mod ports;
 pub mod process;
 pub mod race;
 pub mod redis;
+pub mod replay;
 
 pub use ports::free_port;
 

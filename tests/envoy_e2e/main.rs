@@ -18,4 +18,6 @@ mod redis;
 #[path = "../common/redis.rs"]
 mod redis_server;
 mod replay;
+#[path = "../common/replay.rs"]
+mod replay_run;
 mod user_jwt;

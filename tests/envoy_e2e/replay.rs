@@ -6,6 +6,7 @@ use std::net::IpAddr;
 
 use crate::harness::{Envoy, RateLimit, envoy_or_skip, render, repo_root};
 use crate::http;
+use crate::replay_run::replay_json;
 
 const RULES: &str = "
 domain: per-ip
@@ -87,21 +88,14 @@ async fn an_envoy_access_log_replays_to_the_answers_envoy_gave() {
     let rules = tempfile::tempdir().unwrap();
     std::fs::write(rules.path().join("per-ip.yaml"), RULES).unwrap();
     let map = repo_root().join("envoy/replay/per-ip.map.yaml");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args(["replay", "--format", "json", "--from-envoy-log", "--map"])
-        .arg(&map)
-        .arg("--config")
-        .arg(rules.path())
-        .arg(&log)
-        .output()
-        .expect("run ratelimit-server replay");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let report = replay_json([
+        "--from-envoy-log".as_ref(),
+        "--map".as_ref(),
+        map.as_os_str(),
+        "--config".as_ref(),
+        rules.path().as_os_str(),
+        log.as_os_str(),
+    ]);
     assert_eq!(report["lines"]["replayed"], 7, "{report}");
     assert_eq!(report["lines"]["skipped"], 0, "{report}");
     let totals = &report["runs"][0]["totals"];
