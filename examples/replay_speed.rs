@@ -1,5 +1,5 @@
 //! Replay speed and memory: writes `--lines` record lines (docs/record.md) for the shipped rules
-//! (`config/`, domain `edge`) to a file, then replays them, measuring CPU time (getrusage: user +
+//! (`config/`, domain `edge`) to a file, then replays them, measuring CPU time (/proc/self/stat: user +
 //! system, not wall time) and peak RSS. As a baseline in the same run, it first only reads and
 //! decodes the file (no engine).
 //!
