@@ -7,7 +7,9 @@
 //!
 //! The traffic: 5000 requests per virtual second; each line is one request with one descriptor,
 //! a third each `remote_address=<ip>`, `api_key=<key>`, and `api_key=<key>,path=/v1/search`,
-//! drawn from `--keys` values, so the keys held stay the same whatever the number of lines.
+//! drawn from `--keys` values, so the keys held stay the same whatever the number of lines; and
+//! `--hot` percent of the lines go to key 0 (so that one client is over its limits and the
+//! replay has denials to count, as real traffic does: 10 % by default).
 
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -43,7 +45,7 @@ fn usage() -> (f64, i64) {
     (cpu, peak)
 }
 
-fn write_lines(path: &PathBuf, lines: u64, keys: u64) -> std::io::Result<()> {
+fn write_lines(path: &PathBuf, lines: u64, keys: u64, hot: u64) -> std::io::Result<()> {
     let mut out = BufWriter::new(std::fs::File::create(path)?);
     // 2026-12-01T05:00:00Z; 5000 lines per second: 200 µs apart.
     let t0: u64 = 1_796_101_200;
@@ -53,7 +55,7 @@ fn write_lines(path: &PathBuf, lines: u64, keys: u64) -> std::io::Result<()> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let k = x % keys;
+        let k = if x % 100 < hot { 0 } else { (x >> 8) % keys };
         let at = i * 200_000;
         let (s, ns) = (t0 + at / 1_000_000_000, at % 1_000_000_000);
         let time = format!("{}.{ns:09}Z", format_second(s).trim_end_matches('Z'));
@@ -80,18 +82,24 @@ fn write_lines(path: &PathBuf, lines: u64, keys: u64) -> std::io::Result<()> {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lines: u64 = 1_000_000;
     let mut keys: u64 = 10_000;
+    let mut hot: u64 = 10;
     let mut file = std::env::temp_dir().join("ratelimit-replay-speed.jsonl");
+    let mut reuse = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
             "--lines" => lines = value()?.parse()?,
             "--keys" => keys = value()?.parse()?,
+            "--hot" => hot = value()?.parse::<u64>()?.min(100),
             "--file" => file = PathBuf::from(value()?),
-            other => return Err(format!("unknown argument {other} (usage: replay_speed [--lines N] [--keys N] [--file PATH])").into()),
+            "--reuse" => reuse = true,
+            other => return Err(format!("unknown argument {other} (usage: replay_speed [--lines N] [--keys N] [--hot PERCENT] [--file PATH] [--reuse])").into()),
         }
     }
-    write_lines(&file, lines, keys)?;
+    if !reuse || !file.exists() {
+        write_lines(&file, lines, keys, hot)?;
+    }
     let bytes = std::fs::metadata(&file)?.len();
     let configs = load_rules_dir(std::path::Path::new("config"), SizeCaps::default())
         .map_err(|e| format!("config/: {} error(s)", e.0.len()))?;
@@ -119,7 +127,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let decode = cpu1 - cpu0;
     let full = cpu2 - cpu1;
-    println!("lines: {lines} ({} MB), keys: {keys}", bytes / 1_000_000);
+    println!(
+        "lines: {lines} ({} MB), keys: {keys}, hot: {hot}%",
+        bytes / 1_000_000
+    );
     println!(
         "decode only: {n} lines in {decode:.3} CPU s = {:.0} lines per CPU second",
         n as f64 / decode

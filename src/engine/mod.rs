@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use smallvec::SmallVec;
 
 pub use observe::Attribution;
 pub use request::{InvalidRequest, RequestBounds};
@@ -216,7 +217,7 @@ impl<S: Store> Engine<S> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
         let plans = plan::plan(&live.policy, request, &self.settings)?;
-        let mut charges = Vec::new();
+        let mut charges: SmallVec<[Charge<S::Key>; 2]> = SmallVec::new();
         for (index, (descriptor, plan)) in request.descriptors.iter().zip(&plans).enumerate() {
             let shared = plan.rule.map_or(&[][..], |r| &r.shared[..]);
             // A `share_threshold` wildcard's pattern stands for the value: one counter for all.

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
+use smallvec::{SmallVec, smallvec};
 
 use super::{EngineSettings, InvalidRequest};
 use crate::config::Unit;
@@ -22,12 +23,15 @@ pub(super) struct PlannedLimit<'p> {
     pub slot: usize,
 }
 
+/// A rule's limits: inline up to two (most rules have one), so planning allocates nothing.
+pub(super) type PlannedLimits<'p> = SmallVec<[PlannedLimit<'p>; 2]>;
+
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Kind<'p> {
     /// Unmatched, whitelisted, empty, unknown domain, or replaced.
     NoLimit,
     Unlimited,
-    Limited(Vec<PlannedLimit<'p>>),
+    Limited(PlannedLimits<'p>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -67,15 +71,18 @@ fn override_unit(unit: i32) -> Option<Unit> {
 /// per-rule metrics (which therefore cannot overflow in fewer than 2^32 requests).
 pub(super) const MAX_HITS: u64 = 1 << 32;
 
+/// One plan per descriptor: inline up to two (most requests have one or two descriptors).
+pub(super) type Plans<'p> = SmallVec<[Plan<'p>; 2]>;
+
 pub(super) fn plan<'p>(
     policy: &'p Policy,
     request: &RateLimitRequest,
     settings: &EngineSettings,
-) -> Result<Vec<Plan<'p>>, InvalidRequest> {
+) -> Result<Plans<'p>, InvalidRequest> {
     let defaults = &settings.defaults;
     let request_hits = u64::from(request.hits_addend.max(1));
     let domain = policy.domain(&request.domain);
-    let mut plans = Vec::with_capacity(request.descriptors.len());
+    let mut plans = Plans::with_capacity(request.descriptors.len());
     for (index, descriptor) in request.descriptors.iter().enumerate() {
         let hits = descriptor
             .hits_addend
@@ -96,7 +103,7 @@ pub(super) fn plan<'p>(
             let unit =
                 override_unit(limit.unit).ok_or(InvalidRequest::OverrideWithoutUnit { index })?;
             let period = unit.seconds() * crate::clock::NANOS_PER_SECOND;
-            plan.kind = Kind::Limited(vec![PlannedLimit {
+            plan.kind = Kind::Limited(smallvec![PlannedLimit {
                 name: "",
                 requests_per_unit: limit.requests_per_unit,
                 unit,

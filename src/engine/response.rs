@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::google::protobuf::Duration;
+use smallvec::SmallVec;
 
 use super::EngineSettings;
 use super::plan::{Kind, Plan, PlannedLimit};
@@ -55,7 +56,7 @@ pub(super) fn reset_seconds(reset: Nanos) -> u64 {
 pub(super) fn tightest<'a, 'p: 'a>(
     plans: &'a [Plan<'p>],
     verdicts: &'a [Verdict],
-) -> Vec<Option<(&'a PlannedLimit<'p>, Verdict)>> {
+) -> SmallVec<[Option<(&'a PlannedLimit<'p>, Verdict)>; 2]> {
     let mut next = 0;
     plans
         .iter()

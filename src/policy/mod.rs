@@ -92,13 +92,24 @@ pub struct Node {
     children: Level,
 }
 
-/// The entries of one level, indexed for matching.
+/// The nodes of one level that have one key, for matching: by exact value, the wildcards in file
+/// order, and the value-less one (indexes into `Level::nodes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct KeyNodes {
+    exact: FastMap<String, usize>,
+    wildcards: Vec<usize>,
+    any: Option<usize>,
+}
+
+/// The policy's lookup tables: built from the rules only, so a fast seeded hash is safe here even
+/// though the keys looked up come from clients (a lookup cannot degrade a table).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// The entries of one level, indexed for matching: one lookup of the entry's key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Level {
     nodes: Vec<Node>,
-    exact: HashMap<String, HashMap<String, usize>>,
-    wildcards: HashMap<String, Vec<usize>>,
-    any: HashMap<String, usize>,
+    by_key: FastMap<String, KeyNodes>,
 }
 
 impl Level {
@@ -136,22 +147,13 @@ impl Level {
                 format!("{parent_path}.{segment}")
             };
             let index = level.nodes.len();
+            let by_key = level.by_key.entry(config.key.clone()).or_default();
             match &value {
                 NodeValue::Exact(v) => {
-                    level
-                        .exact
-                        .entry(config.key.clone())
-                        .or_default()
-                        .insert(v.clone(), index);
+                    by_key.exact.insert(v.clone(), index);
                 }
-                NodeValue::Wildcard(_) => level
-                    .wildcards
-                    .entry(config.key.clone())
-                    .or_default()
-                    .push(index),
-                NodeValue::Any => {
-                    level.any.insert(config.key.clone(), index);
-                }
+                NodeValue::Wildcard(_) => by_key.wildcards.push(index),
+                NodeValue::Any => by_key.any = Some(index),
             }
             let rule = config.rate_limit.as_ref().map(|spec| {
                 *next_id += 1;
@@ -185,22 +187,24 @@ impl Level {
 
     /// The candidate for one entry: exact, else first wildcard in file order, else value-less key.
     fn candidate(&self, key: &str, value: &str) -> Option<&Node> {
-        let exact = self.exact.get(key).and_then(|values| values.get(value));
+        let nodes = self.by_key.get(key)?;
         let wildcard = || {
-            self.wildcards.get(key).and_then(|indexes| {
-                indexes
-                    .iter()
-                    .copied()
-                    .find(|&i| match &self.nodes[i].value {
-                        NodeValue::Wildcard(p) => p.matches(value),
-                        _ => false,
-                    })
-            })
+            nodes
+                .wildcards
+                .iter()
+                .copied()
+                .find(|&i| match &self.nodes[i].value {
+                    NodeValue::Wildcard(p) => p.matches(value),
+                    _ => false,
+                })
+        };
+        let exact = match nodes.exact.is_empty() {
+            true => None,
+            false => nodes.exact.get(value).copied(),
         };
         exact
-            .copied()
             .or_else(wildcard)
-            .or_else(|| self.any.get(key).copied())
+            .or(nodes.any)
             .map(|i| &self.nodes[i])
     }
 }
@@ -340,7 +344,7 @@ impl DomainRules {
 /// All domains' rules: one immutable snapshot, swapped whole on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
-    domains: HashMap<String, DomainRules>,
+    domains: FastMap<String, DomainRules>,
     rule_count: usize,
 }
 
