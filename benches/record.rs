@@ -1,21 +1,21 @@
-//! What `serve --record` costs the caller of a decision, per decision: `record/try_send` is the
-//! whole caller side (sampling counter, answer codes, `try_send` of the moved request; the request
-//! is built outside the timing), against what the alternatives would add on the caller:
-//! `record/encode_line` (encoding the JSON line there instead of on the writer thread) and
-//! `record/clone_request` (copying the request, had the faces not owned it).
+//! What `serve --record` costs the caller of a decision, per decision: `record/caller` is the
+//! whole caller side (sampling counter, answer codes, encoding the line into the thread's scratch
+//! buffer, appending it to the pending lines under their lock), `record/caller_hashed` the same
+//! with `--record-hash-values`, and `record/encode_line` the encoding alone. A writer thread
+//! drains the pending lines to a file meanwhile, as in the server.
 //! `cargo bench --bench record`.
 
 use std::hint::black_box;
 use std::sync::Arc;
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group, criterion_main};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use ratelimit_server::policy::Policy;
 use ratelimit_server::record::{
-    Answer, Decided, FileSpec, LivePolicy, RecordConfig, Recorder, Values, encode,
+    Answer, Decided, FileSpec, HashKey, LivePolicy, RecordConfig, Recorder, Values, encode,
 };
 
 fn request(i: usize) -> RateLimitRequest {
@@ -38,28 +38,37 @@ fn request(i: usize) -> RateLimitRequest {
     }
 }
 
-fn record(c: &mut Criterion) {
-    let dir = tempfile::tempdir().expect("temp dir");
+fn recorder(dir: &std::path::Path, name: &str, hash_key: Option<HashKey>) -> Recorder {
     let policy: LivePolicy = {
         let p = Arc::new(Policy::default());
         Arc::new(move || p.clone())
     };
-    let recorder = Recorder::start(
+    Recorder::start(
         RecordConfig {
             file: FileSpec {
-                path: dir.path().join("bench.jsonl"),
+                path: dir.join(name),
                 max_bytes: 64 << 20,
                 max_files: 1,
             },
             sample: 1.0,
-            hash_key: None,
+            hash_key,
             queue: 65536,
             queue_bytes: 64 << 20,
         },
         policy,
         &prometheus::Registry::new(),
     )
-    .expect("recorder");
+    .expect("recorder")
+}
+
+fn record(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let clear = recorder(dir.path(), "clear.jsonl", None);
+    let hashed = recorder(
+        dir.path(),
+        "hashed.jsonl",
+        Some(HashKey::parse(&"5a".repeat(16)).expect("key")),
+    );
     let response = RateLimitResponse {
         overall_code: Code::Ok as i32,
         statuses: vec![DescriptorStatus {
@@ -68,21 +77,21 @@ fn record(c: &mut Criterion) {
         }],
         ..Default::default()
     };
+    let requests: Vec<RateLimitRequest> = (0..1024).map(request).collect();
     let mut group = c.benchmark_group("record");
-    let mut i = 0;
-    group.bench_function("try_send", |b| {
-        b.iter_batched(
-            || {
-                i += 1;
-                request(i)
-            },
-            |r| recorder.record(black_box(1), r, Some(&response)),
-            BatchSize::SmallInput,
-        )
-    });
+    for (name, recorder) in [("caller", &clear), ("caller_hashed", &hashed)] {
+        let mut i = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % requests.len();
+                recorder.record(black_box(1), &requests[i], Some(&response))
+            })
+        });
+    }
+    let request = request(7);
     let decided = Decided {
         time: 1_767_225_610_000_000_000,
-        request: request(7),
+        request: &request,
         answer: Some(Answer {
             code: Code::Ok as i32,
             statuses: [Code::Ok as i32].into_iter().collect(),
@@ -96,17 +105,16 @@ fn record(c: &mut Criterion) {
             black_box(line.len())
         })
     });
-    group.bench_function("clone_request", |b| {
-        b.iter(|| black_box(decided.request.clone()))
-    });
     group.finish();
-    let m = recorder.metrics();
-    eprintln!(
-        "record: {} lines written, {} dropped (queue full) during the benchmark",
-        m.lines.get(),
-        m.dropped(ratelimit_server::record::DropReason::QueueFull)
-    );
-    recorder.finish(std::time::Duration::from_secs(10));
+    for (name, recorder) in [("clear", &clear), ("hashed", &hashed)] {
+        let m = recorder.metrics();
+        eprintln!(
+            "record ({name}): {} lines written, {} dropped (queue full) during the benchmark",
+            m.lines.get(),
+            m.dropped(ratelimit_server::record::DropReason::QueueFull)
+        );
+        recorder.finish(std::time::Duration::from_secs(10));
+    }
 }
 
 criterion_group!(benches, record);

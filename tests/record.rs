@@ -314,8 +314,8 @@ async fn a_tiny_queue_under_a_burst_drops_and_counts_and_never_fails_a_call() {
         task.await.unwrap();
     }
     let queue_full = metric(&t, r#"ratelimit_record_dropped_total{reason="queue_full"}"#).await;
-    // The pipe (64 KiB), the writer's batch (64 KiB) and the queue hold far fewer than 4000
-    // lines of ~100 bytes.
+    // The pipe (64 KiB), the batch the writer is blocked writing, and the 4 pending lines hold far
+    // fewer than 4000 lines of ~100 bytes.
     assert!(queue_full >= 1000, "{queue_full} dropped");
     // Now read: what was queued is written, and every call is a line or a drop.
     let counter = std::thread::spawn(move || count_lines_until_eof(reader));
@@ -501,7 +501,7 @@ async fn a_request_beyond_the_queue_byte_bound_is_dropped_and_counted_not_queued
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("rec.jsonl");
     let mut t = recording(&path, |s| s.record.record_queue_bytes = 1024).await;
-    // 2 KiB on the wire: more than the whole queue may hold, so it can never be queued.
+    // A line of over 2 KiB: more than the pending lines may hold, so it can never be queued.
     let big = "x".repeat(2048);
     let answer = t
         .call(request("edge", &[&[("remote_address", big.as_str())]]))
@@ -515,7 +515,7 @@ async fn a_request_beyond_the_queue_byte_bound_is_dropped_and_counted_not_queued
         metric(&t, r#"ratelimit_record_dropped_total{reason="queue_full"}"#).await,
         1
     );
-    // A small one fits (the big one's bytes were given back).
+    // A small one fits.
     assert_eq!(common::code(t.call(ip(1)).await.overall_code), Code::Ok);
     t.server.shutdown().await;
     let written = lines(&path);

@@ -14,8 +14,10 @@
 //! held counter (`INFO memory`).
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
-//! (`--record` to a file in the run's temporary directory) and reports its throughput and latency
-//! as ratios to the same server without recording, with the lines written and dropped.
+//! (`--record` to a file in the run's temporary directory) and reports its throughput, latency and
+//! server CPU per call as ratios to the same server without recording, with the lines written and
+//! dropped. `control` adds a second memory server, identical to the first: its ratios to it are
+//! what the run's noise alone gives, the yardstick for "no measurable cost".
 
 mod codec;
 mod noop;
@@ -67,7 +69,8 @@ struct Args {
     #[arg(long)]
     server_bin: Option<std::path::PathBuf>,
     /// Servers to measure, each beside the no-op server: memory, redis, record (the memory
-    /// server with `--record FILE`; compared with memory when both run).
+    /// server with `--record FILE`; compared with memory when both run), control (the memory
+    /// server again, compared with memory: the noise of the run).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
     /// Redis for `--backend redis` (host:port); default: a redis-server started for the run.
@@ -124,6 +127,24 @@ impl std::fmt::Display for Shape {
 
 /// A child server process, killed on drop.
 struct ServerProcess(Child);
+
+impl ServerProcess {
+    /// User + system CPU seconds the process has used so far (`/proc/PID/stat`, fields 14 and
+    /// 15, in USER_HZ ticks of 1/100 s); 0 where there is no /proc.
+    fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap_or_default();
+        // After the command name (in parentheses, may hold spaces), utime is the 12th field.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let ticks: f64 = after
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|f| f.parse::<f64>().ok())
+            .sum();
+        ticks / 100.0
+    }
+}
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
@@ -258,6 +279,8 @@ struct Outcome {
     attempts: Option<f64>,
     /// `record` only: lines written and dropped for a full queue, from the server's /metrics.
     recorded: Option<(u64, u64)>,
+    /// CPU seconds the server process(es) used over the run (warm-up included, as `answered`).
+    server_cpu: f64,
 }
 
 async fn drive(
@@ -349,6 +372,7 @@ async fn drive(
         round_trips: None,
         attempts: None,
         recorded: None,
+        server_cpu: 0.0,
     }
 }
 
@@ -394,7 +418,8 @@ async fn main() {
             "memory" => kinds.push("real"),
             "redis" => kinds.push("redis"),
             "record" => kinds.push("record"),
-            other => panic!("unknown backend {other} (memory, redis or record)"),
+            "control" => kinds.push("control"),
+            other => panic!("unknown backend {other} (memory, redis, record or control)"),
         }
     }
     let redis = kinds
@@ -443,7 +468,10 @@ async fn main() {
                         addrs.push(addr);
                         admins.push(admin);
                     }
+                    let cpu_before: f64 = servers.iter().map(ServerProcess::cpu_seconds).sum();
                     let mut outcome = drive(&addrs, traffic.clone(), shape, duration).await;
+                    outcome.server_cpu =
+                        servers.iter().map(ServerProcess::cpu_seconds).sum::<f64>() - cpu_before;
                     if record.is_some() {
                         outcome.recorded = Some(record_counts(admins[0]).await);
                     }
@@ -481,6 +509,7 @@ async fn main() {
                 let name = match *kind {
                     "real" => "memory",
                     "record" => "memory --record",
+                    "control" => "memory (control)",
                     other => other,
                 };
                 println!(
@@ -499,17 +528,28 @@ async fn main() {
                 }
             }
             let find = |k: &str| results.iter().find(|(kind, _)| *kind == k).map(|(_, o)| o);
-            if let (Some(record), Some(memory)) = (find("record"), find("real")) {
-                let ratio = record.throughput / memory.throughput;
-                let p50 = us(&record.latency, 0.5) / us(&memory.latency, 0.5);
-                let p999 = us(&record.latency, 0.999) / us(&memory.latency, 0.999);
-                let (lines, dropped) = record.recorded.unwrap_or_default();
+            for other in ["record", "control"] {
+                let (Some(with), Some(memory)) = (find(other), find("real")) else {
+                    continue;
+                };
+                let ratio = with.throughput / memory.throughput;
+                let p50 = us(&with.latency, 0.5) / us(&memory.latency, 0.5);
+                let p999 = us(&with.latency, 0.999) / us(&memory.latency, 0.999);
+                let cpu = |o: &Outcome| o.server_cpu * 1e6 / o.answered.max(1) as f64;
+                let (lines, dropped) = match with.recorded {
+                    Some((lines, dropped)) => (lines.to_string(), dropped.to_string()),
+                    None => ("-".to_owned(), "-".to_owned()),
+                };
                 record_vs_memory.push(format!(
-                    "| {mix} | {shape} | {ratio:.3} | {p50:.3} | {p999:.3} | {lines} | {dropped} | {} |",
-                    record.answered
+                    "| {mix} | {shape} | {} | {ratio:.3} | {p50:.3} | {p999:.3} | {:.2} / {:.2} = {:.3} | {lines} | {dropped} | {} |",
+                    if other == "record" { "--record" } else { "control" },
+                    cpu(with),
+                    cpu(memory),
+                    cpu(with) / cpu(memory),
+                    with.answered
                 ));
                 let scenario = format!("{mix} keys, {shape}");
-                if worst_record.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
+                if other == "record" && worst_record.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
                     worst_record = Some((scenario, ratio, p50));
                 }
             }
@@ -548,11 +588,13 @@ async fn main() {
     }
     if !record_vs_memory.is_empty() {
         println!(
-            "\nRecording cost (the memory server with --record vs without, same run):\n\n\
-             | keys | connections x in flight | req/s ratio | p50 ratio | p999 ratio | \
-             lines written | dropped (queue full) | calls answered |"
+            "\nRecording cost (the memory server with --record, and the control, vs the memory \
+             server, same run; server CPU is the server process's, writer thread included):\n\n\
+             | keys | connections x in flight | server | req/s ratio | p50 ratio | p999 ratio | \
+             server CPU µs per call, this / memory | lines written | dropped (queue full) | \
+             calls answered |"
         );
-        println!("|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         for line in &record_vs_memory {
             println!("{line}");
         }

@@ -265,7 +265,7 @@ pub(super) async fn json(State(admin): AdminState, body: Bytes) -> Response {
     };
     let Decision { now, result } = admin.engine.decide(&request).await;
     if let Some(recorder) = &admin.recorder {
-        recorder.record(now, request, result.as_ref().ok());
+        recorder.record(now, &request, result.as_ref().ok());
     }
     match result {
         Ok(response) => {

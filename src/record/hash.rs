@@ -42,9 +42,22 @@ impl HashKey {
 
     /// The keyed hash of `value`, as 32 lowercase hex digits.
     pub fn hash_hex(&self, value: &str) -> String {
+        let mut out = Vec::with_capacity(32);
+        self.write_hex(value, &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+
+    /// Appends the keyed hash of `value` to `out`, as 32 lowercase hex digits.
+    pub fn write_hex(&self, value: &str, out: &mut Vec<u8>) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut h = SipHasher24::new_with_key(&self.0);
         h.write(value.as_bytes());
-        format!("{:032x}", h.finish128().as_u128())
+        let hash = h.finish128().as_u128();
+        out.extend(
+            (0..32)
+                .rev()
+                .map(|i| HEX[((hash >> (4 * i)) & 0xf) as usize]),
+        );
     }
 }
 
@@ -83,6 +96,10 @@ mod tests {
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
         );
         assert_eq!(h, a.hash_hex("10.0.0.7"));
+        // The hex digits are the hash's, most significant first, as `{:032x}` writes them.
+        let mut direct = SipHasher24::new_with_key(&a.0);
+        direct.write(b"10.0.0.7");
+        assert_eq!(h, format!("{:032x}", direct.finish128().as_u128()));
         assert_ne!(h, a.hash_hex("10.0.0.8"));
         assert_ne!(h, b.hash_hex("10.0.0.7"));
     }

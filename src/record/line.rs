@@ -19,9 +19,9 @@ pub struct Answer {
 
 /// One decision to record: what was asked, when it was decided, and what was answered.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decided {
+pub struct Decided<'r> {
     pub time: Nanos,
-    pub request: RateLimitRequest,
+    pub request: &'r RateLimitRequest,
     pub answer: Option<Answer>,
 }
 
@@ -36,8 +36,8 @@ pub enum Values<'a> {
 }
 
 /// Appends the record line of `decided` (with its `\n`) to `out`.
-pub fn encode(decided: &Decided, values: &Values<'_>, out: &mut Vec<u8>) {
-    let r = &decided.request;
+pub fn encode(decided: &Decided<'_>, values: &Values<'_>, out: &mut Vec<u8>) {
+    let r = decided.request;
     out.extend_from_slice(b"{\"v\":1,\"time\":\"");
     rfc3339(decided.time, out);
     out.extend_from_slice(b"\",\"domain\":");
@@ -58,7 +58,7 @@ pub fn encode(decided: &Decided, values: &Values<'_>, out: &mut Vec<u8>) {
             match values {
                 Values::Hashed { key, named } if !named(&r.domain, &e.key, &e.value) => {
                     out.extend_from_slice(b"\"h:");
-                    out.extend_from_slice(key.hash_hex(&e.value).as_bytes());
+                    key.write_hex(&e.value, out);
                     out.push(b'"');
                 }
                 _ => string(&e.value, out),
@@ -71,7 +71,7 @@ pub fn encode(decided: &Decided, values: &Values<'_>, out: &mut Vec<u8>) {
             let mut comma = false;
             if limit.requests_per_unit != 0 {
                 out.extend_from_slice(b"\"requestsPerUnit\":");
-                out.extend_from_slice(limit.requests_per_unit.to_string().as_bytes());
+                number(u64::from(limit.requests_per_unit), out);
                 comma = true;
             }
             if limit.unit != 0 {
@@ -81,7 +81,12 @@ pub fn encode(decided: &Decided, values: &Values<'_>, out: &mut Vec<u8>) {
                 out.extend_from_slice(b"\"unit\":");
                 match RateLimitUnit::try_from(limit.unit) {
                     Ok(unit) => string(unit.as_str_name(), out),
-                    Err(_) => out.extend_from_slice(limit.unit.to_string().as_bytes()),
+                    Err(_) => {
+                        if limit.unit < 0 {
+                            out.push(b'-');
+                        }
+                        number(u64::from(limit.unit.unsigned_abs()), out);
+                    }
                 }
             }
             out.push(b'}');
@@ -89,7 +94,7 @@ pub fn encode(decided: &Decided, values: &Values<'_>, out: &mut Vec<u8>) {
         if let Some(hits) = &d.hits_addend {
             // proto3 JSON writes a 64-bit integer as a string.
             out.extend_from_slice(b",\"hitsAddend\":\"");
-            out.extend_from_slice(hits.value.to_string().as_bytes());
+            number(hits.value, out);
             out.push(b'"');
         }
         if d.is_negative_hits {
@@ -100,7 +105,7 @@ pub fn encode(decided: &Decided, values: &Values<'_>, out: &mut Vec<u8>) {
     out.push(b']');
     if r.hits_addend != 0 {
         out.extend_from_slice(b",\"hitsAddend\":");
-        out.extend_from_slice(r.hits_addend.to_string().as_bytes());
+        number(u64::from(r.hits_addend), out);
     }
     out.extend_from_slice(b",\"decision\":{\"code\":\"");
     match &decided.answer {
@@ -131,6 +136,33 @@ fn string(text: &str, out: &mut Vec<u8>) {
     let _ = serde_json::to_writer(&mut *out, text);
 }
 
+/// A whole number in decimal, without allocating.
+fn number(n: u64, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// `n` in exactly `width` decimal digits (leading zeros; higher digits dropped).
+fn padded(n: u64, width: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + width, b'0');
+    let mut n = n;
+    for at in (start..start + width).rev() {
+        out[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
 /// `time` as RFC 3339 UTC with nanoseconds: `2026-12-01T05:00:00.123456789Z`.
 pub fn rfc3339(time: Nanos, out: &mut Vec<u8>) {
     let secs = time / NANOS_PER_SECOND;
@@ -138,13 +170,20 @@ pub fn rfc3339(time: Nanos, out: &mut Vec<u8>) {
     let days = secs / 86_400;
     let of_day = secs % 86_400;
     let (year, month, day) = civil_from_days(days);
-    let text = format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-        of_day / 3_600,
-        of_day % 3_600 / 60,
-        of_day % 60
-    );
-    out.extend_from_slice(text.as_bytes());
+    padded(year, 4, out);
+    out.push(b'-');
+    padded(month, 2, out);
+    out.push(b'-');
+    padded(day, 2, out);
+    out.push(b'T');
+    padded(of_day / 3_600, 2, out);
+    out.push(b':');
+    padded(of_day % 3_600 / 60, 2, out);
+    out.push(b':');
+    padded(of_day % 60, 2, out);
+    out.push(b'.');
+    padded(nanos, 9, out);
+    out.push(b'Z');
 }
 
 /// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm,
@@ -177,6 +216,32 @@ mod tests {
         let mut out = Vec::new();
         rfc3339(time, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn numbers_are_written_whole() {
+        for n in [0, 7, 10, 4_294_967_295, u64::MAX] {
+            let mut out = Vec::new();
+            number(n, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        }
+        let mut limit = request();
+        let odd = &mut limit.descriptors[1];
+        odd.limit = Some(RateLimitOverride {
+            requests_per_unit: u32::MAX,
+            unit: -5,
+        });
+        let text = line(
+            &Decided {
+                time: 0,
+                request: &limit,
+                answer: None,
+            },
+            &Values::Clear,
+        );
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(json["descriptors"][1]["limit"]["requestsPerUnit"], u32::MAX);
+        assert_eq!(json["descriptors"][1]["limit"]["unit"], -5);
     }
 
     #[test]
@@ -242,7 +307,7 @@ mod tests {
     fn the_documented_example_line() {
         let decided = Decided {
             time: 1_796_101_200 * NANOS_PER_SECOND + 123_456_789,
-            request: RateLimitRequest {
+            request: &RateLimitRequest {
                 domain: "edge".into(),
                 descriptors: vec![request().descriptors[0].clone()],
                 hits_addend: 1,
@@ -264,7 +329,7 @@ mod tests {
     fn overrides_hits_and_escapes_are_kept_and_refusals_are_unknown() {
         let decided = Decided {
             time: 0,
-            request: request(),
+            request: &request(),
             answer: None,
         };
         let text = line(&decided, &Values::Clear);
@@ -292,7 +357,7 @@ mod tests {
         };
         let decided = Decided {
             time: 0,
-            request: request(),
+            request: &request(),
             answer: Some(Answer {
                 code: Code::OverLimit as i32,
                 statuses: smallvec![Code::Ok as i32, Code::OverLimit as i32],

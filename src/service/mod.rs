@@ -259,7 +259,7 @@ impl<S: Store> Shared<S> {
             }
         }
         if let Some(recorder) = &self.recorder {
-            recorder.record(now, request.into_inner(), result.as_ref().ok());
+            recorder.record(now, request.get_ref(), result.as_ref().ok());
         }
         let response = result.map_err(Status::from);
         if let Some(span) = span {

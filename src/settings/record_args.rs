@@ -62,13 +62,12 @@ pub struct RecordArgs {
     /// environment variable: a flag shows in the process list.
     #[arg(long, env = "RECORD_HASH_KEY", hide_env_values = true, value_parser = parse_hash_key)]
     pub record_hash_key: Option<HashKey>,
-    /// Decisions queued for the writer; when it is full (the disk is slow), decisions are still
-    /// answered and their lines dropped and counted.
+    /// Lines pending for the writer; past it (the disk is slow), decisions are still answered
+    /// and their lines dropped and counted.
     #[arg(long, env = "RECORD_QUEUE", default_value = "65536", value_parser = at_least_one)]
     pub record_queue: usize,
-    /// The queue's bound in bytes (requests as encoded on the wire): past it, lines are dropped
-    /// and counted as when the queue is full, so a burst of large requests cannot grow memory
-    /// beyond it.
+    /// The pending lines' bound in bytes (as encoded): past it, lines are dropped and counted as
+    /// when the line bound is reached, so a burst of large requests cannot grow memory beyond it.
     #[arg(long, env = "RECORD_QUEUE_BYTES", default_value = "64MiB", value_parser = parse_max_bytes)]
     pub record_queue_bytes: usize,
 }

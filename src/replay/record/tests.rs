@@ -121,7 +121,7 @@ fn agree(line: &[u8]) -> bool {
     fast.is_some()
 }
 
-fn decided(request: RateLimitRequest, answer: Option<Answer>) -> Decided {
+fn decided(request: &RateLimitRequest, answer: Option<Answer>) -> Decided<'_> {
     Decided {
         time: 1_796_101_200 * NANOS_PER_SECOND + 123_456_789,
         request,
@@ -198,11 +198,7 @@ fn the_fast_path_reads_every_line_the_recorder_writes() {
                 },
             ] {
                 let mut line = Vec::new();
-                encode(
-                    &decided(request.clone(), answer.clone()),
-                    &values,
-                    &mut line,
-                );
+                encode(&decided(&request, answer.clone()), &values, &mut line);
                 let line = line.strip_suffix(b"\n").expect("a line");
                 assert!(
                     agree(line),

@@ -1,0 +1,110 @@
+//! The writer thread: every [`DRAIN_EVERY`] it takes the pending lines whole and appends them to
+//! the record file, cut at line ends where the file rotates; on stop it takes what is left,
+//! closes the buffer, and syncs the file. It never wakes anyone: the answering threads only copy
+//! into the buffer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::pending::{Lines, Pending};
+use super::writer::RecordFile;
+
+/// How often the writer takes the pending lines. It sleeps between drains instead of being
+/// woken per line, so a decision never has to wake it (no futex on the answering thread) and lines
+/// are written in batches, not one `write` per decision. Lines reach the file within this.
+pub const DRAIN_EVERY: Duration = Duration::from_millis(5);
+
+pub struct Drain {
+    pub pending: Arc<Pending>,
+    pub file: RecordFile,
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Drain {
+    pub fn run(mut self) {
+        let mut lines = Lines::default();
+        loop {
+            std::thread::sleep(DRAIN_EVERY);
+            // Read before taking: once it is seen, this take is the last and closes the buffer.
+            let stopping = self.stop.load(Ordering::SeqCst);
+            self.pending.take(&mut lines, stopping);
+            write_cut(&mut self.file, &lines);
+            if stopping {
+                break;
+            }
+        }
+        self.file.sync();
+    }
+}
+
+/// Writes `lines`, cut at the last line end that still fits the current file before it rotates
+/// (a line longer than a whole file goes alone), so no file passes its bound but by one line.
+fn write_cut(file: &mut RecordFile, lines: &Lines) {
+    let mut rest = lines.bytes.as_slice();
+    let mut count = lines.count;
+    while !rest.is_empty() {
+        let room = usize::try_from(file.room()).unwrap_or(usize::MAX);
+        let cut = if rest.len() <= room {
+            rest.len()
+        } else {
+            match memchr::memrchr(b'\n', &rest[..room]) {
+                Some(end) => end + 1,
+                None => memchr::memchr(b'\n', rest).map_or(rest.len(), |end| end + 1),
+            }
+        };
+        let (piece, after) = rest.split_at(cut);
+        let pieces_lines = if after.is_empty() {
+            count
+        } else {
+            memchr::memchr_iter(b'\n', piece).count() as u64
+        };
+        file.write(piece, pieces_lines);
+        count -= pieces_lines;
+        rest = after;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::metrics::RecordMetrics;
+    use crate::record::writer::FileSpec;
+
+    fn numbered(path: &std::path::Path, n: u32) -> std::path::PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        name.into()
+    }
+
+    #[test]
+    fn a_batch_is_cut_at_line_ends_where_the_file_rotates() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = RecordMetrics::register(&prometheus::Registry::new());
+        let spec = FileSpec {
+            path: dir.path().join("rec.jsonl"),
+            max_bytes: 25,
+            max_files: 5,
+        };
+        let mut file = RecordFile::open(spec.clone(), metrics.clone()).unwrap();
+        // Lines of 10, 10, 10, 40 (longer than a file) and 3 bytes.
+        let mut lines = Lines::default();
+        for line in ["aaaaaaaaa\n", "bbbbbbbbb\n", "ccccccccc\n"] {
+            lines.bytes.extend_from_slice(line.as_bytes());
+        }
+        lines.bytes.extend_from_slice(&[b'd'; 39]);
+        lines.bytes.extend_from_slice(b"\nee\n");
+        lines.count = 5;
+        write_cut(&mut file, &lines);
+        assert_eq!(metrics.lines.get(), 5);
+        let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
+        // Newest last: FILE.3 is the oldest.
+        assert_eq!(read(numbered(&spec.path, 3)), "aaaaaaaaa\nbbbbbbbbb\n");
+        assert_eq!(read(numbered(&spec.path, 2)), "ccccccccc\n");
+        assert_eq!(
+            read(numbered(&spec.path, 1)),
+            format!("{}\n", "d".repeat(39))
+        );
+        assert_eq!(read(spec.path.clone()), "ee\n");
+    }
+}
