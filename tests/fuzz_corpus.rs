@@ -8,6 +8,9 @@ mod admin;
 #[path = "../examples/fuzz/input.rs"]
 #[allow(dead_code, reason = "the fuzzer's own parts this test does not call")]
 mod input;
+#[path = "../examples/fuzz/record.rs"]
+#[allow(dead_code, reason = "the fuzzer's own parts this test does not call")]
+mod record;
 #[path = "../examples/fuzz/requests.rs"]
 mod requests;
 #[path = "../examples/fuzz/rules.rs"]
@@ -72,4 +75,9 @@ fn the_json_corpus_passes() {
 fn the_explain_corpus_passes() {
     let target = admin::AdminTarget::new();
     replay("explain", |b| target.check_explain(b));
+}
+
+#[test]
+fn the_record_corpus_passes() {
+    replay("record", record::check);
 }

@@ -9,10 +9,11 @@
 //!   cargo run --example fuzz -- --target rules --seconds 30
 //!   cargo run --example fuzz -- --target rules --replay fuzz/crashes/rules/crash-…
 //!
-//! Targets: rules, requests, json, explain.
+//! Targets: rules, requests, json, explain, record.
 
 mod admin;
 mod input;
+mod record;
 mod requests;
 mod rules;
 
@@ -66,7 +67,7 @@ thread_local! {
     static IN_TARGET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-const TARGETS: [&str; 4] = ["rules", "requests", "json", "explain"];
+const TARGETS: [&str; 5] = ["rules", "requests", "json", "explain", "record"];
 
 /// Time one input may take: a base plus a per-byte allowance (debug builds are slow; quadratic
 /// behaviour on a 64 KiB input still blows far past it).
@@ -84,6 +85,7 @@ enum Target {
     Requests(Box<requests::Requests>),
     Json(Box<admin::AdminTarget>),
     Explain(Box<admin::AdminTarget>),
+    Record,
 }
 
 impl Target {
@@ -93,6 +95,7 @@ impl Target {
             "requests" => Target::Requests(Box::new(requests::Requests::new())),
             "json" => Target::Json(Box::new(admin::AdminTarget::new())),
             "explain" => Target::Explain(Box::new(admin::AdminTarget::new())),
+            "record" => Target::Record,
             other => panic!("unknown target '{other}' (expected one of {TARGETS:?})"),
         }
     }
@@ -103,6 +106,7 @@ impl Target {
             Target::Requests(_) => &[],
             Target::Json(_) => admin::JSON_DICTIONARY,
             Target::Explain(_) => admin::QUERY_DICTIONARY,
+            Target::Record => record::DICTIONARY,
         }
     }
 
@@ -114,6 +118,7 @@ impl Target {
             Target::Requests(_) => seed.to_vec(),
             Target::Json(_) => admin::generate_json(&mut c),
             Target::Explain(_) => admin::generate_query(&mut c),
+            Target::Record => record::generate(&mut c),
         }
     }
 
@@ -123,6 +128,7 @@ impl Target {
             Target::Requests(t) => t.check(input),
             Target::Json(t) => t.check_json(input),
             Target::Explain(t) => t.check_explain(input),
+            Target::Record => record::check(input),
         }
     }
 
