@@ -314,7 +314,7 @@ async fn a_tiny_queue_under_a_burst_drops_and_counts_and_never_fails_a_call() {
         task.await.unwrap();
     }
     let queue_full = metric(&t, r#"ratelimit_record_dropped_total{reason="queue_full"}"#).await;
-    // The pipe (64 KiB), the batch the writer is blocked writing, and the 4 pending lines hold far
+    // The pipe (64 KiB), the batch the writer is blocked writing, and the 4 pending decisions hold far
     // fewer than 4000 lines of ~100 bytes.
     assert!(queue_full >= 1000, "{queue_full} dropped");
     // Now read: what was queued is written, and every call is a line or a drop.
@@ -501,7 +501,7 @@ async fn a_request_beyond_the_queue_byte_bound_is_dropped_and_counted_not_queued
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("rec.jsonl");
     let mut t = recording(&path, |s| s.record.record_queue_bytes = 1024).await;
-    // A line of over 2 KiB: more than the pending lines may hold, so it can never be queued.
+    // 2 KiB on the wire: more than the pending buffer may hold, so it can never be queued.
     let big = "x".repeat(2048);
     let answer = t
         .call(request("edge", &[&[("remote_address", big.as_str())]]))

@@ -43,7 +43,16 @@ pub fn generate(c: &mut Choices<'_>) -> Vec<u8> {
         "\"é\"",
         r#""h:00ff""#,
     ];
-    const NUMBERS: &[&str] = &["0", "1", "7", r#""7""#, "4294967295", "4294967296", "-1", "1.5"];
+    const NUMBERS: &[&str] = &[
+        "0",
+        "1",
+        "7",
+        r#""7""#,
+        "4294967295",
+        "4294967296",
+        "-1",
+        "1.5",
+    ];
     const UNITS: &[&str] = &[r#""MINUTE""#, r#""SECOND""#, "3", "99", r#""FORTNIGHT""#];
     let mut line = String::from("{");
     let mut fields: Vec<String> = Vec::new();

@@ -1,14 +1,19 @@
-//! The writer thread: every [`DRAIN_EVERY`] it takes the pending lines whole and appends them to
-//! the record file, cut at line ends where the file rotates; on stop it takes what is left,
-//! closes the buffer, and syncs the file. It never wakes anyone: the answering threads only copy
-//! into the buffer.
+//! The writer thread: every [`DRAIN_EVERY`] it takes the pending decisions whole, turns each frame
+//! into its JSON line (hashing values when asked), and appends the lines to the record file, cut
+//! at line ends where the file rotates; on stop it takes what is left, closes the buffer, and syncs
+//! the file. It never wakes anyone: the answering threads only write frames into the buffer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::pending::{Lines, Pending};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+use super::line::{Values, encode};
+use super::metrics::DropReason;
+use super::pending::{Pending, Records};
 use super::writer::RecordFile;
+use super::{Hashing, frame};
 
 /// How often the writer takes the pending lines. It sleeps between drains instead of being
 /// woken per line, so a decision never has to wake it (no futex on the answering thread) and lines
@@ -18,17 +23,21 @@ pub const DRAIN_EVERY: Duration = Duration::from_millis(5);
 pub struct Drain {
     pub pending: Arc<Pending>,
     pub file: RecordFile,
+    pub hashing: Option<Hashing>,
     pub stop: Arc<AtomicBool>,
 }
 
 impl Drain {
     pub fn run(mut self) {
-        let mut lines = Lines::default();
+        let mut records = Records::default();
+        let mut lines = Records::default();
+        let mut request = RateLimitRequest::default();
         loop {
             std::thread::sleep(DRAIN_EVERY);
             // Read before taking: once it is seen, this take is the last and closes the buffer.
             let stopping = self.stop.load(Ordering::SeqCst);
-            self.pending.take(&mut lines, stopping);
+            self.pending.take(&mut records, stopping);
+            self.lines(&records, &mut request, &mut lines);
             write_cut(&mut self.file, &lines);
             if stopping {
                 break;
@@ -36,11 +45,44 @@ impl Drain {
         }
         self.file.sync();
     }
+
+    /// The JSON lines of the frames in `records`, into `lines`.
+    fn lines(&mut self, records: &Records, request: &mut RateLimitRequest, lines: &mut Records) {
+        lines.bytes.clear();
+        lines.count = 0;
+        let hashing = self.hashing.as_mut().map(Hashing::current);
+        let read = frame::read_all(&records.bytes, request, |decided| {
+            match &hashing {
+                None => encode(decided, &Values::Clear, &mut lines.bytes),
+                Some((key, named)) => {
+                    let is_named = |domain: &str, k: &str, v: &str| {
+                        named
+                            .get(domain)
+                            .and_then(|keys| keys.get(k))
+                            .is_some_and(|values| values.contains(v))
+                    };
+                    let values = Values::Hashed {
+                        key,
+                        named: &is_named,
+                    };
+                    encode(decided, &values, &mut lines.bytes);
+                }
+            }
+            lines.count += 1;
+        });
+        if let Err(left) = read {
+            // Only a bug writes a frame that does not read back; its decisions are counted.
+            tracing::error!(left, "the record writer could not read pending decisions");
+            self.file
+                .metrics()
+                .count_drop(DropReason::WriteError, records.count - lines.count);
+        }
+    }
 }
 
 /// Writes `lines`, cut at the last line end that still fits the current file before it rotates
 /// (a line longer than a whole file goes alone), so no file passes its bound but by one line.
-fn write_cut(file: &mut RecordFile, lines: &Lines) {
+fn write_cut(file: &mut RecordFile, lines: &Records) {
     let mut rest = lines.bytes.as_slice();
     let mut count = lines.count;
     while !rest.is_empty() {
@@ -88,7 +130,7 @@ mod tests {
         };
         let mut file = RecordFile::open(spec.clone(), metrics.clone()).unwrap();
         // Lines of 10, 10, 10, 40 (longer than a file) and 3 bytes.
-        let mut lines = Lines::default();
+        let mut lines = Records::default();
         for line in ["aaaaaaaaa\n", "bbbbbbbbb\n", "ccccccccc\n"] {
             lines.bytes.extend_from_slice(line.as_bytes());
         }

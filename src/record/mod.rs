@@ -1,14 +1,14 @@
 //! `serve --record FILE`: every ShouldRateLimit decision (gRPC and `POST /json`) as one JSON line
-//! (docs/record.md), written off the hot path. A decision is sampled, encoded (`line`, values
-//! hashed when asked: `hash`) into a scratch buffer of the answering thread, and appended to a
-//! bounded buffer of pending lines (`pending`): a full buffer drops the line and counts it, so
-//! recording never waits. One writer thread (`drain`) takes the pending lines every few
-//! milliseconds and appends them to the file, which rotates by size and survives write errors
-//! (`writer`). The request itself never leaves the answering thread: moving it to the writer made
-//! the writer free every request's strings, and those frees from another thread cost the
-//! answering threads more than encoding there does (docs/record.md, "Recording cost").
+//! (docs/record.md), written off the hot path. A decision is sampled and written as a small binary
+//! frame (`frame`: the time, the codes, the request in protobuf) into a bounded buffer of pending
+//! decisions (`pending`): a full buffer drops it and counts it, so recording never waits, and the
+//! answering thread does no more than that one copy. One writer thread (`drain`) takes the pending
+//! frames every few milliseconds, turns each into its JSON line (`line`; values hashed when asked:
+//! `hash`) and appends them to the file, which rotates by size and survives write errors
+//! (`writer`). docs/record.md ("How it stays off the hot path") says why it is built so.
 
 mod drain;
+mod frame;
 mod hash;
 mod line;
 mod metrics;
@@ -16,14 +16,12 @@ mod pending;
 mod sample;
 mod writer;
 
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prometheus::Registry;
 
@@ -45,9 +43,10 @@ pub struct RecordConfig {
     pub sample: f64,
     /// With `--record-hash-values`: the key values are hashed with.
     pub hash_key: Option<HashKey>,
-    /// Lines pending for the writer before more are dropped.
+    /// Decisions pending for the writer before more are dropped.
     pub queue: usize,
-    /// Bytes of encoded lines pending for the writer before more are dropped.
+    /// Bytes of pending decisions (requests as encoded on the wire, plus 20 bytes each) before
+    /// more are dropped.
     pub queue_bytes: usize,
 }
 
@@ -70,42 +69,35 @@ fn named_values(policy: &Policy) -> Named {
     named
 }
 
-/// `--record-hash-values`: the key, and the values the live rules name (kept clear), built once
-/// per rules snapshot and shared by the answering threads.
+/// `--record-hash-values`: the key, and the values the live rules name (kept clear), rebuilt on
+/// the writer thread when the rules change.
 struct Hashing {
     key: HashKey,
     policy: LivePolicy,
-    named: ArcSwapOption<(Arc<Policy>, Named)>,
+    named: Option<(Arc<Policy>, Named)>,
 }
 
 impl Hashing {
-    /// The named values of the rules in force now (rebuilt when the rules have changed; two
-    /// threads that see the change at once both build it, and either result is right).
-    fn named(&self) -> Arc<(Arc<Policy>, Named)> {
+    /// The key, and the named values of the rules in force now.
+    fn current(&mut self) -> (&HashKey, &Named) {
         let policy = (self.policy)();
-        if let Some(named) = self.named.load_full()
-            && Arc::ptr_eq(&named.0, &policy)
-        {
-            return named;
+        let current = matches!(&self.named, Some((p, _)) if Arc::ptr_eq(p, &policy));
+        if !current {
+            let named = named_values(&policy);
+            self.named = Some((policy, named));
         }
-        let named = Arc::new((policy.clone(), named_values(&policy)));
-        self.named.store(Some(named.clone()));
-        named
+        (
+            &self.key,
+            &self.named.get_or_insert_with(Default::default).1,
+        )
     }
 }
 
-thread_local! {
-    /// Each answering thread encodes its lines here (its allocation is kept from line to line).
-    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The hot-path side: sampling, encoding, and the pending buffer. Shared by the gRPC and HTTP
-/// faces.
+/// The hot-path side: sampling and the pending buffer. Shared by the gRPC and HTTP faces.
 pub struct Recorder {
     pending: Arc<Pending>,
     sampler: Sampler,
     metrics: RecordMetrics,
-    hashing: Option<Hashing>,
     stop: Arc<AtomicBool>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -124,6 +116,11 @@ impl Recorder {
         let drain = drain::Drain {
             pending: pending.clone(),
             file,
+            hashing: config.hash_key.map(|key| Hashing {
+                key,
+                policy,
+                named: None,
+            }),
             stop: stop.clone(),
         };
         let writer = std::thread::Builder::new()
@@ -133,18 +130,13 @@ impl Recorder {
             pending,
             sampler: Sampler::new(config.sample),
             metrics,
-            hashing: config.hash_key.map(|key| Hashing {
-                key,
-                policy,
-                named: ArcSwapOption::empty(),
-            }),
             stop,
             writer: Mutex::new(Some(writer)),
         })
     }
 
     /// Records one decision made at `time`: `response` is the answer, `None` when the engine
-    /// refused the request. Never waits: a full buffer drops the line and counts it.
+    /// refused the request. Never waits: a full buffer drops the decision and counts it.
     pub fn record(
         &self,
         time: Nanos,
@@ -155,36 +147,9 @@ impl Recorder {
             self.metrics.count_drop(DropReason::SampledOut, 1);
             return;
         }
-        let decided = Decided {
-            time,
-            request,
-            answer: response.map(|r| Answer {
-                code: r.overall_code,
-                statuses: r.statuses.iter().map(|s| s.code).collect(),
-            }),
-        };
-        let pushed = LINE.with_borrow_mut(|line| {
-            line.clear();
-            match &self.hashing {
-                None => encode(&decided, &Values::Clear, line),
-                Some(hashing) => {
-                    let named = hashing.named();
-                    let is_named = |domain: &str, k: &str, v: &str| {
-                        named
-                            .1
-                            .get(domain)
-                            .and_then(|keys| keys.get(k))
-                            .is_some_and(|values| values.contains(v))
-                    };
-                    let values = Values::Hashed {
-                        key: &hashing.key,
-                        named: &is_named,
-                    };
-                    encode(&decided, &values, line);
-                }
-            }
-            self.pending.push(line)
-        });
+        let pushed = self
+            .pending
+            .push_with(|out| frame::write(time, request, response, out));
         match pushed {
             Ok(()) => {}
             Err(Refused::Full) => self.metrics.count_drop(DropReason::QueueFull, 1),

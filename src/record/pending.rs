@@ -1,37 +1,37 @@
-//! Encoded lines waiting for the writer: one buffer the answering threads append whole lines to
-//! (a short lock around a copy) and the writer takes whole, swapping in an empty one, every drain.
-//! Bounded in lines and in bytes: a line that does not fit is refused, never waited for.
-//! Closed when the writer stops, after which every line is refused. No I/O.
+//! Decisions waiting for the writer: one buffer the answering threads append records to (a short
+//! lock around writing one `frame`) and the writer takes whole, swapping in an empty one, every
+//! drain. Bounded in records and in bytes: a record that does not fit is refused, never waited
+//! for. Closed when the writer stops, after which every record is refused. No I/O.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// Why a line was not taken.
+/// Why a record was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
-    /// The bound in lines or bytes is reached: the writer is behind.
+    /// The bound in records or bytes is reached: the writer is behind.
     Full,
     /// The writer has stopped (shutdown).
     Closed,
 }
 
-/// Lines taken from the buffer, for the writer.
+/// Records taken from the buffer, for the writer.
 #[derive(Debug, Default)]
-pub struct Lines {
-    /// Whole lines, each ending in `\n`.
+pub struct Records {
+    /// Whole records, one after the other.
     pub bytes: Vec<u8>,
     pub count: u64,
 }
 
 #[derive(Debug, Default)]
 struct Buffer {
-    lines: Lines,
+    records: Records,
     closed: bool,
 }
 
 #[derive(Debug)]
 pub struct Pending {
     buffer: Mutex<Buffer>,
-    max_lines: u64,
+    max_records: u64,
     max_bytes: usize,
 }
 
@@ -39,10 +39,10 @@ pub struct Pending {
 const KEEP_CAPACITY: usize = 1 << 20;
 
 impl Pending {
-    pub fn new(max_lines: usize, max_bytes: usize) -> Pending {
+    pub fn new(max_records: usize, max_bytes: usize) -> Pending {
         Pending {
             buffer: Mutex::default(),
-            max_lines: max_lines.max(1) as u64,
+            max_records: max_records.max(1) as u64,
             max_bytes,
         }
     }
@@ -53,31 +53,43 @@ impl Pending {
         self.buffer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Appends one encoded line (with its `\n`), unless the buffer is full or closed.
-    pub fn push(&self, line: &[u8]) -> Result<(), Refused> {
+    /// Appends one record, written by `write`, unless the buffer is full or closed (a record that
+    /// takes the buffer past its byte bound is taken back).
+    pub fn push_with(&self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), Refused> {
         let mut buffer = self.lock();
         if buffer.closed {
             return Err(Refused::Closed);
         }
-        let lines = &mut buffer.lines;
-        if lines.count >= self.max_lines || lines.bytes.len() + line.len() > self.max_bytes {
+        let records = &mut buffer.records;
+        if records.count >= self.max_records {
             return Err(Refused::Full);
         }
-        lines.bytes.extend_from_slice(line);
-        lines.count += 1;
+        let start = records.bytes.len();
+        write(&mut records.bytes);
+        if records.bytes.len() > self.max_bytes {
+            records.bytes.truncate(start);
+            return Err(Refused::Full);
+        }
+        records.count += 1;
         Ok(())
     }
 
-    /// Takes every line buffered so far into `into` (which must be empty; its allocation becomes
-    /// the buffer's), and with `close` refuses every later line.
-    pub fn take(&self, into: &mut Lines, close: bool) {
+    /// Appends `record` as it is.
+    #[cfg(test)]
+    pub fn push(&self, record: &[u8]) -> Result<(), Refused> {
+        self.push_with(|out| out.extend_from_slice(record))
+    }
+
+    /// Takes every record buffered so far into `into` (which must be empty; its allocation becomes
+    /// the buffer's), and with `close` refuses every later record.
+    pub fn take(&self, into: &mut Records, close: bool) {
         into.bytes.clear();
         into.count = 0;
         if into.bytes.capacity() > KEEP_CAPACITY {
             into.bytes.shrink_to(KEEP_CAPACITY);
         }
         let mut buffer = self.lock();
-        std::mem::swap(&mut buffer.lines, into);
+        std::mem::swap(&mut buffer.records, into);
         buffer.closed |= close;
     }
 }
@@ -87,16 +99,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_are_taken_whole_in_order_and_the_bounds_refuse_without_waiting() {
+    fn records_are_taken_whole_in_order_and_the_bounds_refuse_without_waiting() {
         let pending = Pending::new(3, 10);
         assert_eq!(pending.push(b"a\n"), Ok(()));
         assert_eq!(pending.push(b"bbbbbb\n"), Ok(()));
-        // 9 bytes held: a 2-byte line would pass the byte bound.
+        // 9 bytes held: a 2-byte record would pass the byte bound.
         assert_eq!(pending.push(b"c\n"), Err(Refused::Full));
         assert_eq!(pending.push(b"\n"), Ok(()));
-        // 3 lines held: the line bound.
+        // 3 records held: the record bound.
         assert_eq!(pending.push(b""), Err(Refused::Full));
-        let mut taken = Lines::default();
+        let mut taken = Records::default();
         pending.take(&mut taken, false);
         assert_eq!(
             (taken.bytes.as_slice(), taken.count),
@@ -118,7 +130,7 @@ mod tests {
         for _ in 0..1024 {
             pending.push(&line).unwrap();
         }
-        let mut taken = Lines::default();
+        let mut taken = Records::default();
         pending.take(&mut taken, false);
         assert_eq!(taken.bytes.len(), 4 << 20);
         // Handed back on the next take: shrunk before it becomes the buffer.

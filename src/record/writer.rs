@@ -72,6 +72,10 @@ impl RecordFile {
         })
     }
 
+    pub fn metrics(&self) -> &RecordMetrics {
+        &self.metrics
+    }
+
     /// Writes `batch` (`lines` whole lines), rotating first when it would take the file past the
     /// size bound; a batch that fails is counted as dropped.
     pub fn write(&mut self, batch: &[u8], lines: u64) {

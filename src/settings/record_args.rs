@@ -62,12 +62,13 @@ pub struct RecordArgs {
     /// environment variable: a flag shows in the process list.
     #[arg(long, env = "RECORD_HASH_KEY", hide_env_values = true, value_parser = parse_hash_key)]
     pub record_hash_key: Option<HashKey>,
-    /// Lines pending for the writer; past it (the disk is slow), decisions are still answered
-    /// and their lines dropped and counted.
+    /// Decisions pending for the writer; past it (the disk is slow), decisions are still
+    /// answered and dropped from the record, counted.
     #[arg(long, env = "RECORD_QUEUE", default_value = "65536", value_parser = at_least_one)]
     pub record_queue: usize,
-    /// The pending lines' bound in bytes (as encoded): past it, lines are dropped and counted as
-    /// when the line bound is reached, so a burst of large requests cannot grow memory beyond it.
+    /// The pending decisions' bound in bytes (requests at their wire size, plus 20 bytes each):
+    /// past it, decisions are dropped and counted as when the count bound is reached, so a burst
+    /// of large requests cannot grow memory beyond it.
     #[arg(long, env = "RECORD_QUEUE_BYTES", default_value = "64MiB", value_parser = parse_max_bytes)]
     pub record_queue_bytes: usize,
 }
