@@ -89,23 +89,14 @@ fn read_one<'b>(bytes: &'b [u8], request: &mut RateLimitRequest) -> Option<(Head
 
 #[cfg(test)]
 mod tests {
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::DescriptorStatus;
 
     use super::*;
 
     fn request(value: &str) -> RateLimitRequest {
         RateLimitRequest {
-            domain: "edge".into(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: "remote_address".into(),
-                    value: value.into(),
-                }],
-                ..Default::default()
-            }],
             hits_addend: 3,
+            ..crate::testing::request("edge", &[&[("remote_address", value)]])
         }
     }
 

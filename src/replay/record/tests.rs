@@ -11,6 +11,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use super::*;
 use crate::clock::NANOS_PER_SECOND;
 use crate::record::{Answer, Decided, HashKey, Values, encode};
+use crate::testing::descriptor;
 
 const DOC_EXAMPLE: &str = r#"{"v":1,"time":"2026-12-01T05:00:00.123456789Z","domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.7"}]}],"hitsAddend":1,"decision":{"code":"OK","statuses":["OK"]}}"#;
 
@@ -126,19 +127,6 @@ fn decided(request: &RateLimitRequest, answer: Option<Answer>) -> Decided<'_> {
         time: 1_796_101_200 * NANOS_PER_SECOND + 123_456_789,
         request,
         answer,
-    }
-}
-
-fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).into(),
-                value: (*v).into(),
-            })
-            .collect(),
-        ..Default::default()
     }
 }
 
