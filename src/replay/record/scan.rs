@@ -213,14 +213,19 @@ impl<'a> Cursor<'a> {
         (self.bytes.get(self.at..end)? == word).then(|| self.at = end)
     }
 
-    /// The `descriptors` array into `out` (its elements reused).
-    fn descriptors(&mut self, out: &mut Vec<RateLimitDescriptor>) -> Option<()> {
+    /// An array into `out`, each element read by `read` into the one already there (reused) or a
+    /// new default one; `out` ends as long as the array.
+    fn array_into<T: Default>(
+        &mut self,
+        out: &mut Vec<T>,
+        mut read: impl FnMut(&mut Self, &mut T) -> Option<()>,
+    ) -> Option<()> {
         let mut n = 0;
         self.array(|c| {
             if n == out.len() {
-                out.push(RateLimitDescriptor::default());
+                out.push(T::default());
             }
-            c.descriptor(&mut out[n])?;
+            read(c, &mut out[n])?;
             n += 1;
             Some(())
         })?;
@@ -238,7 +243,7 @@ impl<'a> Cursor<'a> {
         self.object(|c, name| match name {
             "entries" => {
                 seen.first(ENTRIES)?;
-                c.entries(&mut to.entries)
+                c.array_into(&mut to.entries, Self::entry)
             }
             "limit" => {
                 seen.first(LIMIT)?;
@@ -257,20 +262,6 @@ impl<'a> Cursor<'a> {
         if !seen.has(ENTRIES) {
             to.entries.clear();
         }
-        Some(())
-    }
-
-    fn entries(&mut self, out: &mut Vec<Entry>) -> Option<()> {
-        let mut n = 0;
-        self.array(|c| {
-            if n == out.len() {
-                out.push(Entry::default());
-            }
-            c.entry(&mut out[n])?;
-            n += 1;
-            Some(())
-        })?;
-        out.truncate(n);
         Some(())
     }
 
@@ -355,7 +346,7 @@ pub(super) fn parse_into(line: &[u8], out: &mut RateLimitRequest) -> Option<Nano
         }
         "descriptors" => {
             seen.first(DESCRIPTORS)?;
-            c.descriptors(&mut out.descriptors)
+            c.array_into(&mut out.descriptors, Cursor::descriptor)
         }
         "hitsAddend" | "hits_addend" => {
             seen.first(HITS)?;
