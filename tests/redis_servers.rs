@@ -54,9 +54,9 @@ async fn two_instances_racing_admit_exactly_the_limit() {
     assert_eq!(
         keys,
         [
-            "it:{shared}|fw=hot|0.1.3600s",
-            "it:{shared}|sw=hot|0.2.3600s",
-            "it:{shared}|tb=hot|0.0.3600s"
+            "it:shared|fw=hot|0.1.3600s",
+            "it:shared|sw=hot|0.2.3600s",
+            "it:shared|tb=hot|0.0.3600s"
         ]
     );
 }
@@ -134,5 +134,5 @@ async fn a_unix_socket_with_redis_socket_type_unix() {
     ];
     let mut server = ServerProcess::start(rules.path(), &env);
     assert_eq!(fire(server.client().await, "tb", "u".into(), 3, 1).await, 3);
-    assert_eq!(redis.keys("sock:*"), ["sock:{shared}|tb=u|0.0.3600s"]);
+    assert_eq!(redis.keys("sock:*"), ["sock:shared|tb=u|0.0.3600s"]);
 }

@@ -107,7 +107,7 @@ async fn keys_are_readable_and_expire_when_their_state_does() {
         .await
         .unwrap();
     let keys = redis.keys("rl:*");
-    assert_eq!(keys, ["rl:{contract}|user=alice|0.1.2s"]);
+    assert_eq!(keys, ["rl:contract|user=alice|0.1.2s"]);
     // The fixed window's state is gone at the window's end: PXAT = end + grace.
     let expire_ms: u64 = redis
         .cli(&["PEXPIRETIME", &keys[0]])
@@ -128,7 +128,7 @@ async fn keys_are_readable_and_expire_when_their_state_does() {
         .await
         .unwrap();
     let pttl: i64 = redis
-        .cli(&["PTTL", "rl:{contract}|user=bob|0.0.10s"])
+        .cli(&["PTTL", "rl:contract|user=bob|0.0.10s"])
         .unwrap()
         .trim()
         .parse()

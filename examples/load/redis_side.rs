@@ -157,7 +157,7 @@ impl Redis {
             .unwrap_or(0);
         format!(
             "Redis memory per held counter: {:.0} bytes (used_memory {} → {} with {} keys; {} of {} \
-             requests answered; keys like `load:{{load}}|held=user-0000001|0.1.3600s`)",
+             requests answered; keys like `load:load|held=user-0000001|0.1.3600s`)",
             after.saturating_sub(before) as f64 / keys.max(1) as f64,
             before,
             after,

@@ -66,6 +66,21 @@ pub(super) fn evaluate(
     }
 }
 
+/// Takes back `hits` counted in the window of `now` (a state of another window is left as it is).
+pub(super) fn uncharge(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
+    let period = params.period.max(1);
+    let end = (now - now % period).saturating_add(period);
+    let s = FixedWindowState::from_state(state);
+    if s.end != end {
+        return *state;
+    }
+    FixedWindowState {
+        end,
+        count: s.count.saturating_sub(hits),
+    }
+    .into_state()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::evaluate as eval;

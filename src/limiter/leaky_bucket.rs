@@ -73,9 +73,7 @@ pub(super) fn evaluate(
 /// by their cost (never before `now`). Requests queued behind keep their turns, so the queue has
 /// a hole where the cancelled one was; the next arrival takes the turn at the end.
 pub(super) fn refund(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
-    let cost = u128::from(hits) * u128::from(params.period.max(1));
-    let tat = offset_after(params, Some(state), now).saturating_sub(cost);
-    tat_at(params, now, tat).0
+    super::token_bucket::uncharge(params, state, now, hits)
 }
 
 #[cfg(test)]

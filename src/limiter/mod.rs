@@ -10,6 +10,8 @@ mod sliding_window;
 #[cfg(test)]
 mod testing;
 mod token_bucket;
+#[cfg(test)]
+mod uncharge_tests;
 
 use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::{Algorithm, Limit};
@@ -152,6 +154,20 @@ pub fn refund(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> Sta
     match params.algorithm {
         Algorithm::LeakyBucket => leaky_bucket::refund(params, state, now, hits),
         _ => *state,
+    }
+}
+
+/// Takes back `hits` that a charge at `now` took (the inverse of a charge that fit), for a request
+/// that charged one store and then could not be completed on another (a Redis Cluster request
+/// whose keys span slots). Token and leaky bucket: the TAT moves back by their cost (never before
+/// `now`); fixed and sliding window: the window they were counted in at `now` counts them no more.
+pub fn uncharge(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
+    match params.algorithm {
+        Algorithm::TokenBucket | Algorithm::LeakyBucket => {
+            token_bucket::uncharge(params, state, now, hits)
+        }
+        Algorithm::FixedWindow => fixed_window::uncharge(params, state, now, hits),
+        Algorithm::SlidingWindow => sliding_window::uncharge(params, state, now, hits),
     }
 }
 

@@ -126,6 +126,18 @@ pub(super) fn evaluate(
     }
 }
 
+/// Takes back `hits` counted in the current window at `now`.
+pub(super) fn uncharge(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
+    let period = params.period.max(1);
+    let (start, prev, cur) = counts(params, Some(*state), now);
+    SlidingWindowState {
+        forgotten_at: forgotten_at(start, period).unwrap_or(u64::MAX),
+        previous: saturated(prev),
+        current: saturated(cur.saturating_sub(hits)),
+    }
+    .into_state()
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::evaluate as eval;

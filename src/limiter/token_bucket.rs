@@ -135,6 +135,14 @@ pub(super) fn evaluate(
     }
 }
 
+/// Takes back `hits` charged at `now`: the TAT moves back by their cost, never before `now`. (The
+/// leaky bucket's refund of a turn is the same arithmetic on the same state.)
+pub(super) fn uncharge(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
+    let cost = u128::from(hits) * u128::from(params.period.max(1));
+    let tat = offset_after(params, Some(state), now).saturating_sub(cost);
+    tat_at(params, now, tat).0
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::evaluate as eval;

@@ -94,7 +94,7 @@ fn cache_bytes(text: &str) -> Result<usize, String> {
 fn parse_prefix(text: &str) -> Result<String, String> {
     if text.contains(['{', '}']) {
         return Err(format!(
-            "'{text}' must not contain '{{' or '}}' (the key's hash tag is the domain)"
+            "'{text}' must not contain '{{' or '}}' (a Redis Cluster hash tag: every key would land in one slot, on one master)"
         ));
     }
     Ok(text.to_owned())

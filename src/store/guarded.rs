@@ -142,8 +142,13 @@ impl GuardedRedis {
         self.breaker().is_up() && self.shared.redis.load().is_some()
     }
 
-    pub fn mode(&self) -> FailureMode {
-        self.shared.mode
+    /// Whether Redis answered any call at or after `since`.
+    fn answered_since(&self, since: std::time::Instant) -> bool {
+        self.shared
+            .redis
+            .load()
+            .as_ref()
+            .is_some_and(|r| r.answered_since(since))
     }
 
     fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
@@ -202,6 +207,7 @@ impl GuardedRedis {
         if permit == Permit::Reject {
             return None;
         }
+        let started = monotonic();
         match tokio::time::timeout(self.shared.deadline, call).await {
             Ok(Ok(value)) => {
                 self.record(permit, true);
@@ -219,8 +225,18 @@ impl GuardedRedis {
                 tracing::debug!(error = %e, "Redis call failed");
                 None
             }
-            // Every call answered within REDIS_TIMEOUT but the decision took longer (retries
-            // under contention): not an outage, so the breaker is not told.
+            // Redis answered meanwhile, but this decision did not finish in time (it waited for
+            // its keys' calls, or retried under contention): not an outage. It is answered as an
+            // error, never by the failure mode, which might admit what Redis would refuse.
+            Err(_) if self.answered_since(started) => {
+                self.shared.metrics.store_errors.inc();
+                self.shared.metrics.redis_over_budget.inc();
+                Some(Err(StoreError::Unavailable(format!(
+                    "the decision did not finish within {:?} (2 x REDIS_TIMEOUT) while Redis answered; not admitted",
+                    self.shared.deadline
+                ))))
+            }
+            // Nothing answered: Redis is not there.
             Err(_) => {
                 self.shared.metrics.store_errors.inc();
                 None

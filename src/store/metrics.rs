@@ -24,6 +24,15 @@ pub struct StoreMetrics {
     /// `ratelimit_store_errors`: store operations that failed (each failed decision or peek).
     pub store_errors: IntCounter,
     pub over_limit_with_local_cache: IntCounter,
+    /// Requests decided by one Redis call (one in flight per key and instance: the rest wait).
+    pub redis_batch_requests: Histogram,
+    /// How long a request waited for the call in flight on one of its keys.
+    pub redis_queue_wait: Histogram,
+    /// Compare-and-set calls that found a key changed by another instance (each costs a retry).
+    pub redis_conflicts: IntCounter,
+    /// Decisions that did not finish within their budget while Redis was answering: answered
+    /// UNAVAILABLE, never by the failure mode.
+    pub redis_over_budget: IntCounter,
 }
 
 fn counter_vec(name: &str, help: &str, label: &str, values: &[&str]) -> IntCounterVec {
@@ -83,6 +92,35 @@ impl StoreMetrics {
                 "Store operations that failed (a Redis decision or read that did not complete)",
             )
             .expect("valid metric definition"),
+            redis_batch_requests: Histogram::with_opts(
+                HistogramOpts::new(
+                    "ratelimit_redis_batch_requests",
+                    "Requests decided by one Redis call: requests on a key whose call is in flight wait and go together in the next one",
+                )
+                .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0]),
+            )
+            .expect("valid metric definition"),
+            redis_queue_wait: Histogram::with_opts(
+                HistogramOpts::new(
+                    "ratelimit_redis_queue_wait_seconds",
+                    "Time a request waited for the Redis call in flight on one of its keys before its own call (0 when its keys were idle)",
+                )
+                .buckets(vec![
+                    0.0, 0.000_05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                    0.05, 0.1, 0.25,
+                ]),
+            )
+            .expect("valid metric definition"),
+            redis_conflicts: IntCounter::new(
+                "ratelimit_redis_conflicts",
+                "Compare-and-set calls that found a key changed by another instance and were decided again",
+            )
+            .expect("valid metric definition"),
+            redis_over_budget: IntCounter::new(
+                "ratelimit_redis_decisions_over_budget",
+                "Decisions that did not finish within 2 x REDIS_TIMEOUT while Redis was answering: answered UNAVAILABLE (not admitted), never by REDIS_FAILURE_MODE",
+            )
+            .expect("valid metric definition"),
             over_limit_with_local_cache: IntCounter::new(
                 "ratelimit_over_limit_with_local_cache",
                 "Requests answered OVER_LIMIT from the local over-limit cache, without a Redis call",
@@ -93,7 +131,11 @@ impl StoreMetrics {
 
     /// Registers every series in `registry`.
     pub fn register(&self, registry: &Registry) {
-        let all: [Box<dyn Collector>; 9] = [
+        let all: [Box<dyn Collector>; 13] = [
+            Box::new(self.redis_batch_requests.clone()),
+            Box::new(self.redis_queue_wait.clone()),
+            Box::new(self.redis_conflicts.clone()),
+            Box::new(self.redis_over_budget.clone()),
             Box::new(self.redis_calls.clone()),
             Box::new(self.redis_errors.clone()),
             Box::new(self.redis_latency.clone()),

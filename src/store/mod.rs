@@ -63,7 +63,7 @@ pub struct Verdict {
 /// One verdict per charge, in order. Inline up to two (most requests have one or two descriptors), so the common request allocates nothing.
 pub type Verdicts = SmallVec<[Verdict; 2]>;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("store unavailable: {0}")]
     Unavailable(String),

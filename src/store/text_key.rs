@@ -1,23 +1,24 @@
 //! Text keys for stores shared between processes (Redis): every instance computes the same key for
 //! the same counter, across processes and restarts, with no secret.
 //!
-//! Format: `<prefix>{<domain>}|<k>=<v>|<k>=<v>…|<slot>.<algorithm code>.<period>` — e.g.
-//! `rl:{edge}|remote_address=10.0.0.1|0.0.60s`.
+//! Format: `<prefix><domain>|<k>=<v>|<k>=<v>…|<slot>.<algorithm code>.<period>` — e.g.
+//! `rl:edge|remote_address=10.0.0.1|0.0.60s`.
 //!
 //! - Domain, keys and values are percent-encoded: `%`, `|`, `=`, `{`, `}` and every byte that is
 //!   not printable ASCII (space and non-ASCII included) become `%XX`. So the text is ASCII and
 //!   parses back one way only: (`a`, `b_c`) and (`a_b`, `c`) never meet, as they do in the
 //!   reference's `key_value` joining.
-//! - `{<domain>}` is a Redis Cluster hash tag: all of one domain's keys live in one slot, so one
-//!   request's keys are read and written in one atomic step (a domain's load lands on one master).
+//! - No Redis Cluster hash tag (a key holds no `{`: the prefix may not either): a cluster hashes
+//!   each key whole, so the counters of one domain spread over every master. (Until 0.2 every key
+//!   carried the tag `{<domain>}`: one domain's load on one master.)
 //! - The tail names which limit of the rule (`slot`), its algorithm (the stable codes of
 //!   `Algorithm`: 0 token bucket, 1 fixed window, 2 sliding window, 3 leaky bucket) and its window
 //!   (`60s`, or `…ns` for a period that is not whole seconds). Limit values (requests per unit,
 //!   burst) are not in the key, so editing a limit keeps the counter, as in the memory store.
-//! - Length is bounded: a domain longer than [`MAX_TAG`] bytes (encoded) keeps its head and gets a
-//!   hash of the whole (`~<16 hex>`); entries that would take the key past [`MAX_KEY`] bytes keep a
-//!   readable head and end in `|~<32 hex>`, a 128-bit SipHash (fixed keys) of the full entries text.
-//!   An entry always holds a `=`, so a hashed tail never reads as an entry.
+//! - Length is bounded: a domain longer than [`MAX_DOMAIN`] bytes (encoded) keeps its head and gets
+//!   a hash of the whole (`~<16 hex>`); entries that would take the key past [`MAX_KEY`] bytes keep
+//!   a readable head and end in `|~<32 hex>`, a 128-bit SipHash (fixed keys) of the full entries
+//!   text. An entry always holds a `=`, so a hashed tail never reads as an entry.
 
 use std::fmt::Write;
 use std::hash::Hasher;
@@ -29,8 +30,8 @@ use crate::limiter::LimitParams;
 
 /// Longest key before its entries are hashed.
 pub const MAX_KEY: usize = 256;
-/// Longest encoded domain kept whole in the hash tag.
-pub const MAX_TAG: usize = 64;
+/// Longest encoded domain kept whole.
+pub const MAX_DOMAIN: usize = 64;
 
 /// A key in a shared store. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -79,8 +80,8 @@ fn head(s: &str, max: usize) -> &str {
 }
 
 impl TextKeyBuilder {
-    /// `prefix` must not contain `{` or `}` (the hash tag must be the domain's); the settings
-    /// refuse one that does.
+    /// `prefix` must not contain `{` or `}` (a hash tag would put every key in one cluster slot);
+    /// the settings refuse one that does.
     pub fn new(prefix: impl Into<String>) -> Self {
         TextKeyBuilder {
             prefix: prefix.into(),
@@ -96,16 +97,14 @@ impl TextKeyBuilder {
     ) -> TextKey {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
-        key.push('{');
-        let mut tag = String::new();
-        encode(&mut tag, domain);
-        if tag.len() > MAX_TAG {
-            let digest = hash128(tag.as_bytes()) as u64;
-            let _ = write!(key, "{}~{digest:016x}", head(&tag, MAX_TAG - 17));
+        let mut name = String::new();
+        encode(&mut name, domain);
+        if name.len() > MAX_DOMAIN {
+            let digest = hash128(name.as_bytes()) as u64;
+            let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
         } else {
-            key.push_str(&tag);
+            key.push_str(&name);
         }
-        key.push('}');
         let mut body = String::new();
         for (k, v) in entries {
             body.push('|');
@@ -172,7 +171,7 @@ mod tests {
         let b = TextKeyBuilder::new("rl:");
         let p = params(Algorithm::FixedWindow, 60);
         let k = b.key("edge", [("remote_address", "10.0.0.1")], 0, &p);
-        assert_eq!(k.as_str(), "rl:{edge}|remote_address=10.0.0.1|0.1.60s");
+        assert_eq!(k.as_str(), "rl:edge|remote_address=10.0.0.1|0.1.60s");
         assert_eq!(
             k,
             TextKeyBuilder::new("rl:").key("edge", [("remote_address", "10.0.0.1")], 0, &p)
@@ -183,7 +182,7 @@ mod tests {
         };
         assert_eq!(
             b.key("d", [("k", "")], 2, &odd).as_str(),
-            "rl:{d}|k=|2.3.1500ns"
+            "rl:d|k=|2.3.1500ns"
         );
     }
 
@@ -195,10 +194,14 @@ mod tests {
         assert_ne!(k("d", &[("a", "b_c")]), k("d", &[("a_b", "c")]));
         assert_ne!(k("d", &[("a", "b=c")]), k("d", &[("a=b", "c")]));
         assert_ne!(k("d", &[("a", "b|c=d")]), k("d", &[("a", "b"), ("c", "d")]));
-        assert_ne!(k("d}|x", &[("a", "b")]), k("d", &[("x", ""), ("a", "b")]));
+        assert_ne!(k("d|x=", &[("a", "b")]), k("d", &[("x", ""), ("a", "b")]));
         assert_eq!(
             k("d{x}", &[("k", "é %")]).as_str(),
-            "{d%7Bx%7D}|k=%C3%A9%20%25|0.0.1s"
+            "d%7Bx%7D|k=%C3%A9%20%25|0.0.1s"
+        );
+        assert!(
+            !k("{d}", &[("{k}", "{v}")]).as_str().contains(['{', '}']),
+            "no hash tag: a cluster hashes the whole key"
         );
         assert_ne!(
             b.key("d", [("a", "b")], 0, &p),
@@ -218,7 +221,7 @@ mod tests {
         let k1 = b.key("api", [("user", long.as_str())], 0, &p);
         let k2 = b.key("api", [("user", &long[1..])], 0, &p);
         assert!(k1.as_str().len() <= MAX_KEY, "{}", k1.as_str().len());
-        assert!(k1.as_str().starts_with("prefix:{api}|user=xxxx"));
+        assert!(k1.as_str().starts_with("prefix:api|user=xxxx"));
         assert!(k1.as_str().ends_with("|0.2.3600s"));
         assert!(k1.as_str().contains("|~"));
         assert_ne!(k1, k2);
@@ -227,7 +230,7 @@ mod tests {
         let k4 = b.key(&domain[1..], [("a", "b")], 0, &p);
         assert!(k3.as_str().len() <= MAX_KEY);
         assert_ne!(k3, k4);
-        let tag_end = k3.as_str().find('}').unwrap();
-        assert!(tag_end <= MAX_TAG + "prefix:{".len());
+        let domain_end = k3.as_str().find('|').unwrap();
+        assert!(domain_end <= MAX_DOMAIN + "prefix:".len());
     }
 }

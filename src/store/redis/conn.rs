@@ -383,6 +383,10 @@ impl Conns {
         matches!(self, Conns::Sentinel(_))
     }
 
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Conns::Cluster(_))
+    }
+
     /// With Sentinel, asks the sentinels for the master every second until `alive` fails, so a
     /// failover is followed even before a call fails.
     pub(super) async fn watch(alive: impl Fn() -> Option<std::sync::Arc<Self>>) {

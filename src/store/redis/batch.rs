@@ -1,0 +1,159 @@
+//! The decision of one batch, as a pure function of its keys' stored states: each request in
+//! arrival order, each all-or-nothing by `store::decide` on the states the earlier requests of the
+//! batch left, as the memory store would decide them one after the other. Leaky-bucket refunds in
+//! the batch give their turns back in the same order.
+
+use smallvec::SmallVec;
+
+use crate::clock::Nanos;
+use crate::limiter::{self, State};
+use crate::store::{Charge, Verdicts, decide};
+
+/// One request of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a, K> {
+    pub charges: &'a [Charge<K>],
+    pub now: Nanos,
+    /// Give these (charged, never answered) leaky-bucket turns back instead of charging.
+    pub refund: bool,
+}
+
+/// What a batch answers and leaves.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Per step, in order: its verdicts (empty for a refund).
+    pub verdicts: Vec<Verdicts>,
+    /// Per key (in the order given): the state after the whole batch.
+    pub states: SmallVec<[Option<State>; 4]>,
+}
+
+/// Decides `steps` in order on `keys`, which hold `stored` before the batch. Every key of every
+/// step must be in `keys`.
+pub fn decide_batch<K: PartialEq>(
+    steps: &[Step<'_, K>],
+    keys: &[K],
+    stored: &[Option<State>],
+) -> Outcome {
+    let mut states: SmallVec<[Option<State>; 4]> = stored.iter().copied().collect();
+    let at = |key: &K| keys.iter().position(|k| k == key);
+    let mut verdicts = Vec::with_capacity(steps.len());
+    for step in steps {
+        if step.refund {
+            for charge in step.charges {
+                if let Some(i) = at(&charge.key)
+                    && let Some(state) = states[i]
+                {
+                    states[i] = Some(limiter::refund(
+                        &charge.params,
+                        &state,
+                        step.now,
+                        charge.hits,
+                    ));
+                }
+            }
+            verdicts.push(Verdicts::new());
+            continue;
+        }
+        let decision = decide(step.charges, step.now, |k| at(k).and_then(|i| states[i]));
+        for (index, state) in &decision.writes {
+            if let Some(i) = at(&step.charges[*index].key) {
+                states[i] = Some(*state);
+            }
+        }
+        verdicts.push(decision.verdicts);
+    }
+    Outcome { verdicts, states }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::NANOS_PER_SECOND as S;
+    use crate::config::Algorithm;
+    use crate::limiter::LimitParams;
+    use crate::store::MemoryStore;
+
+    fn params(algorithm: Algorithm, limit: u32) -> LimitParams {
+        LimitParams {
+            algorithm,
+            requests_per_unit: limit,
+            period: 60 * S,
+            burst: limit,
+            max_delay: 30 * S,
+        }
+    }
+
+    fn charge(key: u32, params: LimitParams, hits: u64) -> Charge<u32> {
+        Charge {
+            key,
+            params,
+            hits,
+            enforced: true,
+            quota: None,
+        }
+    }
+
+    /// A batch decides as the memory store does the same requests one after the other.
+    #[test]
+    fn a_batch_gives_the_verdicts_of_its_requests_decided_in_turn() {
+        for algorithm in Algorithm::ALL {
+            let p = params(algorithm, 5);
+            let requests: Vec<Vec<Charge<u32>>> = vec![
+                vec![charge(1, p, 2)],
+                vec![charge(1, p, 1), charge(2, p, 1)],
+                vec![charge(2, p, 4), charge(1, p, 1)], // 2 is over: 1 not charged
+                vec![charge(1, p, 2)],
+                vec![charge(1, p, 1)],
+                vec![charge(2, p, 0)],
+            ];
+            let base = 1_000 * S;
+            let steps: Vec<Step<'_, u32>> = requests
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Step {
+                    charges: c,
+                    now: base + i as u64 * 1_000,
+                    refund: false,
+                })
+                .collect();
+            let outcome = decide_batch(&steps, &[1, 2], &[None, None]);
+            // Room for every key in each shard (keys 1 and 2 share one).
+            let memory = MemoryStore::new(1 << 20);
+            let key = |k: u32| crate::store::StoreKey(u128::from(k));
+            for (step, got) in steps.iter().zip(&outcome.verdicts) {
+                let charges: Vec<Charge> = step
+                    .charges
+                    .iter()
+                    .map(|c| Charge {
+                        key: key(c.key),
+                        params: c.params,
+                        hits: c.hits,
+                        enforced: c.enforced,
+                        quota: c.quota,
+                    })
+                    .collect();
+                assert_eq!(*got, memory.apply_sync(&charges, step.now), "{algorithm}");
+            }
+            for (i, k) in [1u32, 2].into_iter().enumerate() {
+                assert_eq!(outcome.states[i], memory.peek_now(key(k)), "{algorithm}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_refund_in_a_batch_gives_a_leaky_turn_back() {
+        let p = params(Algorithm::LeakyBucket, 5);
+        let c = [charge(1, p, 1)];
+        let step = |refund| Step {
+            charges: &c,
+            now: 100 * S,
+            refund,
+        };
+        let charged = decide_batch(&[step(false), step(false)], &[1], &[None]);
+        let refunded = decide_batch(&[step(false), step(false), step(true)], &[1], &[None]);
+        let once = decide_batch(&[step(false)], &[1], &[None]);
+        assert_ne!(charged.states[0], once.states[0]);
+        assert_eq!(refunded.states[0], once.states[0]);
+        assert!(refunded.verdicts[2].is_empty());
+    }
+}
