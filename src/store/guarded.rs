@@ -62,6 +62,12 @@ const RECONNECT_MAX: Duration = Duration::from_secs(1);
 const BREAKER_BASE: Duration = Duration::from_millis(100);
 const BREAKER_MAX: Duration = Duration::from_millis(800);
 
+/// The longest a decision may take: as many calls as it may make under contention (its own and
+/// the one ahead of it on its keys), each bounded by `REDIS_TIMEOUT`.
+pub fn decision_deadline(timeout: Duration) -> Duration {
+    timeout * (2 * super::redis::MAX_ATTEMPTS as u32)
+}
+
 struct Shared {
     /// None until the first connection succeeds.
     redis: ArcSwapOption<RedisStore>,
@@ -69,7 +75,8 @@ struct Shared {
     breaker: Mutex<Breaker>,
     local: MemoryStore,
     mode: FailureMode,
-    /// Bound on one whole decision (its Redis calls are each bounded by `REDIS_TIMEOUT`).
+    /// Bound on one whole decision, a safety net: its Redis calls are each bounded by
+    /// `REDIS_TIMEOUT` and so are its attempts, so a decision ends well before it.
     deadline: Duration,
     metrics: StoreMetrics,
     /// `LOCAL_CACHE_SIZE_IN_BYTES`: keys known over their limit, answered without a call.
@@ -121,7 +128,7 @@ impl GuardedRedis {
             breaker: Mutex::new(breaker),
             local: MemoryStore::new(local_max_keys),
             mode,
-            deadline: config.timeout * 2,
+            deadline: decision_deadline(config.timeout),
             metrics,
             cache: OverLimitCache::new(local_cache_bytes),
         });
@@ -225,14 +232,14 @@ impl GuardedRedis {
                 tracing::debug!(error = %e, "Redis call failed");
                 None
             }
-            // Redis answered meanwhile, but this decision did not finish in time (it waited for
-            // its keys' calls, or retried under contention): not an outage. It is answered as an
-            // error, never by the failure mode, which might admit what Redis would refuse.
+            // Redis answered meanwhile, but this decision did not finish within its (generous)
+            // bound: not an outage. It is answered as an error, never by the failure mode, which
+            // might admit what Redis would refuse.
             Err(_) if self.answered_since(started) => {
                 self.shared.metrics.store_errors.inc();
                 self.shared.metrics.redis_over_budget.inc();
                 Some(Err(StoreError::Unavailable(format!(
-                    "the decision did not finish within {:?} (2 x REDIS_TIMEOUT) while Redis answered; not admitted",
+                    "the decision did not finish within {:?} while Redis answered; not admitted",
                     self.shared.deadline
                 ))))
             }

@@ -118,7 +118,7 @@ impl StoreMetrics {
             .expect("valid metric definition"),
             redis_over_budget: IntCounter::new(
                 "ratelimit_redis_decisions_over_budget",
-                "Decisions that did not finish within 2 x REDIS_TIMEOUT while Redis was answering: answered UNAVAILABLE (not admitted), never by REDIS_FAILURE_MODE",
+                "Decisions that did not finish within 64 x REDIS_TIMEOUT (as many calls as a decision may make) while Redis was answering: answered UNAVAILABLE (not admitted), never by REDIS_FAILURE_MODE",
             )
             .expect("valid metric definition"),
             over_limit_with_local_cache: IntCounter::new(

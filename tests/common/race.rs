@@ -1,5 +1,6 @@
 //! The exact-limit race: several server instances on one store, many requests at once on one key.
 
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -8,7 +9,9 @@ use tonic::transport::Channel;
 
 use super::{Code, code, request};
 
-/// Domain `shared`: 300 per hour on `tb`, `fw` and `sw`, one per algorithm that counts.
+/// Domain `shared`: 300 per hour on `tb`, `fw` and `sw`, one per algorithm that counts, and a
+/// leaky bucket `lb` of 300 per day whose answers may not wait (`max_delay: 0s`): one request
+/// passes, the next one's turn is 288 s away.
 pub const SHARED_RULES: &str = "\
 domain: shared
 descriptors:
@@ -18,7 +21,12 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 300, algorithm: fixed_window}
   - key: sw
     rate_limit: {unit: hour, requests_per_unit: 300, algorithm: sliding_window}
+  - key: lb
+    rate_limit: {unit: day, requests_per_unit: 300, algorithm: leaky_bucket, max_delay: 0s}
 ";
+
+/// What each key of `SHARED_RULES` admits of a burst far above its limit.
+pub const SHARED_LIMITS: [(&str, usize); 4] = [("tb", 300), ("fw", 300), ("sw", 300), ("lb", 1)];
 
 /// A rules directory holding `SHARED_RULES`.
 pub fn shared_rules() -> tempfile::TempDir {
@@ -28,6 +36,7 @@ pub fn shared_rules() -> tempfile::TempDir {
 }
 
 /// `count` requests on `key=value` in domain `shared`, `in_flight` at a time; how many were OK.
+/// Every request must be answered (an error fails the test).
 pub async fn fire(
     client: RateLimitServiceClient<Channel>,
     key: &'static str,
@@ -56,4 +65,44 @@ pub async fn fire(
         ok += usize::from(t.await.unwrap());
     }
     ok
+}
+
+/// The sum of a metric's samples over all its label sets in a Prometheus text page (0 if absent).
+pub fn metric_sum(page: &str, name: &str) -> f64 {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            (rest.starts_with(' ') || rest.starts_with('{')).then_some(l)
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// Two `while :; do :; done` loops holding both cores of a CI machine, stopped on drop.
+pub struct BusyLoops(Vec<Child>);
+
+impl BusyLoops {
+    pub fn start(count: usize) -> BusyLoops {
+        BusyLoops(
+            (0..count)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .stdin(Stdio::null())
+                        .spawn()
+                        .expect("sh")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for BusyLoops {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

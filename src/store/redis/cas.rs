@@ -40,6 +40,13 @@ end
 return 1
 ";
 
+/// The script, loaded by each Redis on first use (`EVALSHA`, then `EVAL` if it does not know it).
+pub(super) fn script() -> &'static ::redis::Script {
+    static SCRIPT_: std::sync::LazyLock<::redis::Script> =
+        std::sync::LazyLock::new(|| ::redis::Script::new(SCRIPT));
+    &SCRIPT_
+}
+
 /// Raw values of keys, `None` for an absent key.
 pub(super) type Raw = SmallVec<[Option<Vec<u8>>; 4]>;
 

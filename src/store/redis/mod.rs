@@ -26,6 +26,7 @@
 mod batch;
 mod cas;
 mod conn;
+mod io;
 mod queue;
 mod seen;
 mod slot;
@@ -35,7 +36,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ::redis::Script;
 use smallvec::SmallVec;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -84,7 +84,6 @@ struct Inner {
     conns: Arc<conn::Conns>,
     keys: TextKeyBuilder,
     timeout: Duration,
-    cas: Script,
     seen: Seen,
     conflicts: AtomicU64,
     queues: Mutex<Queues<TextKey, Pending>>,
@@ -114,6 +113,25 @@ async fn backoff(attempt: usize) {
     use std::hash::BuildHasher;
     let jitter = std::collections::hash_map::RandomState::new().hash_one(attempt);
     tokio::time::sleep(Duration::from_micros(jitter % 2000)).await;
+}
+
+/// `call`'s output if it comes within `timeout`. A process short of CPU can wake up to find its
+/// timer expired and the reply already in the socket, both in the same wake-up, and the timer may
+/// be seen first: before calling it a timeout, let the connection's task run (a few yields) and
+/// look once more, so a reply that is there counts as the answer it is.
+async fn within<T>(timeout: Duration, call: impl Future<Output = T>) -> Result<T, ()> {
+    use futures_util::FutureExt;
+    let mut call = std::pin::pin!(call);
+    if let Ok(output) = tokio::time::timeout(timeout, call.as_mut()).await {
+        return Ok(output);
+    }
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+        if let Some(output) = call.as_mut().now_or_never() {
+            return Ok(output);
+        }
+    }
+    Err(())
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -200,8 +218,13 @@ impl RedisStore {
     ) -> Result<RedisStore, StoreError> {
         // rustls needs a process-wide crypto provider; ours is ring. (Err: one is installed.)
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let conns = tokio::time::timeout(config.timeout, conn::Conns::connect(config))
+        let connecting = {
+            let config = config.clone();
+            async move { tokio::time::timeout(config.timeout, conn::Conns::connect(&config)).await }
+        };
+        let conns = io::run(connecting)
             .await
+            .ok_or_else(|| StoreError::Unavailable("the Redis I/O thread is gone".into()))?
             .map_err(|_| {
                 StoreError::Unreachable(format!(
                     "no answer from Redis within {:?} (REDIS_TIMEOUT)",
@@ -212,7 +235,7 @@ impl RedisStore {
         let conns = Arc::new(conns);
         if conns.is_sentinel() {
             let weak = Arc::downgrade(&conns);
-            tokio::spawn(conn::Conns::watch(move || weak.upgrade()));
+            io::handle().spawn(conn::Conns::watch(move || weak.upgrade()));
         }
         let store = RedisStore {
             inner: Arc::new(Inner {
@@ -220,7 +243,6 @@ impl RedisStore {
                 conns,
                 keys: TextKeyBuilder::new(config.prefix.clone()),
                 timeout: config.timeout,
-                cas: Script::new(cas::SCRIPT),
                 seen: Seen::new(),
                 conflicts: AtomicU64::new(0),
                 queues: Mutex::new(Queues::default()),
@@ -236,7 +258,7 @@ impl RedisStore {
     /// Checks that Redis answers.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let mut c = self.inner.conns.get();
-        self.bounded(::redis::cmd("PING").query_async::<String>(&mut c))
+        self.bounded(async move { ::redis::cmd("PING").query_async::<String>(&mut c).await })
             .await
             .map(drop)
     }
@@ -252,37 +274,47 @@ impl RedisStore {
         self.inner.epoch + Duration::from_nanos(at) >= since
     }
 
-    async fn bounded<T>(
+    /// Sends `call` on the Redis I/O thread, bounded there by `REDIS_TIMEOUT`; counts it.
+    async fn bounded<T: Send + 'static>(
         &self,
-        call: impl Future<Output = ::redis::RedisResult<T>>,
+        call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let m = &self.inner.metrics;
-        m.redis_calls.inc();
-        let started = monotonic();
-        let result = tokio::time::timeout(self.inner.timeout, call).await;
-        m.redis_latency.observe(started.elapsed().as_secs_f64());
-        match result {
-            Ok(Ok(value)) => {
-                let at = monotonic().saturating_duration_since(self.inner.epoch);
-                self.inner
-                    .answered
-                    .fetch_max(at.as_nanos() as u64, Ordering::Relaxed);
-                Ok(value)
+        let inner = self.inner.clone();
+        io::run(async move {
+            let m = &inner.metrics;
+            m.redis_calls.inc();
+            let started = monotonic();
+            let result = within(inner.timeout, call).await;
+            m.redis_latency.observe(started.elapsed().as_secs_f64());
+            match result {
+                Ok(Ok(value)) => {
+                    let at = monotonic().saturating_duration_since(inner.epoch);
+                    inner
+                        .answered
+                        .fetch_max(at.as_nanos() as u64, Ordering::Relaxed);
+                    Ok(value)
+                }
+                Ok(Err(e)) => {
+                    m.error(error_kind(&e));
+                    inner.conns.failed(Some(&e)).await;
+                    Err(unavailable(e))
+                }
+                Err(()) => {
+                    m.error("timeout");
+                    inner.conns.failed(None).await;
+                    Err(StoreError::Unavailable(format!(
+                        "Redis call timed out after {:?}",
+                        inner.timeout
+                    )))
+                }
             }
-            Ok(Err(e)) => {
-                m.error(error_kind(&e));
-                self.inner.conns.failed(Some(&e)).await;
-                Err(unavailable(e))
-            }
-            Err(_) => {
-                m.error("timeout");
-                self.inner.conns.failed(None).await;
-                Err(StoreError::Unavailable(format!(
-                    "Redis call timed out after {:?}",
-                    self.inner.timeout
-                )))
-            }
-        }
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            ))
+        })
     }
 
     /// What this instance last saw in `keys` (no round trip): a key it has not seen is expected
@@ -317,10 +349,12 @@ impl RedisStore {
             new,
             now,
         };
-        let (invocation, written) = call.invocation(&self.inner.cas);
+        let (invocation, written) = call.invocation(cas::script());
         let stamp = self.inner.seen.stamp();
         let mut c = self.inner.conns.get();
-        let reply: ::redis::Value = self.bounded(invocation.invoke_async(&mut c)).await?;
+        let reply: ::redis::Value = self
+            .bounded(async move { invocation.invoke_async(&mut c).await })
+            .await?;
         let current = cas::reply(reply, keys.len()).map_err(|e| {
             self.inner.metrics.error("script");
             StoreError::Unavailable(e)
@@ -546,7 +580,8 @@ impl RedisStore {
     /// A key's raw value (for tests and `/explain`).
     pub async fn get_raw(&self, key: &TextKey) -> Result<Option<Vec<u8>>, StoreError> {
         let mut c = self.inner.conns.get();
-        self.bounded(::redis::cmd("GET").arg(key.as_str()).query_async(&mut c))
+        let get = ::redis::cmd("GET").arg(key.as_str()).clone();
+        self.bounded(async move { get.query_async(&mut c).await })
             .await
     }
 
