@@ -20,6 +20,7 @@
 //! what the run's noise alone gives, the yardstick for "no measurable cost".
 
 mod codec;
+mod h2_client;
 mod noop;
 mod redis_side;
 
@@ -40,7 +41,13 @@ use rand_distr::{Distribution, Zipf};
 use ratelimit_server::clock::monotonic;
 use tonic::transport::{Channel, Endpoint};
 
-const RULES: &str = "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n  - key: held\n    rate_limit: {unit: hour, requests_per_unit: 1000, algorithm: fixed_window}\n";
+/// The load's rules: `user` allows `per_key` requests per second per user (by default a limit
+/// nobody reaches, so every decision writes); `held` is for `--redis-memory-keys`.
+fn rules(per_key: u64) -> String {
+    format!(
+        "domain: load\ndescriptors:\n  - key: user\n    rate_limit: {{unit: second, requests_per_unit: {per_key}}}\n  - key: held\n    rate_limit: {{unit: hour, requests_per_unit: 1000, algorithm: fixed_window}}\n"
+    )
+}
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 #[derive(Debug, Parser)]
@@ -81,6 +88,14 @@ struct Args {
     /// as more than one script call per decision.
     #[arg(long, default_value_t = 1)]
     instances: usize,
+    /// The client: `tonic` (tonic's client with pre-encoded requests) or `h2` (a bare HTTP/2
+    /// client with pre-framed messages: the least client CPU, so the servers get the most of a
+    /// shared machine).
+    #[arg(long, default_value = "tonic")]
+    client: String,
+    /// Requests per second each user may make (default: a limit nobody reaches).
+    #[arg(long, default_value_t = 1_000_000_000)]
+    per_key_limit: u64,
     /// After the load runs: hold this many counters in Redis and report its memory per counter.
     #[arg(long, default_value_t = 0)]
     redis_memory_keys: usize,
@@ -225,6 +240,8 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
 /// Pre-encoded requests and how to pick the next one.
 struct Traffic {
     requests: Vec<Bytes>,
+    /// The same requests as gRPC message frames (for `--client h2`).
+    framed: Vec<Bytes>,
     zipf: Option<Zipf<f64>>,
 }
 
@@ -236,7 +253,7 @@ impl Traffic {
             "1m-uniform" => (1_000_000, false),
             other => panic!("unknown key mix {other}"),
         };
-        let requests = (0..count)
+        let requests: Vec<Bytes> = (0..count)
             .map(|i| {
                 let r = RateLimitRequest {
                     domain: "load".into(),
@@ -253,17 +270,26 @@ impl Traffic {
             })
             .collect();
         Traffic {
+            framed: requests.iter().map(|r| h2_client::frame(r)).collect(),
             requests,
             zipf: zipf.then(|| Zipf::new(count as f64, 1.0).expect("zipf")),
         }
     }
 
-    fn pick(&self, rng: &mut impl Rng) -> Bytes {
+    fn index(&self, rng: &mut impl Rng) -> usize {
         let i = match &self.zipf {
             Some(z) => (z.sample(rng) as usize).saturating_sub(1),
             None => rng.random_range(0..self.requests.len()),
         };
-        self.requests[i.min(self.requests.len() - 1)].clone()
+        i.min(self.requests.len() - 1)
+    }
+
+    fn pick(&self, rng: &mut impl Rng) -> Bytes {
+        self.requests[self.index(rng)].clone()
+    }
+
+    fn pick_framed(&self, rng: &mut impl Rng) -> Bytes {
+        self.framed[self.index(rng)].clone()
     }
 }
 
@@ -401,12 +427,12 @@ async fn main() {
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("load.yaml"), RULES).expect("write rules");
+    std::fs::write(dir.path().join("load.yaml"), rules(args.per_key_limit)).expect("write rules");
     let duration = Duration::from_secs_f64(args.duration);
     println!(
         "# ratelimit-server load benchmark: {} s per run after 1 s warm-up, \
-         median of {} alternating runs per server",
-        args.duration, args.rounds
+         median of {} alternating runs per server, {} client, {} requests/s allowed per key",
+        args.duration, args.rounds, args.client, args.per_key_limit
     );
     println!(
         "| keys | connections x in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio | p999 ratio |"
@@ -469,7 +495,11 @@ async fn main() {
                         admins.push(admin);
                     }
                     let cpu_before: f64 = servers.iter().map(ServerProcess::cpu_seconds).sum();
-                    let mut outcome = drive(&addrs, traffic.clone(), shape, duration).await;
+                    let mut outcome = match args.client.as_str() {
+                        "h2" => h2_client::drive(&addrs, traffic.clone(), shape, duration).await,
+                        "tonic" => drive(&addrs, traffic.clone(), shape, duration).await,
+                        other => panic!("unknown client {other} (tonic or h2)"),
+                    };
                     outcome.server_cpu =
                         servers.iter().map(ServerProcess::cpu_seconds).sum::<f64>() - cpu_before;
                     if record.is_some() {

@@ -40,8 +40,8 @@ end
 return 1
 ";
 
-/// The script, loaded by each Redis on first use (`EVALSHA`, then `EVAL` if it does not know it).
-pub(super) fn script() -> &'static ::redis::Script {
+/// The script (its hash names it in `EVALSHA`).
+fn script() -> &'static ::redis::Script {
     static SCRIPT_: std::sync::LazyLock<::redis::Script> =
         std::sync::LazyLock::new(|| ::redis::Script::new(SCRIPT));
     &SCRIPT_
@@ -87,35 +87,49 @@ pub(super) struct Call<'a> {
 pub(super) type Written = Raw;
 
 impl Call<'_> {
-    /// The script's invocation, and what each key holds if it succeeds.
-    pub(super) fn invocation<'s>(
-        &self,
-        script: &'s ::redis::Script,
-    ) -> (::redis::ScriptInvocation<'s>, Written) {
-        let mut invocation = script.prepare_invoke();
+    /// The script call (`EVALSHA`; see [`load`] for a Redis that does not know the script), and
+    /// what each key holds if it succeeds.
+    pub(super) fn command(&self) -> (::redis::Cmd, Written) {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script().get_hash()).arg(self.keys.len());
+        for key in self.keys {
+            cmd.arg(key.as_str());
+        }
         let mut written = Written::new();
-        for ((key, expected), new) in self.keys.iter().zip(self.expected).zip(self.new) {
-            invocation.key(key.as_str());
-            invocation.arg(expected.as_deref().unwrap_or(b""));
+        for (expected, new) in self.expected.iter().zip(self.new) {
+            cmd.arg(expected.as_deref().unwrap_or(b""));
             match new {
                 None => {
                     written.push(expected.clone());
-                    invocation.arg("").arg(0)
+                    cmd.arg("").arg(0)
                 }
                 Some(s) if s.expires_at() <= self.now => {
                     written.push(None);
-                    invocation.arg("-").arg(0)
+                    cmd.arg("-").arg(0)
                 }
                 Some(s) => {
                     let text = encode(s);
-                    invocation.arg(&text).arg(pxat(s));
+                    cmd.arg(&text).arg(pxat(s));
                     written.push(Some(text.into_bytes()));
-                    &mut invocation
+                    &mut cmd
                 }
             };
         }
-        (invocation, written)
+        (cmd, written)
     }
+}
+
+/// `SCRIPT LOAD` of the script, for a Redis that answered a call with `NOSCRIPT` (a restarted or
+/// new server, a failed-over replica).
+pub(super) fn load() -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(SCRIPT);
+    cmd
+}
+
+/// Whether a reply says Redis does not know the script.
+pub(super) fn unknown_script(value: &::redis::Value) -> bool {
+    matches!(value, ::redis::Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
 /// A reply of the script: `Ok(None)` it wrote, `Ok(Some(current))` it did not (the keys hold

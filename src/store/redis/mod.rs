@@ -26,6 +26,7 @@
 mod batch;
 mod cas;
 mod conn;
+mod dispatch;
 mod io;
 mod queue;
 mod seen;
@@ -82,6 +83,8 @@ impl Pending {
 
 struct Inner {
     conns: Arc<conn::Conns>,
+    /// Pipelines the script calls (`None` on a cluster: each call goes alone, routed by slot).
+    dispatcher: Option<Arc<dispatch::Dispatcher>>,
     keys: TextKeyBuilder,
     timeout: Duration,
     seen: Seen,
@@ -93,6 +96,55 @@ struct Inner {
     answered: AtomicU64,
     epoch: Instant,
     metrics: StoreMetrics,
+}
+
+impl Inner {
+    /// Counts one call's outcome (`Err(())`: no answer within `REDIS_TIMEOUT`) and turns a
+    /// failure into the store's error.
+    fn account<T>(
+        &self,
+        started: Instant,
+        result: Result<::redis::RedisResult<T>, ()>,
+    ) -> Result<T, StoreError> {
+        let m = &self.metrics;
+        m.redis_calls.inc();
+        m.redis_latency.observe(started.elapsed().as_secs_f64());
+        let error = match result {
+            Ok(Ok(value)) => {
+                let at = monotonic().saturating_duration_since(self.epoch);
+                self.answered
+                    .fetch_max(at.as_nanos() as u64, Ordering::Relaxed);
+                return Ok(value);
+            }
+            Ok(Err(e)) => {
+                m.error(error_kind(&e));
+                let message = unavailable(&e);
+                self.failed(Some(e));
+                message
+            }
+            Err(()) => {
+                m.error("timeout");
+                self.failed(None);
+                StoreError::Unavailable(format!("Redis call timed out after {:?}", self.timeout))
+            }
+        };
+        Err(error)
+    }
+
+    /// Tells the connections a call failed (with Sentinel, the master may have moved), on the
+    /// Redis I/O thread.
+    fn failed(&self, error: Option<::redis::RedisError>) {
+        let conns = self.conns.clone();
+        io::handle().spawn(async move { conns.failed(error.as_ref()).await });
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dispatcher {
+            d.close();
+        }
+    }
 }
 
 /// A handle to the Redis store (cheap to clone).
@@ -237,8 +289,11 @@ impl RedisStore {
             let weak = Arc::downgrade(&conns);
             io::handle().spawn(conn::Conns::watch(move || weak.upgrade()));
         }
+        let dispatcher = (!conns.is_cluster())
+            .then(|| dispatch::Dispatcher::start(conns.clone(), config.timeout));
         let store = RedisStore {
             inner: Arc::new(Inner {
+                dispatcher,
                 cluster: conns.is_cluster(),
                 conns,
                 keys: TextKeyBuilder::new(config.prefix.clone()),
@@ -281,33 +336,9 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         let inner = self.inner.clone();
         io::run(async move {
-            let m = &inner.metrics;
-            m.redis_calls.inc();
             let started = monotonic();
             let result = within(inner.timeout, call).await;
-            m.redis_latency.observe(started.elapsed().as_secs_f64());
-            match result {
-                Ok(Ok(value)) => {
-                    let at = monotonic().saturating_duration_since(inner.epoch);
-                    inner
-                        .answered
-                        .fetch_max(at.as_nanos() as u64, Ordering::Relaxed);
-                    Ok(value)
-                }
-                Ok(Err(e)) => {
-                    m.error(error_kind(&e));
-                    inner.conns.failed(Some(&e)).await;
-                    Err(unavailable(e))
-                }
-                Err(()) => {
-                    m.error("timeout");
-                    inner.conns.failed(None).await;
-                    Err(StoreError::Unavailable(format!(
-                        "Redis call timed out after {:?}",
-                        inner.timeout
-                    )))
-                }
-            }
+            inner.account(started, result)
         })
         .await
         .unwrap_or_else(|| {
@@ -315,6 +346,33 @@ impl RedisStore {
                 "the Redis I/O thread is gone".into(),
             ))
         })
+    }
+
+    /// One script call: pipelined with the others waiting (single server, Sentinel), or alone
+    /// (cluster); a Redis that does not know the script gets it loaded and the call again.
+    async fn script_call(&self, cmd: ::redis::Cmd) -> Result<::redis::Value, StoreError> {
+        let Some(dispatcher) = &self.inner.dispatcher else {
+            let mut c = self.inner.conns.get();
+            return self
+                .bounded(async move {
+                    match cmd.query_async(&mut c).await {
+                        Err(e) if e.code() == Some("NOSCRIPT") => {
+                            cas::load().query_async::<String>(&mut c).await?;
+                            cmd.query_async(&mut c).await
+                        }
+                        other => other,
+                    }
+                })
+                .await;
+        };
+        let started = monotonic();
+        let result = dispatcher.call(cmd).await;
+        // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is an error.
+        let result = match result {
+            Err(e) if e.is_timeout() => Err(()),
+            other => Ok(other),
+        };
+        self.inner.account(started, result)
     }
 
     /// What this instance last saw in `keys` (no round trip): a key it has not seen is expected
@@ -349,12 +407,9 @@ impl RedisStore {
             new,
             now,
         };
-        let (invocation, written) = call.invocation(cas::script());
+        let (cmd, written) = call.command();
         let stamp = self.inner.seen.stamp();
-        let mut c = self.inner.conns.get();
-        let reply: ::redis::Value = self
-            .bounded(async move { invocation.invoke_async(&mut c).await })
-            .await?;
+        let reply = self.script_call(cmd).await?;
         let current = cas::reply(reply, keys.len()).map_err(|e| {
             self.inner.metrics.error("script");
             StoreError::Unavailable(e)
