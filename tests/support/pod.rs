@@ -337,8 +337,8 @@ impl Image {
         let instruction = |name: &str| {
             runtime
                 .lines()
-                .filter_map(|l| l.strip_prefix(name))
-                .last()
+                .rev()
+                .find_map(|l| l.strip_prefix(name))
                 .map(|rest| rest.trim().to_owned())
                 .unwrap_or_else(|| panic!("the runtime stage has no {name}"))
         };
