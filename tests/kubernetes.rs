@@ -31,8 +31,10 @@ use tonic::transport::{Channel, Endpoint, Uri};
 const DEPLOYMENT: &str = "ratelimit-server";
 const CONTAINER: &str = "ratelimit-server";
 
-fn rendered(dir: &str) -> Option<Container> {
-    let kubectl = pod::kubectl()?;
+/// The ratelimit-server container of `deploy/kubernetes/<dir>` as rendered; None when the test
+/// (named `test`) must be skipped for want of kubectl.
+fn rendered(test: &str, dir: &str) -> Option<Container> {
+    let kubectl = pod::kubectl(test)?;
     let objects = pod::render(&kubectl, dir);
     Some(Container::read(&objects, DEPLOYMENT, CONTAINER))
 }
@@ -75,7 +77,7 @@ fn setting(container: &Container, name: &str) -> String {
 
 #[test]
 fn the_image_and_the_deployment_agree() {
-    let Some(container) = rendered("base") else {
+    let Some(container) = rendered("the_image_and_the_deployment_agree", "base") else {
         return;
     };
     let image = Image::read();
@@ -134,7 +136,7 @@ fn the_image_and_the_deployment_agree() {
 #[test]
 fn probe_timings_fit_the_shutdown() {
     for dir in ["base", "overlays/redis", "overlays/tls"] {
-        let Some(c) = rendered(dir) else {
+        let Some(c) = rendered("probe_timings_fit_the_shutdown", dir) else {
             return;
         };
         let delay = seconds(&setting(&c, "SHUTDOWN_DELAY"));
@@ -168,7 +170,10 @@ fn probe_timings_fit_the_shutdown() {
 /// still deciding, then exits 0 within terminationGracePeriodSeconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_base_deployment_runs_decides_reloads_and_stops_as_kubelet_expects() {
-    let Some(container) = rendered("base") else {
+    let Some(container) = rendered(
+        "the_base_deployment_runs_decides_reloads_and_stops_as_kubelet_expects",
+        "base",
+    ) else {
         return;
     };
     let mut pod = Pod::start(&container, &Image::read(), &Cluster::default());
@@ -237,6 +242,44 @@ async fn the_base_deployment_runs_decides_reloads_and_stops_as_kubelet_expects()
     eprintln!("ran as {}; log:\n{}", pod.user, pod.log());
 }
 
+/// The Deployment's comment says the reference's names for the rules directory work as well as
+/// `CONFIG_DIR`: the same container with `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY` and
+/// `RUNTIME_APPDIRECTORY` instead serves the ConfigMap's rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_names_for_the_rules_directory_work_in_the_deployment() {
+    let Some(mut container) = rendered(
+        "the_reference_names_for_the_rules_directory_work_in_the_deployment",
+        "base",
+    ) else {
+        return;
+    };
+    let rules = container
+        .literal("CONFIG_DIR")
+        .expect("the base sets CONFIG_DIR")
+        .to_owned();
+    let (root, app) = rules.rsplit_once('/').expect("an absolute path");
+    container.env.retain(|(name, _)| name != "CONFIG_DIR");
+    for (name, value) in [
+        ("RUNTIME_ROOT", root),
+        ("RUNTIME_SUBDIRECTORY", "."),
+        ("RUNTIME_APPDIRECTORY", app),
+    ] {
+        container
+            .env
+            .push((name.to_owned(), pod::EnvValue::Literal(value.to_owned())));
+    }
+    let mut pod = Pod::start(&container, &Image::read(), &Cluster::default());
+    pod.wait_for(&container.startup).await;
+    let mut client = grpc(pod.addr("grpc")).await;
+    let r = decide(&mut client, &[("remote_address", "10.0.0.1")]).await;
+    assert!(
+        r.statuses[0].current_limit.is_some(),
+        "the ConfigMap's rules are in force: {r:?}\n{}",
+        pod.log()
+    );
+    assert!(pod.log().contains("CONFIG_DIR="), "{}", pod.log());
+}
+
 /// A tonic channel over TLS to `addr` (the URI says http: the connector does the TLS).
 async fn tls_channel(addr: SocketAddr, config: Arc<ClientConfig>) -> Result<Channel, String> {
     let connector = TlsConnector::from(config);
@@ -259,7 +302,10 @@ async fn tls_channel(addr: SocketAddr, config: Arc<ClientConfig>) -> Result<Chan
 /// served over TLS to a client with a certificate from that CA, and refused to one without.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tls_overlay_serves_mutual_tls_from_a_cert_manager_secret() {
-    let Some(container) = rendered("overlays/tls") else {
+    let Some(container) = rendered(
+        "the_tls_overlay_serves_mutual_tls_from_a_cert_manager_secret",
+        "overlays/tls",
+    ) else {
         return;
     };
     let ca = Ca::new("ratelimit-server-ca");
@@ -304,7 +350,10 @@ const SHARED_RULES: &str = "domain: edge\ndescriptors:\n  - key: api_key\n    ra
 /// The redis overlay: its replicas, with REDIS_URL from the Secret, share one counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_overlay_replicas_share_their_counters() {
-    let Some(mut container) = rendered("overlays/redis") else {
+    let Some(mut container) = rendered(
+        "the_redis_overlay_replicas_share_their_counters",
+        "overlays/redis",
+    ) else {
         return;
     };
     // The test's rules (a day's quota: no whole hit comes back while it runs); the rest is the

