@@ -519,11 +519,13 @@ impl Pod {
         // The image: the binary at both its paths, the working directory with the shipped rules.
         let bin = host("/usr/local/bin/ratelimit-server");
         std::fs::create_dir_all(bin.parent().unwrap()).unwrap();
-        symlink(
-            std::fs::canonicalize(binary()).expect("the binary exists"),
-            &bin,
-        )
-        .unwrap();
+        // A hard link (a copy across file systems), not a symlink: the container's user must be
+        // able to run it even where the build directory is closed to other users.
+        let built = std::fs::canonicalize(binary()).expect("the binary exists");
+        if std::fs::hard_link(&built, &bin).is_err() {
+            std::fs::copy(&built, &bin).expect("copy the binary");
+            chmod(&bin, 0o755);
+        }
         std::fs::create_dir_all(host("/bin")).unwrap();
         symlink("../usr/local/bin/ratelimit-server", host("/bin/ratelimit")).unwrap();
         let workdir = host(&image.workdir);
