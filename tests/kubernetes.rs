@@ -1,13 +1,16 @@
 //! The Kubernetes manifests and the binary agree: each test renders deploy/kubernetes with
 //! `kubectl kustomize`, reads the ratelimit-server Deployment's container, and runs the binary on
 //! the host with that container's command, environment, user, ports and mounts (mapped into a
-//! temporary root, ConfigMaps and Secrets in kubelet's `..data` layout; tests/support/pod.rs).
+//! temporary root, ConfigMaps and Secrets in kubelet's `..data` layout; tests/support/manifest.rs
+//! and tests/support/pod.rs).
 //! Then kubelet's probes, real decisions, a ConfigMap update and SIGTERM are played against it.
 //! Without kubectl the tests say so loudly and pass; under CI they fail instead.
 
 #[path = "support/certs.rs"]
 mod certs;
 mod common;
+#[path = "support/manifest.rs"]
+mod manifest;
 #[path = "support/pod.rs"]
 mod pod;
 
@@ -20,7 +23,8 @@ use common::{Code, code, probe, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use hyper_util::rt::TokioIo;
-use pod::{Cluster, Container, Image, Pod, Source, binary_default, seconds};
+use manifest::{Container, Image, Source, seconds};
+use pod::{Cluster, Pod, binary_default};
 use ratelimit_server::clock::monotonic;
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
@@ -34,8 +38,8 @@ const CONTAINER: &str = "ratelimit-server";
 /// The ratelimit-server container of `deploy/kubernetes/<dir>` as rendered; None when the test
 /// (named `test`) must be skipped for want of kubectl.
 fn rendered(test: &str, dir: &str) -> Option<Container> {
-    let kubectl = pod::kubectl(test)?;
-    let objects = pod::render(&kubectl, dir);
+    let kubectl = manifest::kubectl(test)?;
+    let objects = manifest::render(&kubectl, dir);
     Some(Container::read(&objects, DEPLOYMENT, CONTAINER))
 }
 
@@ -124,7 +128,7 @@ fn the_image_and_the_deployment_agree() {
         })
         .expect("a ConfigMap of rules");
     for (key, text) in rules {
-        let shipped = std::fs::read_to_string(pod::repo().join("config").join(&key))
+        let shipped = std::fs::read_to_string(manifest::repo().join("config").join(&key))
             .unwrap_or_else(|_| panic!("config/{key} exists"));
         assert_eq!(text, shipped, "the base's {key} is config/{key}");
     }
@@ -264,9 +268,10 @@ async fn the_reference_names_for_the_rules_directory_work_in_the_deployment() {
         ("RUNTIME_SUBDIRECTORY", "."),
         ("RUNTIME_APPDIRECTORY", app),
     ] {
-        container
-            .env
-            .push((name.to_owned(), pod::EnvValue::Literal(value.to_owned())));
+        container.env.push((
+            name.to_owned(),
+            manifest::EnvValue::Literal(value.to_owned()),
+        ));
     }
     let mut pod = Pod::start(&container, &Image::read(), &Cluster::default());
     pod.wait_for(&container.startup).await;
