@@ -4,6 +4,7 @@
 //! the hot path of a hit rule only adds to atomics. Request values appear in labels only for
 //! `detailed_metric` rules, bounded in number and length.
 
+pub mod build_info;
 mod families;
 mod label;
 mod rules;
@@ -68,6 +69,7 @@ impl Metrics {
         let live = Arc::new(ArcSwap::from_pointee(PolicyMetrics::new(Arc::new(
             DetailedBudget::new(detailed_cap),
         ))));
+        build_info::register(&r);
         r.register(Box::new(families::RuleFamilies::new(live.clone())))
             .expect("metric registered once");
         let response_time = HistogramVec::new(

@@ -103,3 +103,21 @@ fn a_file_over_max_file_bytes_is_refused_naming_the_setting() {
         "{stdout}"
     );
 }
+
+#[test]
+fn version_is_the_cargo_version_and_names_the_commit_when_built_with_one() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let want = match option_env!("RATELIMIT_SERVER_COMMIT").filter(|c| !c.is_empty()) {
+        Some(commit) => format!(
+            "ratelimit-server {} (commit {commit})\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+        None => format!("ratelimit-server {}\n", env!("CARGO_PKG_VERSION")),
+    };
+    assert_eq!(text, want);
+}

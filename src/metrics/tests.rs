@@ -185,3 +185,21 @@ fn counters_saturate_instead_of_wrapping() {
     }
     assert_eq!(last, [u64::MAX; 5]);
 }
+
+#[test]
+fn build_info_names_the_cargo_version_and_the_commit_or_unknown() {
+    let commit = build_info::COMMIT.unwrap_or(build_info::UNKNOWN_COMMIT);
+    let want = format!(
+        "ratelimit_build_info{{commit=\"{commit}\",version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    let text = Metrics::new(10).encode();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("ratelimit_build_info"))
+            .collect::<Vec<_>>(),
+        [want.as_str()],
+        "{text}"
+    );
+    assert!(build_info::long_version().starts_with(env!("CARGO_PKG_VERSION")));
+}
