@@ -10,7 +10,8 @@ use ratelimit_server::clock::NANOS_PER_SECOND;
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::{self, LimitParams};
-use ratelimit_server::store::{Charge, KeyBuilder, MemoryStore};
+use ratelimit_server::store::memory::{KeyBuilder, MemoryBackend, StoreKey};
+use ratelimit_server::store::{Charge, CounterId, Transaction};
 
 fn params(algorithm: Algorithm) -> LimitParams {
     LimitParams {
@@ -59,7 +60,7 @@ fn decision(c: &mut Criterion) {
     let keys = KeyBuilder::new(1, 2);
     for algorithm in Algorithm::ALL {
         for key_count in [1usize, 100_000] {
-            let store = MemoryStore::new(1_000_000);
+            let store = MemoryBackend::new(1_000_000);
             let p = params(algorithm);
             let mut i = 0usize;
             let mut now = 1_767_225_600 * NANOS_PER_SECOND;
@@ -69,7 +70,7 @@ fn decision(c: &mut Criterion) {
                     now += 1;
                     let mut buf = [0u8; 15];
                     let value = client_address(i, &mut buf);
-                    let key = keys.key("edge", [("remote_address", value)], 0, &p);
+                    let key = keys.key(&CounterId::new("edge", [("remote_address", value)], 0, &p));
                     let charge = Charge {
                         key,
                         params: p,
@@ -77,7 +78,7 @@ fn decision(c: &mut Criterion) {
                         enforced: true,
                         quota: None,
                     };
-                    black_box(store.apply_sync(black_box(&[charge]), now))
+                    black_box(store.run(Transaction::apply(black_box(&[charge]), now)))
                 })
             });
         }
@@ -91,12 +92,12 @@ fn decision_two_threads(c: &mut Criterion) {
     let keys = KeyBuilder::new(1, 2);
     for algorithm in Algorithm::ALL {
         for key_count in [1usize, 100_000] {
-            let store = std::sync::Arc::new(MemoryStore::new(1_000_000));
+            let store = std::sync::Arc::new(MemoryBackend::new(1_000_000));
             let p = params(algorithm);
-            let charges: std::sync::Arc<Vec<Charge>> = std::sync::Arc::new(
+            let charges: std::sync::Arc<Vec<Charge<StoreKey>>> = std::sync::Arc::new(
                 (0..key_count)
                     .map(|i| Charge {
-                        key: keys.key(
+                        key: keys.key(&CounterId::new(
                             "edge",
                             [(
                                 "remote_address",
@@ -104,7 +105,7 @@ fn decision_two_threads(c: &mut Criterion) {
                             )],
                             0,
                             &p,
-                        ),
+                        )),
                         params: p,
                         hits: 1,
                         enforced: true,
@@ -125,7 +126,10 @@ fn decision_two_threads(c: &mut Criterion) {
                                     for i in 0..iters as usize {
                                         now += 2;
                                         let charge = charges[(i * 7 + t as usize) % charges.len()];
-                                        black_box(store.apply_sync(black_box(&[charge]), now));
+                                        black_box(
+                                            store
+                                                .run(Transaction::apply(black_box(&[charge]), now)),
+                                        );
                                     }
                                 })
                             })
@@ -141,7 +145,8 @@ fn decision_two_threads(c: &mut Criterion) {
     }
 }
 
-/// Building a store key alone: the keyed hash of (domain, descriptor entries, limit).
+/// Building a store key alone: the counter's identity, then its keyed hash (domain, descriptor
+/// entries, limit).
 fn key(c: &mut Criterion) {
     let keys = KeyBuilder::new(1, 2);
     let p = params(Algorithm::TokenBucket);
@@ -151,7 +156,12 @@ fn key(c: &mut Criterion) {
             i = i.wrapping_add(1);
             let mut buf = [0u8; 15];
             let value = client_address(i, &mut buf);
-            black_box(keys.key(black_box("edge"), [("remote_address", value)], 0, &p))
+            black_box(keys.key(&CounterId::new(
+                black_box("edge"),
+                [("remote_address", value)],
+                0,
+                &p,
+            )))
         })
     });
 }

@@ -1,10 +1,6 @@
 //! Cost of one whole decision through the engine (validate, match, key, store, response), with
-//! and without metrics, for 1 key and 100k keys. `cargo bench --bench engine`. The `any_store`
-//! rows run the same memory store behind `AnyStore` (what the server runs on), so one run shows
-//! what the backend dispatch costs the memory path.
-// Awaiting the engine on `AnyStore` (the Redis store with its failure handling inside) nests
-// futures deeper than the default limit lets the compiler lay out in criterion's async bencher.
-#![recursion_limit = "256"]
+//! and without metrics, for 1 key and 100k keys, on the memory backend as the server runs it
+//! (`Engine<MemoryBackend>`, statically dispatched). `cargo bench --bench engine`.
 
 use std::sync::Arc;
 
@@ -17,7 +13,8 @@ use ratelimit_server::config::parse_files;
 use ratelimit_server::engine::{Engine, EngineSettings};
 use ratelimit_server::metrics::Metrics;
 use ratelimit_server::policy::Policy;
-use ratelimit_server::store::{AnyStore, MemoryStore, Store};
+use ratelimit_server::store::memory::MemoryBackend;
+use ratelimit_server::store::{Backend, Store};
 
 const RULES: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 1000000000}\n";
 
@@ -37,11 +34,11 @@ fn requests(keys: usize) -> Vec<RateLimitRequest> {
         .collect()
 }
 
-fn engine<S: Store>(store: S, with_metrics: bool) -> Engine<S> {
+fn engine<B: Backend>(backend: B, with_metrics: bool) -> Engine<B> {
     let configs = parse_files(&[("edge.yaml".into(), RULES.into())]).expect("valid rules");
     let engine = Engine::new(
         Policy::new(&configs),
-        Arc::new(store),
+        Store::new(backend),
         Arc::new(SystemClock),
         EngineSettings::default(),
     );
@@ -64,31 +61,23 @@ fn bench(c: &mut Criterion) {
             } else {
                 "no_metrics"
             };
-            let direct = engine(MemoryStore::new(1_000_000), with_metrics);
-            let any = engine(AnyStore::memory(1_000_000), with_metrics);
+            let memory = engine(MemoryBackend::new(1_000_000), with_metrics);
             run(
                 c,
                 &rt,
                 &format!("engine/{keys}_keys/{metrics}"),
-                &direct,
-                &requests,
-            );
-            run(
-                c,
-                &rt,
-                &format!("engine/{keys}_keys/{metrics}/any_store"),
-                &any,
+                &memory,
                 &requests,
             );
         }
     }
 }
 
-fn run<S: Store>(
+fn run<B: Backend>(
     c: &mut Criterion,
     rt: &tokio::runtime::Runtime,
     name: &str,
-    engine: &Engine<S>,
+    engine: &Engine<B>,
     requests: &[RateLimitRequest],
 ) {
     let mut i = 0;

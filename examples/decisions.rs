@@ -14,7 +14,8 @@ use ratelimit_server::clock::NANOS_PER_SECOND;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::LimitParams;
 use ratelimit_server::settings::parse_algorithm;
-use ratelimit_server::store::{Charge, KeyBuilder, MemoryStore};
+use ratelimit_server::store::memory::{KeyBuilder, MemoryBackend};
+use ratelimit_server::store::{Charge, CounterId, Transaction};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -38,7 +39,7 @@ fn main() {
         max_delay: NANOS_PER_SECOND,
     };
     let keys = KeyBuilder::new(1, 2);
-    let store = MemoryStore::new(args.keys.max(1_000_000));
+    let store = MemoryBackend::new(args.keys.max(1_000_000));
     let values: Vec<String> = (0..args.keys.max(1))
         .map(|i| format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255))
         .collect();
@@ -47,7 +48,12 @@ fn main() {
     for i in 0..args.decisions {
         now += 1;
         let value = values[i % values.len()].as_str();
-        let key = keys.key("edge", [("remote_address", black_box(value))], 0, &params);
+        let key = keys.key(&CounterId::new(
+            "edge",
+            [("remote_address", black_box(value))],
+            0,
+            &params,
+        ));
         let charge = Charge {
             key,
             params,
@@ -55,7 +61,7 @@ fn main() {
             enforced: true,
             quota: None,
         };
-        allowed += usize::from(store.apply_sync(black_box(&[charge]), now)[0].allowed);
+        allowed += usize::from(store.run(Transaction::apply(black_box(&[charge]), now))[0].allowed);
     }
     println!(
         "{} decisions ({} allowed), {}, {} keys",

@@ -20,7 +20,7 @@ use rand_distr::{Distribution, Zipf};
 use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
 use ratelimit_server::clock::monotonic;
-use ratelimit_server::settings::{Backend, ServeSettings};
+use ratelimit_server::settings::{BackendType, ServeSettings};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -73,7 +73,7 @@ async fn run(args: &Args, port: u16, cache_bytes: usize, prefix: &str) {
     )
     .unwrap();
     let mut settings = ServeSettings::for_tests(rules.path().to_path_buf());
-    settings.store.backend = Backend::Redis;
+    settings.store.backend = BackendType::Redis;
     settings.store.redis_url = format!("127.0.0.1:{port}");
     settings.store.cache_key_prefix = prefix.into();
     settings.store.local_cache_size_in_bytes = cache_bytes;

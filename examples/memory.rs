@@ -7,7 +7,8 @@ use clap::Parser;
 use ratelimit_server::clock::NANOS_PER_SECOND;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::LimitParams;
-use ratelimit_server::store::{Charge, KeyBuilder, MemoryStore};
+use ratelimit_server::store::memory::{KeyBuilder, MemoryBackend};
+use ratelimit_server::store::{Charge, CounterId, Transaction};
 
 #[derive(Debug, Parser)]
 struct Args {
@@ -27,7 +28,7 @@ fn rss() -> usize {
     pages * 4096
 }
 
-fn fill(store: &MemoryStore, keys: &KeyBuilder, count: usize, now: u64, algorithm: Algorithm) {
+fn fill(store: &MemoryBackend, keys: &KeyBuilder, count: usize, now: u64, algorithm: Algorithm) {
     let params = LimitParams {
         algorithm,
         requests_per_unit: 100,
@@ -40,8 +41,13 @@ fn fill(store: &MemoryStore, keys: &KeyBuilder, count: usize, now: u64, algorith
         use std::fmt::Write;
         value.clear();
         let _ = write!(value, "10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
-        let key = keys.key("edge", [("remote_address", value.as_str())], 0, &params);
-        store.apply_sync(
+        let key = keys.key(&CounterId::new(
+            "edge",
+            [("remote_address", value.as_str())],
+            0,
+            &params,
+        ));
+        store.run(Transaction::apply(
             &[Charge {
                 key,
                 params,
@@ -50,7 +56,7 @@ fn fill(store: &MemoryStore, keys: &KeyBuilder, count: usize, now: u64, algorith
                 quota: None,
             }],
             now,
-        );
+        ));
     }
 }
 
@@ -62,7 +68,7 @@ fn main() {
     println!("|---|---|");
     for algorithm in [Algorithm::TokenBucket, Algorithm::FixedWindow] {
         // Room to spare: the bound is per shard, so a full bound starts evicting a little early.
-        let store = MemoryStore::new(args.keys * 2);
+        let store = MemoryBackend::new(args.keys * 2);
         let before = rss();
         fill(&store, &keys, args.keys, now, algorithm);
         let held = store.stats().keys;
@@ -84,7 +90,7 @@ fn main() {
         drop(store);
     }
     let bound = args.keys / 10;
-    let store = MemoryStore::new(bound);
+    let store = MemoryBackend::new(bound);
     fill(&store, &keys, args.keys, now, Algorithm::TokenBucket);
     let stats = store.stats();
     println!(

@@ -20,8 +20,8 @@ use hdrhistogram::Histogram;
 use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
 use ratelimit_server::clock::monotonic;
-use ratelimit_server::settings::{Backend, ServeSettings};
-use ratelimit_server::store::FailureMode;
+use ratelimit_server::settings::{BackendType, ServeSettings};
+use ratelimit_server::store::guard::FailureMode;
 
 const RULES: &str = "domain: o\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100000000, algorithm: fixed_window}\n";
 
@@ -132,7 +132,7 @@ async fn main() {
     let rules = tempfile::tempdir().unwrap();
     std::fs::write(rules.path().join("o.yaml"), RULES).unwrap();
     let mut settings = ServeSettings::for_tests(rules.path().to_path_buf());
-    settings.store.backend = Backend::Redis;
+    settings.store.backend = BackendType::Redis;
     settings.store.redis_url = format!("127.0.0.1:{port}");
     settings.store.redis_timeout = Duration::from_millis(args.timeout_ms);
     settings.store.redis_failure_mode = mode;

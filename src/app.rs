@@ -14,7 +14,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::clock::Clock;
 use crate::config::ConfigErrors;
-use crate::engine::Engine;
+use crate::engine::{Engine, Rules};
 pub use crate::health::HEALTH_SERVICES;
 use crate::health::HealthReporter;
 use crate::http::{self, Admin};
@@ -25,10 +25,12 @@ use crate::policy::Policy;
 use crate::record::{LivePolicy, Recorder};
 use crate::reload::{self, Reloader};
 use crate::service::RateLimitGrpc;
-use crate::settings::Backend;
-use crate::settings::ServeSettings;
+use crate::settings::{BackendType, ServeSettings};
 use crate::status::{LoadReport, ServerStatus};
-use crate::store::{AnyStore, Store};
+use crate::store::guard::{GuardSettings, Guarded};
+use crate::store::memory::MemoryBackend;
+use crate::store::redis::RedisConnect;
+use crate::store::{Backend, Store};
 use crate::telemetry::Tracing;
 
 /// At shutdown, how long the record writer may take to write what is queued.
@@ -68,13 +70,13 @@ pub enum StartError {
     },
 }
 
-/// A running server: its bound addresses, its engine, and a handle to stop it.
+/// A running server: its bound addresses, its metrics, and a handle to stop it.
 pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
     /// The debug listener's address, when `--debug-addr` is set.
     pub debug_addr: Option<SocketAddr>,
-    pub engine: Arc<Engine<AnyStore>>,
+    pub metrics: Arc<Metrics>,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
     health: HealthReporter,
@@ -176,7 +178,38 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
-    let store = Arc::new(open_store(settings, &metrics).await?);
+    // The one place a backend is chosen: everything after runs on it, statically dispatched.
+    match settings.store.backend {
+        BackendType::Memory => {
+            metrics.store.store_up.set(1);
+            let backend = MemoryBackend::new(settings.max_keys);
+            start_on(settings, clock, metrics, backend).await
+        }
+        BackendType::Redis => {
+            let config = settings.store.redis_config()?;
+            let mode = settings.store.redis_failure_mode;
+            let described = (config.describe(), config.prefix.clone());
+            let guard = GuardSettings {
+                mode,
+                local_max_keys: settings.max_keys,
+                local_cache_bytes: settings.store.local_cache_size_in_bytes,
+            };
+            let backend =
+                Guarded::start(RedisConnect::new(config), guard, metrics.store.clone()).await?;
+            tracing::info!(redis = %described.0, prefix = %described.1, failure_mode = mode.name(), "counters in Redis");
+            start_on(settings, clock, metrics, backend).await
+        }
+    }
+}
+
+/// Starts serving on `backend`.
+async fn start_on<B: Backend>(
+    settings: &ServeSettings,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    backend: B,
+) -> Result<Server, StartError> {
+    let store = Store::new(backend);
     metrics.read_store_stats(store.clone());
     let engine = Arc::new(
         Engine::new(
@@ -188,7 +221,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         .with_metrics(metrics.clone()),
     );
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
-    let reloader = rules_reloader(settings, &engine, &metrics, &status, &clock);
+    let reloader = rules_reloader(settings, engine.clone(), &metrics, &status, &clock);
     let summary = load_first_rules(settings, &reloader)?;
     let recorder = recorder(settings, &engine, &metrics)?;
     let tls_metrics = TlsMetrics::register(metrics.registry());
@@ -218,16 +251,16 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     }
     let admin = Arc::new(Admin {
         engine: engine.clone(),
-        metrics,
+        metrics: metrics.clone(),
         status: status.clone(),
         healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
         recorder: recorder.clone(),
     });
     if let Some(listener) = listeners.debug {
-        tasks.serve_debug(settings, listener, admin.clone());
+        tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));
     }
     tasks.serve_grpc(listeners.grpc, grpc_router, grpc_tls);
-    tasks.serve_admin(settings, listeners.http, admin, admin_tls);
+    tasks.serve_admin(settings, listeners.http, http::router(admin), admin_tls);
     tasks.spawn(sweep(store, clock, tasks.shutdown.clone()));
     tasks.handles.push(watcher);
     tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
@@ -235,7 +268,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         grpc_addr,
         http_addr,
         debug_addr,
-        engine,
+        metrics,
         reloader,
         status,
         health,
@@ -249,9 +282,9 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
 }
 
 /// The `--record` writer, when asked for: the file is opened now (an error stops the start).
-fn recorder(
+fn recorder<B: Backend>(
     settings: &ServeSettings,
-    engine: &Arc<Engine<AnyStore>>,
+    engine: &Arc<Engine<B>>,
     metrics: &Metrics,
 ) -> Result<Option<Arc<Recorder>>, StartError> {
     let Some(config) = settings.record.config()? else {
@@ -280,34 +313,10 @@ fn recorder(
     Ok(Some(Arc::new(recorder)))
 }
 
-/// The store the settings ask for: memory, or Redis behind its guard (connecting now).
-async fn open_store(settings: &ServeSettings, metrics: &Metrics) -> Result<AnyStore, StartError> {
-    match settings.store.backend {
-        Backend::Memory => {
-            metrics.store.store_up.set(1);
-            Ok(AnyStore::memory(settings.max_keys))
-        }
-        Backend::Redis => {
-            let config = settings.store.redis_config()?;
-            let mode = settings.store.redis_failure_mode;
-            let store = AnyStore::redis_guarded(
-                &config,
-                mode,
-                settings.max_keys,
-                settings.store.local_cache_size_in_bytes,
-                metrics.store.clone(),
-            )
-            .await?;
-            tracing::info!(redis = %config.describe(), prefix = %config.prefix, failure_mode = mode.name(), "counters in Redis");
-            Ok(store)
-        }
-    }
-}
-
 /// The reloader of the rules directory, which installs each valid rule set into `engine`.
 fn rules_reloader(
     settings: &ServeSettings,
-    engine: &Arc<Engine<AnyStore>>,
+    engine: Arc<dyn Rules>,
     metrics: &Arc<Metrics>,
     status: &Arc<ServerStatus>,
     clock: &Arc<dyn Clock>,
@@ -315,7 +324,7 @@ fn rules_reloader(
     let reloader = Reloader::new(
         settings.config.clone(),
         settings.rules_files.caps(),
-        engine.clone(),
+        engine,
         metrics.clone(),
         status.clone(),
         clock.clone(),
@@ -483,19 +492,13 @@ impl Tasks {
         &mut self,
         settings: &ServeSettings,
         (listener, _): (TcpListener, SocketAddr),
-        admin: Arc<Admin>,
+        router: axum::Router,
         tls: Option<Arc<TlsSource>>,
     ) {
         let acceptor = Acceptor::new(listener, self.caps.admin, self.timeouts, "admin");
         let header_timeout = settings.transport.handshake_timeout;
         let stop = self.stopped();
-        self.spawn(net::serve_http(
-            acceptor,
-            tls,
-            http::router(admin),
-            header_timeout,
-            stop,
-        ));
+        self.spawn(net::serve_http(acceptor, tls, router, header_timeout, stop));
     }
 
     /// Serves the debug routes, in plaintext as the reference's debug port.
@@ -503,7 +506,7 @@ impl Tasks {
         &mut self,
         settings: &ServeSettings,
         (listener, _): (TcpListener, SocketAddr),
-        admin: Arc<Admin>,
+        router: axum::Router,
     ) {
         let acceptor = Acceptor::new(listener, self.caps.admin, self.timeouts, "debug");
         let header_timeout = settings.transport.handshake_timeout;
@@ -511,7 +514,7 @@ impl Tasks {
         self.spawn(net::serve_http(
             acceptor,
             None,
-            http::debug_router(admin),
+            router,
             header_timeout,
             stop,
         ));
@@ -519,7 +522,11 @@ impl Tasks {
 }
 
 /// Drops idle keys from memory every [`SWEEP_INTERVAL`] until `stop` turns true.
-async fn sweep(store: Arc<AnyStore>, clock: Arc<dyn Clock>, mut stop: watch::Receiver<bool>) {
+async fn sweep<B: Backend>(
+    store: Store<B>,
+    clock: Arc<dyn Clock>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut tick = tokio::time::interval(SWEEP_INTERVAL);
     loop {
         tokio::select! {

@@ -26,7 +26,7 @@ pub use series::{Counts, HitOutcome};
 pub use store_stats::StatsSource;
 
 use crate::policy::Policy;
-use crate::store::{Store, StoreMetrics};
+use crate::store::{Backend, Store, StoreMetrics};
 
 pub struct Metrics {
     registry: Registry,
@@ -147,7 +147,7 @@ impl Metrics {
 
     /// Reads the store's key and eviction counts (`Store::stats`) for every scrape from now on.
     /// Only the first store attached is read: a server has one.
-    pub fn read_store_stats<S: Store>(&self, store: Arc<S>) {
+    pub fn read_store_stats<B: Backend>(&self, store: Store<B>) {
         let _ = self.store_stats.set(Arc::new(move || store.stats()));
     }
 

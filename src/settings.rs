@@ -41,7 +41,7 @@ impl RulesFilesArgs {
 
 mod store_args;
 
-pub use store_args::{Backend, RedisType, SettingError, SocketType, StoreArgs};
+pub use store_args::{BackendType, RedisType, SettingError, SocketType, StoreArgs};
 
 mod tracing_args;
 

@@ -8,13 +8,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::contract::{charges, params, run, trace};
+use common::contract::{Redis, charges, guarded, key, memory_store, params, run, trace};
 use common::race::{SHARED_LIMITS, fire, shared_rules};
 use common::redis::{RedisServer, ServerProcess, available, free_port};
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, SystemClock};
 use ratelimit_server::config::Algorithm;
-use ratelimit_server::store::{AnyKey, AnyStore, Charge, RedisConfig, Store, Topology};
+use ratelimit_server::store::redis::{RedisConfig, TextKey, Topology};
+use ratelimit_server::store::{Charge, Store};
 use redis::IntoConnectionInfo;
 
 /// A free port whose cluster bus port (+10000) is free too.
@@ -79,7 +80,7 @@ impl Cluster {
             .join(",")
     }
 
-    async fn store(&self, prefix: &str) -> AnyStore {
+    async fn store(&self, prefix: &str) -> Store<Redis> {
         let mut config = RedisConfig::single("redis://127.0.0.1:1").unwrap();
         config.topology = Topology::Cluster(
             self.nodes
@@ -88,7 +89,7 @@ impl Cluster {
                 .collect(),
         );
         config.prefix = prefix.into();
-        AnyStore::redis(&config).await.expect("cluster connects")
+        guarded(config).await
     }
 
     /// Keys per master matching `pattern`.
@@ -107,7 +108,7 @@ async fn the_store_contract_holds_on_a_cluster() {
     let base = SystemClock.now();
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
         let steps = trace(100 + i as u64, algorithm, 80);
-        let memory = AnyStore::memory(10_000);
+        let memory = memory_store(10_000);
         let shared = cluster.store(&format!("c{i}:")).await;
         assert_eq!(
             run(&memory, base, &steps).await,
@@ -118,17 +119,17 @@ async fn the_store_contract_holds_on_a_cluster() {
 }
 
 /// The text of a Redis store's key.
-fn text(key: &AnyKey) -> &str {
-    match key {
-        AnyKey::Text(k) => k.as_str(),
-        AnyKey::Memory(_) => panic!("a Redis store builds text keys"),
-    }
+fn text(key: &TextKey) -> &str {
+    key.as_str()
 }
 
 /// `EVALSHA` calls a node has run, less the failed ones (`NOSCRIPT` before the script is loaded).
 fn script_calls(node: &RedisServer) -> u64 {
     let info = node.info("commandstats");
-    let Some(line) = info.lines().find_map(|l| l.strip_prefix("cmdstat_evalsha:")) else {
+    let Some(line) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+    else {
         return 0;
     };
     let field = |name: &str| -> u64 {
@@ -152,7 +153,7 @@ async fn one_domains_keys_and_calls_spread_over_every_master() {
     for u in 0..1000 {
         let user = format!("u{u:04}");
         let charge = Charge {
-            key: store.key("edge", [("user", user.as_str())], 0, &p),
+            key: key(&store, "edge", [("user", user.as_str())], 0, &p),
             params: p,
             hits: 1,
             enforced: true,
@@ -181,7 +182,10 @@ async fn one_domains_keys_and_calls_spread_over_every_master() {
         "one script call per single-descriptor decision"
     );
     for (n, &c) in calls.iter().enumerate() {
-        assert!((200..=470).contains(&c), "master {n} ran {c} of 1000 calls: {calls:?}");
+        assert!(
+            (200..=470).contains(&c),
+            "master {n} ran {c} of 1000 calls: {calls:?}"
+        );
     }
 }
 
@@ -237,14 +241,14 @@ async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_c
             let value = format!("own-{i}");
             let request = [
                 Charge {
-                    key: store.key("race", [("hot", "x")], 0, &hot),
+                    key: key(&store, "race", [("hot", "x")], 0, &hot),
                     params: hot,
                     hits: 1,
                     enforced: true,
                     quota: None,
                 },
                 Charge {
-                    key: store.key("race", [("own", value.as_str())], 0, &own),
+                    key: key(&store, "race", [("own", value.as_str())], 0, &own),
                     params: own,
                     hits: 1,
                     enforced: true,
@@ -269,7 +273,7 @@ async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_c
     for (values, left) in [(&admitted, 9), (&denied, 10)] {
         for value in values {
             let probe = Charge {
-                key: a.key("race", [("own", value.as_str())], 0, &own),
+                key: key(&a, "race", [("own", value.as_str())], 0, &own),
                 params: own,
                 hits: 0,
                 enforced: true,
@@ -293,7 +297,8 @@ async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
         ("REDIS_TYPE", "cluster".into()),
         ("REDIS_URL", cluster.seeds()),
         ("CACHE_KEY_PREFIX", "it:".into()),
-    ];    let mut a = ServerProcess::start(rules.path(), &env);
+    ];
+    let mut a = ServerProcess::start(rules.path(), &env);
     let mut b = ServerProcess::start(rules.path(), &env);
     let (ca, cb) = (a.client().await, b.client().await);
     for (key, limit) in SHARED_LIMITS {

@@ -13,8 +13,8 @@ use std::time::Duration;
 use common::redis::{RedisServer, free_port};
 use common::{Code, TestServer, code, request, start_with};
 use ratelimit_server::clock::{Clock, SystemClock, monotonic};
-use ratelimit_server::settings::Backend;
-use ratelimit_server::store::FailureMode;
+use ratelimit_server::settings::BackendType;
+use ratelimit_server::store::guard::FailureMode;
 
 const RULES: &str = "\
 domain: f
@@ -38,7 +38,7 @@ async fn server(redis_addr: &str, mode: FailureMode) -> TestServer {
 async fn server_with(redis_addr: &str, mode: FailureMode, cache_bytes: usize) -> TestServer {
     let addr = redis_addr.to_owned();
     let s = start_with(&[("f.yaml", RULES)], move |s| {
-        s.store.backend = Backend::Redis;
+        s.store.backend = BackendType::Redis;
         s.store.redis_url = addr;
         s.store.redis_timeout = Duration::from_millis(100);
         s.store.redis_failure_mode = mode;

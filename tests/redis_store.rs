@@ -9,14 +9,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::contract::{charges, params, redis_store, run, trace};
+use common::contract::{charges, key, memory_store, params, redis_store, run, trace};
 use common::redis::RedisServer;
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, NANOS_PER_SECOND as S, SystemClock};
 use ratelimit_server::config::Algorithm;
-use ratelimit_server::store::{
-    AnyStore, Charge, RedisConfig, RedisStore, Store, redis::EXPIRY_GRACE_MS,
-};
+use ratelimit_server::store::redis::{EXPIRY_GRACE_MS, RedisBackend, RedisConfig};
+use ratelimit_server::store::{Backend, Charge, Store};
 
 #[tokio::test]
 async fn memory_and_redis_give_the_same_verdicts_for_every_algorithm() {
@@ -27,7 +26,7 @@ async fn memory_and_redis_give_the_same_verdicts_for_every_algorithm() {
     for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
         for seed in [1u64, 7, 42] {
             let steps = trace(seed * 1000 + i as u64 + 1, algorithm, 120);
-            let memory = AnyStore::memory(10_000);
+            let memory = memory_store(10_000);
             let shared = redis_store(&redis, &format!("t{i}-{seed}:")).await;
             let expected = run(&memory, base, &steps).await;
             let got = run(&shared, base, &steps).await;
@@ -50,10 +49,15 @@ async fn all_or_nothing_shadow_and_hits_addend_on_both_stores() {
         return;
     };
     let now = SystemClock.now();
+    all_or_nothing_on(memory_store(100), now).await;
+    all_or_nothing_on(redis_store(&redis, "aon:").await, now).await;
+}
+
+async fn all_or_nothing_on<B: Backend>(store: Store<B>, now: u64) {
     let roomy = params(Algorithm::FixedWindow, 10, 3600, 10);
     let tight = params(Algorithm::FixedWindow, 1, 3600, 1);
-    for store in [AnyStore::memory(100), redis_store(&redis, "aon:").await] {
-        let name = store.backend();
+    {
+        let name = B::NAME;
         let both = [("a", 0, roomy, 1, true), ("b", 0, tight, 1, true)];
         let v = store.apply(&charges(&store, &both), now).await.unwrap();
         assert!(v.iter().all(|v| v.charged), "{name}");
@@ -144,15 +148,15 @@ async fn keys_are_readable_and_expire_when_their_state_does() {
 async fn race(redis: &RedisServer, algorithm: Algorithm, limit: u32, per_instance: usize) -> usize {
     let mut config = RedisConfig::single(&redis.url()).unwrap();
     config.prefix = format!("race-{}:", algorithm.code());
-    let a = Arc::new(RedisStore::connect(&config).await.unwrap());
-    let b = Arc::new(RedisStore::connect(&config).await.unwrap());
+    let a = Arc::new(Store::new(RedisBackend::connect(&config).await.unwrap()));
+    let b = Arc::new(Store::new(RedisBackend::connect(&config).await.unwrap()));
     let p = params(algorithm, limit, 3600, limit);
     let mut tasks = Vec::new();
     for store in [a.clone(), b.clone()] {
         for _ in 0..per_instance {
             let store = store.clone();
             tasks.push(tokio::spawn(async move {
-                let key = store.key("race", [("k", "hot")], 0, &p);
+                let key = key(&store, "race", [("k", "hot")], 0, &p);
                 let charge = Charge {
                     key,
                     params: p,
@@ -174,8 +178,8 @@ async fn race(redis: &RedisServer, algorithm: Algorithm, limit: u32, per_instanc
     }
     eprintln!(
         "{algorithm}: {admitted} admitted; conflicts retried: {} + {}",
-        a.conflicts(),
-        b.conflicts()
+        a.backend().conflicts(),
+        b.backend().conflicts()
     );
     admitted
 }
@@ -277,11 +281,11 @@ fn round_trips(redis: &RedisServer) -> u64 {
 }
 
 async fn decide_one(
-    store: &RedisStore,
+    store: &Store<RedisBackend>,
     value: &str,
     p: &ratelimit_server::limiter::LimitParams,
 ) -> bool {
-    let key = store.key("trips", [("k", value)], 0, p);
+    let key = key(store, "trips", [("k", value)], 0, p);
     let charge = Charge {
         key,
         params: *p,
@@ -303,8 +307,8 @@ async fn a_repeated_key_costs_one_round_trip_per_decision_and_a_stale_cache_stay
     };
     let mut config = RedisConfig::single(&redis.url()).unwrap();
     config.prefix = "trips:".into();
-    let a = RedisStore::connect(&config).await.unwrap();
-    let b = RedisStore::connect(&config).await.unwrap();
+    let a = Store::new(RedisBackend::connect(&config).await.unwrap());
+    let b = Store::new(RedisBackend::connect(&config).await.unwrap());
     // Token bucket, 10 per hour: no refill worth a token during the test.
     let p = params(Algorithm::TokenBucket, 10, 3600, 10);
     // Loads the script; then counts from zero.

@@ -16,7 +16,8 @@ use ratelimit_server::http::{Admin, router};
 use ratelimit_server::metrics::Metrics;
 use ratelimit_server::policy::Policy;
 use ratelimit_server::status::{LoadReport, ServerStatus};
-use ratelimit_server::store::AnyStore;
+use ratelimit_server::store::Store;
+use ratelimit_server::store::memory::MemoryBackend;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -90,7 +91,7 @@ impl AdminTarget {
         let clock = Arc::new(ManualClock::new(1_767_225_610 * NANOS_PER_SECOND));
         let engine = Engine::new(
             Policy::new(&configs),
-            Arc::new(AnyStore::memory(10_000)),
+            Store::new(MemoryBackend::new(10_000)),
             clock,
             EngineSettings::default(),
         )

@@ -19,7 +19,8 @@ use ratelimit_server::clock::{ManualClock, NANOS_PER_SECOND};
 use ratelimit_server::config::parse_files;
 use ratelimit_server::engine::{Engine, EngineError, EngineSettings};
 use ratelimit_server::policy::Policy;
-use ratelimit_server::store::MemoryStore;
+use ratelimit_server::store::Store;
+use ratelimit_server::store::memory::MemoryBackend;
 
 use crate::input::Choices;
 
@@ -65,14 +66,14 @@ const VALUES: &[&str] = &["1", "2", "x", "y", "", "/v1/a"];
 pub struct Requests {
     runtime: tokio::runtime::Runtime,
     policy: Policy,
-    engine: Arc<Engine<MemoryStore>>,
+    engine: Arc<Engine<MemoryBackend>>,
     admitted: HashMap<Vec<(String, String)>, u64>,
     rounds: u32,
 }
 
-fn engine(policy: &Policy) -> Arc<Engine<MemoryStore>> {
+fn engine(policy: &Policy) -> Arc<Engine<MemoryBackend>> {
     let clock = Arc::new(ManualClock::new(1_767_225_610 * NANOS_PER_SECOND));
-    let store = Arc::new(MemoryStore::new(10_000));
+    let store = Store::new(MemoryBackend::new(10_000));
     Arc::new(Engine::new(
         policy.clone(),
         store,

@@ -4,6 +4,7 @@
 //! buckets, wait for the request's turn before answering. The gRPC service and the HTTP `/json`
 //! endpoint both call `Engine::should_rate_limit`.
 
+mod explain;
 mod metadata;
 mod observe;
 mod plan;
@@ -17,16 +18,16 @@ use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
 
+pub use explain::{Explained, ExplainedLimit};
 pub use observe::Attribution;
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 
 use crate::clock::{Clock, Nanos};
-use crate::limiter::LimitDefaults;
-use crate::limiter::{LimitParams, State};
+use crate::limiter::{LimitDefaults, State};
 use crate::metrics::{Metrics, PolicyMetrics};
 use crate::policy::Policy;
-use crate::store::{Charge, Store, StoreError, Verdicts};
+use crate::store::{Backend, Charge, CounterId, Store, StoreError};
 
 /// Server-wide behaviour, from settings.
 #[derive(Debug, Clone)]
@@ -92,18 +93,18 @@ enum Turns {
 }
 
 /// The rate limiter: live policy + store + clock (+ metrics).
-pub struct Engine<S> {
+pub struct Engine<B> {
     live: ArcSwap<Live>,
-    store: Arc<S>,
+    store: Store<B>,
     clock: Arc<dyn Clock>,
     settings: EngineSettings,
     metrics: Option<Arc<Metrics>>,
 }
 
-impl<S: Store> Engine<S> {
+impl<B: Backend> Engine<B> {
     pub fn new(
         policy: Policy,
-        store: Arc<S>,
+        store: Store<B>,
         clock: Arc<dyn Clock>,
         settings: EngineSettings,
     ) -> Self {
@@ -149,7 +150,7 @@ impl<S: Store> Engine<S> {
         self.metrics.as_ref()
     }
 
-    pub fn store(&self) -> &Arc<S> {
+    pub fn store(&self) -> &Store<B> {
         &self.store
     }
 
@@ -157,15 +158,9 @@ impl<S: Store> Engine<S> {
         &self.settings
     }
 
-    /// The stored state of limit number `slot` of a descriptor, charging nothing (for `explain`).
-    pub async fn look<'e>(
-        &self,
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        slot: usize,
-        params: &LimitParams,
-    ) -> Result<Option<State>, StoreError> {
-        let key = self.store.key(domain, entries, slot, params);
+    /// The stored state of a counter, charging nothing.
+    async fn look(&self, id: &CounterId<'_>) -> Result<Option<State>, StoreError> {
+        let key = self.store.key(id);
         self.store.peek(&key).await
     }
 
@@ -217,24 +212,18 @@ impl<S: Store> Engine<S> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
         let plans = plan::plan(&live.policy, request, &self.settings)?;
-        let mut charges: SmallVec<[Charge<S::Key>; 2]> = SmallVec::new();
+        let mut charges: SmallVec<[Charge<B::Key>; 2]> = SmallVec::new();
         for (index, (descriptor, plan)) in request.descriptors.iter().zip(&plans).enumerate() {
-            let shared = plan.rule.map_or(&[][..], |r| &r.shared[..]);
-            // A `share_threshold` wildcard's pattern stands for the value: one counter for all.
-            let entries = || {
-                descriptor.entries.iter().enumerate().map(|(i, e)| {
-                    let value = shared
-                        .iter()
-                        .find(|(at, _)| *at == i)
-                        .map_or(e.value.as_str(), |(_, p)| p.as_str());
-                    (e.key.as_str(), value)
-                })
-            };
             for limit in plan.limits() {
+                let counter = plan::counter(
+                    &request.domain,
+                    plan::pairs(&descriptor.entries),
+                    plan.rule,
+                    limit.slot,
+                    &limit.params,
+                );
                 charges.push(Charge {
-                    key: self
-                        .store
-                        .key(&request.domain, entries(), limit.slot, &limit.params),
+                    key: self.store.key(&counter),
                     params: limit.params,
                     hits: plan.hits,
                     enforced: !plan.shadow_mode,
@@ -242,11 +231,7 @@ impl<S: Store> Engine<S> {
                 });
             }
         }
-        let verdicts = if charges.is_empty() {
-            Verdicts::new()
-        } else {
-            self.store.apply(&charges, now).await?
-        };
+        let verdicts = self.store.apply(&charges, now).await?;
         let tightest = response::tightest(&plans, &verdicts);
         let mut response = response::build(&plans, &tightest, &self.settings);
         if self.settings.dynamic_metadata {
@@ -267,9 +252,27 @@ impl<S: Store> Engine<S> {
             observe::attribute(attribution, &plans, &tightest, &self.settings);
         }
         if !self.settings.shadow_mode && turns == Turns::Wait {
-            turn::wait(&*self.store, &*self.clock, now, &charges, &verdicts).await;
+            turn::wait(&self.store, &*self.clock, now, &charges, &verdicts).await;
         }
         Ok(response)
+    }
+}
+
+/// Where rules go in: what a reload (from files, or any other source) needs of the engine.
+pub trait Rules: Send + Sync {
+    /// The rules in force.
+    fn policy(&self) -> Arc<Policy>;
+    /// Replaces them; requests in flight finish on the snapshot they started with.
+    fn set_policy(&self, policy: Policy);
+}
+
+impl<B: Backend> Rules for Engine<B> {
+    fn policy(&self) -> Arc<Policy> {
+        Engine::policy(self)
+    }
+
+    fn set_policy(&self, policy: Policy) {
+        Engine::set_policy(self, policy);
     }
 }
 

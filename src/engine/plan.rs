@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use smallvec::{SmallVec, smallvec};
@@ -11,6 +12,7 @@ use super::{EngineSettings, InvalidRequest};
 use crate::config::Unit;
 use crate::limiter::LimitParams;
 use crate::policy::{Policy, Rule, RuleKind};
+use crate::store::CounterId;
 
 /// One limit a descriptor is checked against.
 #[derive(Debug, Clone, PartialEq)]
@@ -148,6 +150,37 @@ pub(super) fn plan<'p>(
     }
     drop_replaced(&mut plans);
     Ok(plans)
+}
+
+/// The counter `limit` of a descriptor (its `entries`, planned as `plan`) charges: the entries as
+/// they count, a `share_threshold` wildcard's pattern standing for the value (one counter for
+/// every value it matches). The one place a counter's identity is made: decisions and `/explain`
+/// both take it from here.
+pub(super) fn counter<'a>(
+    domain: &'a str,
+    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    rule: Option<&'a Rule>,
+    slot: usize,
+    params: &LimitParams,
+) -> CounterId<'a> {
+    let shared = rule.map_or(&[][..], |r| &r.shared[..]);
+    CounterId::new(
+        domain,
+        entries.into_iter().enumerate().map(|(i, (key, value))| {
+            let value = shared
+                .iter()
+                .find(|(at, _)| *at == i)
+                .map_or(value, |(_, p)| p.as_str());
+            (key, value)
+        }),
+        slot,
+        params,
+    )
+}
+
+/// The entries of a request's descriptor as (key, value) pairs.
+pub(super) fn pairs(entries: &[Entry]) -> impl Iterator<Item = (&str, &str)> {
+    entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))
 }
 
 /// Removes every matched limit named in some matched rule's `replaces`.

@@ -10,20 +10,21 @@ use futures_util::FutureExt;
 
 use super::*;
 use crate::clock::{ManualClock, NANOS_PER_SECOND};
-use crate::store::AnyStore;
+use crate::store::Store;
+use crate::store::memory::MemoryBackend;
 
 const START: u64 = 1_767_225_600 * NANOS_PER_SECOND;
 
-fn engine(yaml: &str) -> Engine<AnyStore> {
+fn engine(yaml: &str) -> Engine<MemoryBackend> {
     engine_on(yaml, ManualClock::new(START), EngineSettings::default())
 }
 
-fn engine_on(yaml: &str, clock: ManualClock, settings: EngineSettings) -> Engine<AnyStore> {
+fn engine_on(yaml: &str, clock: ManualClock, settings: EngineSettings) -> Engine<MemoryBackend> {
     let configs =
         crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
     Engine::new(
         Policy::new(&configs),
-        Arc::new(AnyStore::memory(1000)),
+        Store::new(MemoryBackend::new(1000)),
         Arc::new(clock),
         settings,
     )
@@ -211,7 +212,7 @@ async fn a_decision_says_the_instant_it_was_made_at_refused_or_not() {
     .expect("valid rules");
     let e = Engine::new(
         Policy::new(&configs),
-        Arc::new(AnyStore::memory(1000)),
+        Store::new(MemoryBackend::new(1000)),
         Arc::new(clock.clone()),
         EngineSettings::default(),
     );

@@ -6,16 +6,16 @@
 
 use crate::clock::{Clock, Nanos};
 use crate::config::Algorithm;
-use crate::store::{Charge, Store, Verdict};
+use crate::store::{Backend, Charge, Store, Verdict};
 
 /// Gives back the leaky-bucket turns of a request unless disarmed.
-struct RefundOnDrop<'a, S: Store> {
-    store: &'a S,
+struct RefundOnDrop<'a, B: Backend> {
+    store: &'a Store<B>,
     clock: &'a dyn Clock,
-    charges: Vec<Charge<S::Key>>,
+    charges: Vec<Charge<B::Key>>,
 }
 
-impl<S: Store> Drop for RefundOnDrop<'_, S> {
+impl<B: Backend> Drop for RefundOnDrop<'_, B> {
     fn drop(&mut self) {
         if !self.charges.is_empty() {
             self.store.refund(&self.charges, self.clock.now());
@@ -25,11 +25,11 @@ impl<S: Store> Drop for RefundOnDrop<'_, S> {
 
 /// Sleeps until the request's turn (`now`, the decision's time, plus its delay); refunds its
 /// turns if dropped before then. Allocates nothing when the request need not wait.
-pub(super) async fn wait<S: Store>(
-    store: &S,
+pub(super) async fn wait<B: Backend>(
+    store: &Store<B>,
     clock: &dyn Clock,
     now: Nanos,
-    charges: &[Charge<S::Key>],
+    charges: &[Charge<B::Key>],
     verdicts: &[Verdict],
 ) {
     let delay = charges

@@ -24,6 +24,7 @@ use serde_json::{Map, Value, json};
 
 use super::AdminState;
 use crate::engine::{Decision, EngineError};
+use crate::store::Backend;
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -249,7 +250,7 @@ fn error(status: StatusCode, message: String) -> Response {
     (status, Json(json!({"error": message}))).into_response()
 }
 
-pub(super) async fn json(State(admin): AdminState, body: Bytes) -> Response {
+pub(super) async fn json<B: Backend>(State(admin): AdminState<B>, body: Bytes) -> Response {
     let parsed: JsonRequest = match serde_json::from_slice(&body) {
         Ok(p) => p,
         Err(e) => {

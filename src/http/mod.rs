@@ -18,11 +18,11 @@ use axum::routing::{get, post};
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::status::ServerStatus;
-use crate::store::AnyStore;
+use crate::store::Backend;
 
 /// What the admin handlers need.
-pub struct Admin {
-    pub engine: Arc<Engine<AnyStore>>,
+pub struct Admin<B> {
+    pub engine: Arc<Engine<B>>,
     pub metrics: Arc<Metrics>,
     pub status: Arc<ServerStatus>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
@@ -31,24 +31,24 @@ pub struct Admin {
     pub recorder: Option<Arc<crate::record::Recorder>>,
 }
 
-type AdminState = State<Arc<Admin>>;
+type AdminState<B> = State<Arc<Admin<B>>>;
 
-pub fn router(admin: Arc<Admin>) -> Router {
+pub fn router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthcheck", get(healthcheck))
-        .route("/readyz", get(readyz))
-        .route("/rlconfig", get(rlconfig::rlconfig))
-        .route("/explain", get(explain::explain))
-        .route("/json", post(json::json))
+        .route("/metrics", get(metrics::<B>))
+        .route("/healthcheck", get(healthcheck::<B>))
+        .route("/readyz", get(readyz::<B>))
+        .route("/rlconfig", get(rlconfig::rlconfig::<B>))
+        .route("/explain", get(explain::explain::<B>))
+        .route("/json", post(json::json::<B>))
         .with_state(admin)
 }
 
 /// The debug listener (`DEBUG_ADDR`, the reference's `DEBUG_PORT`): an index and `/rlconfig`.
-pub fn debug_router(admin: Arc<Admin>) -> Router {
+pub fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
     Router::new()
         .route("/", get(debug_index))
-        .route("/rlconfig", get(rlconfig::rlconfig_text))
+        .route("/rlconfig", get(rlconfig::rlconfig_text::<B>))
         .with_state(admin)
 }
 
@@ -56,7 +56,7 @@ async fn debug_index() -> &'static str {
     "/rlconfig: the rules in force, one line per limit (JSON on the HTTP port's /rlconfig)\n"
 }
 
-async fn metrics(State(admin): AdminState) -> impl IntoResponse {
+async fn metrics<B: Backend>(State(admin): AdminState<B>) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         admin.metrics.encode(),
@@ -64,7 +64,7 @@ async fn metrics(State(admin): AdminState) -> impl IntoResponse {
 }
 
 /// The reference's health check: 200 `OK`, or 500 once shutting down.
-async fn healthcheck(State(admin): AdminState) -> impl IntoResponse {
+async fn healthcheck<B: Backend>(State(admin): AdminState<B>) -> impl IntoResponse {
     if admin.status.is_draining() {
         (StatusCode::INTERNAL_SERVER_ERROR, "draining")
     } else if admin.healthy_needs_a_domain && admin.engine.policy().domains().is_empty() {
@@ -75,7 +75,7 @@ async fn healthcheck(State(admin): AdminState) -> impl IntoResponse {
 }
 
 /// Ready once rules are loaded (the server does not start without them) and not draining.
-async fn readyz(State(admin): AdminState) -> impl IntoResponse {
+async fn readyz<B: Backend>(State(admin): AdminState<B>) -> impl IntoResponse {
     if admin.status.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining")
     } else {

@@ -13,6 +13,7 @@ use super::AdminState;
 use crate::config::format_duration;
 use crate::limiter::LimitDefaults;
 use crate::policy::{Policy, Rule, RuleKind};
+use crate::store::Backend;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Format {
@@ -91,11 +92,14 @@ pub fn text(policy: &Policy, defaults: &LimitDefaults) -> String {
 }
 
 /// The debug listener's `/rlconfig`: the text dump, as the reference's debug port serves it.
-pub(super) async fn rlconfig_text(State(admin): AdminState) -> Response {
+pub(super) async fn rlconfig_text<B: Backend>(State(admin): AdminState<B>) -> Response {
     text(&admin.engine.policy(), &admin.engine.settings().defaults).into_response()
 }
 
-pub(super) async fn rlconfig(State(admin): AdminState, Query(format): Query<Format>) -> Response {
+pub(super) async fn rlconfig<B: Backend>(
+    State(admin): AdminState<B>,
+    Query(format): Query<Format>,
+) -> Response {
     let policy = admin.engine.policy();
     let defaults = admin.engine.settings().defaults;
     match format.format.as_deref() {

@@ -17,14 +17,13 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::clock::{Clock, NANOS_PER_SECOND};
 use crate::config::{ConfigErrors, DomainConfig};
-use crate::engine::Engine;
+use crate::engine::Rules;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule};
 use crate::rules_dir::{
     RulesFiles, SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir,
 };
 use crate::status::{LoadReport, ServerStatus};
-use crate::store::AnyStore;
 
 pub use watch::spawn_watcher;
 
@@ -34,7 +33,7 @@ pub struct Reloader {
     caps: SizeCaps,
     /// `MERGE_DOMAIN_CONFIG`: a domain may span several files.
     merge_domains: bool,
-    engine: Arc<Engine<AnyStore>>,
+    engine: Arc<dyn Rules>,
     metrics: Arc<Metrics>,
     status: Arc<ServerStatus>,
     clock: Arc<dyn Clock>,
@@ -100,7 +99,7 @@ impl Reloader {
     pub fn new(
         dir: PathBuf,
         caps: SizeCaps,
-        engine: Arc<Engine<AnyStore>>,
+        engine: Arc<dyn Rules>,
         metrics: Arc<Metrics>,
         status: Arc<ServerStatus>,
         clock: Arc<dyn Clock>,

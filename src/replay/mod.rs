@@ -1,6 +1,6 @@
 //! `ratelimit-server replay`: recorded requests (or Envoy access-log lines through a mapping) run
 //! through one or two rules sets on a virtual clock (each line's recorded time, never moving
-//! backwards, no sleeping), each set on its own real `Engine` with its own `MemoryStore`, in one
+//! backwards, no sleeping), each set on its own real `Engine` with its own memory backend, in one
 //! pass over the input; counted per rule (`tally`), reported as text or JSON (`report`), drawn
 //! (`plot`). A leaky bucket's turn is taken but not waited for: a delayed request counts as
 //! allowed. The pure parts (`record`, `time`, `tally`, `envoy_log`, `report`) do no I/O; `input`
@@ -22,7 +22,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use crate::clock::{ManualClock, NANOS_PER_SECOND, Nanos};
 use crate::engine::{Attribution, Engine, EngineSettings};
 use crate::policy::Policy;
-use crate::store::MemoryStore;
+use crate::store::Store;
+use crate::store::memory::MemoryBackend;
 use input::{Decode, Merged};
 use tally::{DiffTally, Tally};
 
@@ -76,7 +77,7 @@ impl RuleNames {
 pub struct Side {
     /// What the report calls it (the rules directory).
     pub label: String,
-    engine: Engine<MemoryStore>,
+    engine: Engine<MemoryBackend>,
     pub names: RuleNames,
     pub tally: Tally,
     attribution: Vec<Attribution>,
@@ -91,7 +92,7 @@ impl Side {
             label,
             engine: Engine::new(
                 policy,
-                Arc::new(MemoryStore::new(max_keys)),
+                Store::new(MemoryBackend::new(max_keys)),
                 Arc::new(ManualClock::new(0)),
                 settings,
             ),

@@ -23,7 +23,7 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::engine::{Decision, Engine, EngineError};
 use crate::record::Recorder;
-use crate::store::Store;
+use crate::store::Backend;
 use crate::telemetry::Tracing;
 
 pub use body::GuardedBody;
@@ -94,7 +94,7 @@ impl<S> NamedService for RateLimitGrpc<S> {
     const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
 }
 
-impl<S: Store> RateLimitGrpc<S> {
+impl<S: Backend> RateLimitGrpc<S> {
     pub fn new(engine: Arc<Engine<S>>, limits: CallLimits) -> Self {
         let method = ["ShouldRateLimit"];
         let metrics = engine.metrics().map(|m| CallMetrics {
@@ -166,7 +166,7 @@ fn refused_code<B>(response: &http::Response<B>) -> Option<Code> {
 
 impl<S, B> Service<http::Request<B>> for RateLimitGrpc<S>
 where
-    S: Store,
+    S: Backend,
     B: http_body::Body<Data = tonic::codegen::Bytes> + Unpin + Send + 'static,
     B::Error: Into<StdError> + Send + 'static,
 {
@@ -212,7 +212,7 @@ struct Unary<S> {
     handled: Arc<AtomicBool>,
 }
 
-impl<S: Store> UnaryService<RateLimitRequest> for Unary<S> {
+impl<S: Backend> UnaryService<RateLimitRequest> for Unary<S> {
     type Response = RateLimitResponse;
     type Future = BoxFuture<Response<RateLimitResponse>, Status>;
 
@@ -232,7 +232,7 @@ impl From<EngineError> for Status {
     }
 }
 
-impl<S: Store> Shared<S> {
+impl<S: Backend> Shared<S> {
     async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,

@@ -9,11 +9,12 @@ use clap::{ArgAction, Args};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::config::parse_duration;
-use crate::store::{FailureMode, RedisConfig, RedisTls, Topology};
+use crate::store::guard::FailureMode;
+use crate::store::redis::{RedisConfig, RedisTls, Topology};
 
 /// Where counters live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub enum BackendType {
     Memory,
     Redis,
 }
@@ -31,10 +32,10 @@ pub enum SocketType {
     Unix,
 }
 
-pub fn parse_backend(text: &str) -> Result<Backend, String> {
+pub fn parse_backend(text: &str) -> Result<BackendType, String> {
     match text.trim().to_ascii_lowercase().as_str() {
-        "memory" => Ok(Backend::Memory),
-        "redis" => Ok(Backend::Redis),
+        "memory" => Ok(BackendType::Memory),
+        "redis" => Ok(BackendType::Redis),
         _ => Err(format!(
             "'{text}' is not a backend (expected memory or redis)"
         )),
@@ -105,7 +106,7 @@ fn parse_prefix(text: &str) -> Result<String, String> {
 pub struct StoreArgs {
     /// Where counters live: memory (per instance) or redis (shared by every instance).
     #[arg(long, env = "BACKEND_TYPE", default_value = "memory", value_parser = parse_backend)]
-    pub backend: Backend,
+    pub backend: BackendType,
     /// Redis address: host:port, redis://user:pass@host:port/db (user, pass and db optional), rediss://… (TLS), or a Unix
     /// socket path (with REDIS_SOCKET_TYPE=unix); cluster: comma-separated seed nodes; sentinel:
     /// master_name,host:port[,host:port…] (the sentinels).

@@ -1,41 +1,38 @@
-//! Where limiter state lives. `Store` applies one request's charges atomically: every charge is
-//! evaluated, and the request is charged on every key only if every enforced charge fits
-//! (all-or-nothing), so denied traffic never eats quota. Each store builds its own keys
-//! (`Store::key`): the memory store 16-byte keyed hashes, the Redis store readable text shared
-//! by every instance. Nothing outside this module names a concrete store: the server runs on
-//! [`AnyStore`].
+//! Where limiter state lives, behind one seam. A [`Backend`] keeps states (in memory, in Redis,
+//! or anything else) and runs one request's [`Transaction`] atomically on the states of its keys;
+//! the transaction itself (all-or-nothing `decide`, leaky-bucket refunds) is written once, in
+//! `transaction.rs`, so every backend gives the same verdicts. [`Store`] is what the engine holds:
+//! a backend, the key of each [`CounterId`], and refunds sent without waiting. A remote backend
+//! runs behind [`guard::Guarded`] (time bound, breaker, `REDIS_FAILURE_MODE`, reconnection,
+//! over-limit cache), which wraps any [`guard::Remote`].
+//!
+//! Adding a backend: a module with a type implementing [`Backend`] (and [`guard::Remote`] if it
+//! is reached over the network), and one arm in the settings that choose it (`app::open_store`).
 
-mod any;
-pub mod breaker;
-mod decide;
-mod guarded;
-mod key;
-mod memory;
+mod counter;
+pub mod guard;
+pub mod memory;
 mod metrics;
-mod over_limit_cache;
 pub mod redis;
-mod text_key;
+mod transaction;
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::sync::Arc;
 
+use futures_util::FutureExt;
 use smallvec::SmallVec;
 
-pub use any::{AnyKey, AnyStore};
-pub use decide::{Decision, decide};
-pub use guarded::{FailureMode, GuardedRedis};
-pub use key::{KeyBuilder, StoreKey};
-pub use memory::{MemoryKey, MemoryStore};
+pub use counter::CounterId;
 pub use metrics::StoreMetrics;
-pub use redis::{RedisConfig, RedisStore, RedisTls, Topology};
-pub use text_key::{MAX_KEY, TextKey, TextKeyBuilder};
+pub use transaction::{Decision, Transaction, decide};
 
 use crate::clock::Nanos;
 use crate::limiter::{LimitParams, Outlook, State};
 
 /// One limit to check and charge for one descriptor of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Charge<K = StoreKey> {
+pub struct Charge<K> {
     pub key: K,
     pub params: LimitParams,
     pub hits: u64,
@@ -75,8 +72,8 @@ pub enum StoreError {
     Contention(usize),
 }
 
-/// Counts for metrics. `keys` and `evictions` are the memory store's; a Redis store reports none
-/// (its keys expire in Redis: see `INFO keyspace`).
+/// Counts for metrics. `keys` and `evictions` are the memory backend's; a Redis backend reports
+/// none (its keys expire in Redis: see `INFO keyspace`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
     pub keys: usize,
@@ -84,35 +81,25 @@ pub struct StoreStats {
     pub expired: u64,
 }
 
-/// A place where counters live.
-pub trait Store: Send + Sync + 'static {
-    /// The identity of one counter / bucket in this store.
+/// Where states live.
+pub trait Backend: Send + Sync + 'static {
+    /// The identity of one counter in this backend (it derives its own: a keyed hash in memory,
+    /// text every instance computes alike in Redis).
     type Key: Clone + Debug + PartialEq + Send + Sync + 'static;
 
-    /// The key of limit number `slot` (with `params`' algorithm and period) of a descriptor.
-    /// Limit values (requests per unit, burst) are not part of the key, so editing a limit keeps
-    /// the counter; a new algorithm or window starts a new one.
-    fn key<'e>(
-        &self,
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        slot: usize,
-        params: &LimitParams,
-    ) -> Self::Key;
+    /// What it is, for logs, `/explain` and metrics (`memory`, `redis`).
+    const NAME: &'static str;
 
-    /// Evaluates all `charges` at `now` and, iff every enforced one fits, charges them all.
-    /// Returns one verdict per charge, in order.
-    fn apply(
+    /// The key of a counter. Limit values (requests per unit, burst) are not part of a counter's
+    /// identity, so editing a limit keeps the counter; a new algorithm or window starts a new one.
+    fn key(&self, id: &CounterId<'_>) -> Self::Key;
+
+    /// Runs `tx` on the current states of its keys, atomically, and keeps the states it leaves.
+    /// Returns its verdicts (none for a refund). A refund may be queued and answered at once.
+    fn transact(
         &self,
-        charges: &[Charge<Self::Key>],
-        now: Nanos,
+        tx: Transaction<'_, Self::Key>,
     ) -> impl Future<Output = Result<Verdicts, StoreError>> + Send;
-
-    /// Gives back what `charges` took (they were charged, but their answers were never delivered:
-    /// the caller cancelled while waiting for its turn). Only leaky-bucket queue slots are given
-    /// back; see `limiter::refund`. Called from a drop guard, so it must not block or fail: a
-    /// remote store sends it from a task of its own.
-    fn refund(&self, charges: &[Charge<Self::Key>], now: Nanos);
 
     /// The stored state of a key, charging nothing (for `/explain`).
     fn peek(
@@ -125,43 +112,88 @@ pub trait Store: Send + Sync + 'static {
         StoreStats::default()
     }
 
-    /// Drops idle keys (a store whose keys expire by themselves does nothing). Returns how many.
+    /// Drops idle keys (a backend whose keys expire by themselves does nothing). Returns how many.
     fn sweep(&self, _now: Nanos) -> usize {
         0
     }
 }
 
-impl Store for MemoryStore {
-    type Key = StoreKey;
+/// The store the engine holds: a backend (cheap to clone).
+pub struct Store<B> {
+    backend: Arc<B>,
+}
 
+impl<B> Clone for Store<B> {
+    fn clone(&self) -> Self {
+        Store {
+            backend: self.backend.clone(),
+        }
+    }
+}
+
+impl<B: Backend> Store<B> {
+    pub fn new(backend: B) -> Store<B> {
+        Store {
+            backend: Arc::new(backend),
+        }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The key of a counter.
     #[inline]
-    fn key<'e>(
+    pub fn key(&self, id: &CounterId<'_>) -> B::Key {
+        self.backend.key(id)
+    }
+
+    /// Evaluates all `charges` at `now` and, iff every enforced one fits, charges them all.
+    /// Returns one verdict per charge, in order.
+    pub async fn apply(
         &self,
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        slot: usize,
-        params: &LimitParams,
-    ) -> StoreKey {
-        self.key_builder().key(domain, entries, slot, params)
+        charges: &[Charge<B::Key>],
+        now: Nanos,
+    ) -> Result<Verdicts, StoreError> {
+        if charges.is_empty() {
+            return Ok(Verdicts::new());
+        }
+        self.backend
+            .transact(Transaction::apply(charges, now))
+            .await
     }
 
-    async fn apply(&self, charges: &[Charge], now: Nanos) -> Result<Verdicts, StoreError> {
-        Ok(self.apply_sync(charges, now))
+    /// Gives back what `charges` took (they were charged, but their answers were never delivered:
+    /// the caller cancelled while waiting for its turn). Only leaky-bucket queue slots are given
+    /// back; see `limiter::refund`. Called from a drop guard: it never waits (a backend that
+    /// cannot refund at once gets a task of its own).
+    pub fn refund(&self, charges: &[Charge<B::Key>], now: Nanos) {
+        let backend = self.backend.clone();
+        let charges: Vec<Charge<B::Key>> = charges.to_vec();
+        let mut refund = Box::pin(async move {
+            if let Err(e) = backend.transact(Transaction::refund(&charges, now)).await {
+                tracing::warn!(error = %e, "leaky-bucket refund failed");
+            }
+        });
+        if refund.as_mut().now_or_never().is_some() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(refund)),
+            Err(_) => tracing::warn!("leaky-bucket refund dropped: no async runtime"),
+        }
     }
 
-    fn refund(&self, charges: &[Charge], now: Nanos) {
-        self.refund_sync(charges, now)
+    /// The stored state of a counter, charging nothing (for `/explain`).
+    pub async fn peek(&self, key: &B::Key) -> Result<Option<State>, StoreError> {
+        self.backend.peek(key).await
     }
 
-    async fn peek(&self, key: &StoreKey) -> Result<Option<State>, StoreError> {
-        Ok(self.peek_now(*key))
+    pub fn stats(&self) -> StoreStats {
+        self.backend.stats()
     }
 
-    fn stats(&self) -> StoreStats {
-        MemoryStore::stats(self)
-    }
-
-    fn sweep(&self, now: Nanos) -> usize {
-        MemoryStore::sweep(self, now)
+    pub fn sweep(&self, now: Nanos) -> usize {
+        self.backend.sweep(now)
     }
 }

@@ -7,7 +7,10 @@
 use ratelimit_server::clock::NANOS_PER_SECOND as S;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::LimitParams;
-use ratelimit_server::store::{AnyKey, AnyStore, Charge, RedisConfig, Store, Verdicts};
+use ratelimit_server::store::guard::{FailureMode, GuardSettings, Guarded};
+use ratelimit_server::store::memory::MemoryBackend;
+use ratelimit_server::store::redis::{RedisConfig, RedisConnect};
+use ratelimit_server::store::{Backend, Charge, CounterId, Store, StoreMetrics, Verdicts};
 
 use super::redis::RedisServer;
 
@@ -21,20 +24,55 @@ pub fn params(algorithm: Algorithm, rpu: u32, period_s: u64, burst: u32) -> Limi
     }
 }
 
-pub async fn redis_store(redis: &RedisServer, prefix: &str) -> AnyStore {
+/// The Redis backend as the server runs it (behind its guard), failures as errors.
+pub type Redis = Guarded<RedisConnect>;
+
+pub async fn redis_store(redis: &RedisServer, prefix: &str) -> Store<Redis> {
     let mut config = RedisConfig::single(&redis.url()).expect("url");
     config.prefix = prefix.into();
-    AnyStore::redis(&config).await.expect("connects")
+    guarded(config).await
+}
+
+/// A guarded Redis backend on `config` whose failures are errors (`REDIS_FAILURE_MODE=error`).
+pub async fn guarded(config: RedisConfig) -> Store<Redis> {
+    let settings = GuardSettings {
+        mode: FailureMode::Error,
+        local_max_keys: 0,
+        local_cache_bytes: 0,
+    };
+    let backend = Guarded::start(
+        RedisConnect::new(config),
+        settings,
+        StoreMetrics::unregistered(),
+    )
+    .await
+    .expect("connects");
+    Store::new(backend)
+}
+
+pub fn memory_store(max_keys: usize) -> Store<MemoryBackend> {
+    Store::new(MemoryBackend::new(max_keys))
+}
+
+/// The key of limit `slot` of a descriptor in `store`.
+pub fn key<'e, B: Backend>(
+    store: &Store<B>,
+    domain: &'e str,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    slot: usize,
+    params: &LimitParams,
+) -> B::Key {
+    store.key(&CounterId::new(domain, entries, slot, params))
 }
 
 /// One charge of a trace step: (descriptor value, limit slot, params, hits, enforced).
 pub type Spec = (&'static str, usize, LimitParams, u64, bool);
 
-pub fn charges(store: &AnyStore, specs: &[Spec]) -> Vec<Charge<AnyKey>> {
+pub fn charges<B: Backend>(store: &Store<B>, specs: &[Spec]) -> Vec<Charge<B::Key>> {
     specs
         .iter()
         .map(|(value, slot, params, hits, enforced)| Charge {
-            key: store.key("contract", [("user", *value)], *slot, params),
+            key: key(store, "contract", [("user", *value)], *slot, params),
             params: *params,
             hits: *hits,
             enforced: *enforced,
@@ -88,7 +126,11 @@ pub fn trace(seed: u64, algorithm: Algorithm, steps: usize) -> Vec<(u64, Vec<Spe
         .collect()
 }
 
-pub async fn run(store: &AnyStore, base: u64, steps: &[(u64, Vec<Spec>)]) -> Vec<Verdicts> {
+pub async fn run<B: Backend>(
+    store: &Store<B>,
+    base: u64,
+    steps: &[(u64, Vec<Spec>)],
+) -> Vec<Verdicts> {
     let mut out = Vec::new();
     for (at, specs) in steps {
         out.push(

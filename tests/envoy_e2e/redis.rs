@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
-use ratelimit_server::settings::{Backend, ServeSettings};
+use ratelimit_server::settings::{BackendType, ServeSettings};
 
 use crate::harness::{Envoy, envoy_or_skip, render};
 use crate::http;
@@ -31,7 +31,7 @@ async fn two_instances_behind_envoy_enforce_one_limit() {
     let mut servers = Vec::new();
     for _ in 0..2 {
         let mut settings = ServeSettings::for_tests(rules.path().to_path_buf());
-        settings.store.backend = Backend::Redis;
+        settings.store.backend = BackendType::Redis;
         settings.store.redis_url = redis.addr();
         settings.store.cache_key_prefix = "e2e:".into();
         servers.push(
@@ -65,9 +65,7 @@ async fn two_instances_behind_envoy_enforce_one_limit() {
     // Envoy round-robins its checks: both instances decided, on one shared counter.
     for (i, server) in servers.iter().enumerate() {
         let calls = server
-            .engine
-            .metrics()
-            .unwrap()
+            .metrics
             .total_requests
             .with_label_values(&["ShouldRateLimit"])
             .get();
@@ -75,6 +73,6 @@ async fn two_instances_behind_envoy_enforce_one_limit() {
     }
     assert_eq!(
         redis.keys("e2e:*"),
-        ["e2e:{per-ip}|remote_address=127.0.0.2|0.0.3600s"]
+        ["e2e:per-ip|remote_address=127.0.0.2|0.0.3600s"]
     );
 }

@@ -22,7 +22,7 @@ fn config(flags: &[&str]) -> Result<RedisConfig, SettingError> {
 
 #[test]
 fn names_parse_in_any_case_and_bad_ones_name_the_setting() {
-    assert_eq!(parse_backend("Redis"), Ok(Backend::Redis));
+    assert_eq!(parse_backend("Redis"), Ok(BackendType::Redis));
     assert_eq!(parse_redis_type("CLUSTER"), Ok(RedisType::Cluster));
     assert_eq!(parse_socket_type("Unix"), Ok(SocketType::Unix));
     assert!(
@@ -42,7 +42,7 @@ fn names_parse_in_any_case_and_bad_ones_name_the_setting() {
     let e = args(&["--cache-key-prefix", "a{b}"]).unwrap_err();
     assert!(e.contains("--cache-key-prefix"), "{e}");
     let d = args(&[]).unwrap();
-    assert_eq!(d.backend, Backend::Memory);
+    assert_eq!(d.backend, BackendType::Memory);
     assert_eq!(d.redis_timeout, Duration::from_millis(100));
     assert_eq!(d.redis_failure_mode, FailureMode::Local);
     assert_eq!(d.local_cache_size_in_bytes, 0);

@@ -1,4 +1,4 @@
-//! Memory store tests: atomic all-or-nothing charging, exactness under threads, bounds, sweeping.
+//! Memory backend tests: atomic all-or-nothing charging, exactness under threads, bounds, sweeping.
 
 use std::sync::Arc;
 
@@ -6,6 +6,17 @@ use super::*;
 use crate::clock::NANOS_PER_SECOND as S;
 use crate::config::Algorithm;
 use crate::limiter::LimitParams;
+
+/// The old names, for these tests: a transaction run at once.
+impl MemoryBackend {
+    fn apply_sync(&self, charges: &[Charge<StoreKey>], now: Nanos) -> Verdicts {
+        self.run(Transaction::apply(charges, now))
+    }
+
+    fn refund_sync(&self, charges: &[Charge<StoreKey>], now: Nanos) {
+        self.run(Transaction::refund(charges, now));
+    }
+}
 
 fn params(rpu: u32) -> LimitParams {
     LimitParams {
@@ -17,7 +28,7 @@ fn params(rpu: u32) -> LimitParams {
     }
 }
 
-fn charge(key: u128, rpu: u32, hits: u64) -> Charge {
+fn charge(key: u128, rpu: u32, hits: u64) -> Charge<StoreKey> {
     Charge {
         key: StoreKey(key),
         params: params(rpu),
@@ -29,7 +40,7 @@ fn charge(key: u128, rpu: u32, hits: u64) -> Charge {
 
 #[test]
 fn a_denied_request_charges_none_of_its_keys() {
-    let store = MemoryStore::new(1000);
+    let store = MemoryBackend::new(1000);
     let v = store.apply_sync(&[charge(1, 10, 1), charge(2, 1, 1)], 0);
     assert!(v.iter().all(|v| v.allowed));
     assert_eq!(v[0].outlook.remaining, 9);
@@ -43,7 +54,7 @@ fn a_denied_request_charges_none_of_its_keys() {
 
 #[test]
 fn shadow_charges_do_not_block_the_request() {
-    let store = MemoryStore::new(1000);
+    let store = MemoryBackend::new(1000);
     store.apply_sync(&[charge(2, 1, 1)], 0);
     let mut shadow = charge(2, 1, 1);
     shadow.enforced = false;
@@ -57,7 +68,7 @@ fn shadow_charges_do_not_block_the_request() {
 
 #[test]
 fn the_same_key_twice_in_one_request_is_counted_twice() {
-    let store = MemoryStore::new(1000);
+    let store = MemoryBackend::new(1000);
     let v = store.apply_sync(&[charge(1, 3, 2), charge(1, 3, 2)], 0);
     assert!(v[0].allowed && !v[1].allowed);
     let v = store.apply_sync(&[charge(1, 3, 2), charge(1, 3, 1)], 0);
@@ -67,7 +78,7 @@ fn the_same_key_twice_in_one_request_is_counted_twice() {
 
 #[test]
 fn racing_threads_never_get_more_than_the_limit() {
-    let store = Arc::new(MemoryStore::new(1000));
+    let store = Arc::new(MemoryBackend::new(1000));
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let store = store.clone();
@@ -91,7 +102,7 @@ fn racing_threads_never_get_more_than_the_limit() {
 
 #[test]
 fn key_count_stays_bounded_under_a_flood() {
-    let store = MemoryStore::new(1024);
+    let store = MemoryBackend::new(1024);
     for k in 0..100_000u128 {
         store.apply_sync(
             &[charge(
@@ -109,7 +120,7 @@ fn key_count_stays_bounded_under_a_flood() {
 
 #[test]
 fn sweep_drops_expired_keys_only_and_fresh_state_is_not_stored() {
-    let store = MemoryStore::new(1000);
+    let store = MemoryBackend::new(1000);
     store.apply_sync(&[charge(1, 10, 1)], 0);
     store.apply_sync(&[charge(2, 10, 1)], 59 * S);
     store.apply_sync(&[charge(3, 10, 0)], 0);
@@ -122,7 +133,7 @@ fn sweep_drops_expired_keys_only_and_fresh_state_is_not_stored() {
 }
 
 /// A leaky bucket of 10 per second, queue 3, max delay 1 s.
-fn leaky(key: u128, hits: u64) -> Charge {
+fn leaky(key: u128, hits: u64) -> Charge<StoreKey> {
     Charge {
         key: StoreKey(key),
         params: LimitParams {
@@ -140,7 +151,7 @@ fn leaky(key: u128, hits: u64) -> Charge {
 
 #[test]
 fn delays_are_reported_only_for_committed_charges() {
-    let store = MemoryStore::new(1000);
+    let store = MemoryBackend::new(1000);
     let ms = S / 1000;
     let v = store.apply_sync(&[leaky(1, 1)], 0);
     assert_eq!((v[0].charged, v[0].delay), (true, 0));
@@ -157,7 +168,7 @@ fn delays_are_reported_only_for_committed_charges() {
 
 #[test]
 fn a_refund_gives_back_the_leaky_turn_only() {
-    let store = MemoryStore::new(1000);
+    let store = MemoryBackend::new(1000);
     for _ in 0..3 {
         assert!(store.apply_sync(&[leaky(1, 1)], 0)[0].charged);
     }

@@ -1,67 +1,30 @@
-//! The decision of one batch, as a pure function of its keys' stored states: each request in
-//! arrival order, each all-or-nothing by `store::decide` on the states the earlier requests of the
-//! batch left, as the memory store would decide them one after the other. Leaky-bucket refunds in
-//! the batch give their turns back in the same order.
+//! The decision of one batch, as a pure function of its keys' stored states: each request's
+//! transaction in arrival order, on the states the earlier ones of the batch left, as the memory
+//! backend would run them one after the other (refunds included).
 
 use smallvec::SmallVec;
 
-use crate::clock::Nanos;
-use crate::limiter::{self, State};
-use crate::store::{Charge, Verdicts, decide};
-
-/// One request of a batch.
-#[derive(Debug, Clone, Copy)]
-pub struct Step<'a, K> {
-    pub charges: &'a [Charge<K>],
-    pub now: Nanos,
-    /// Give these (charged, never answered) leaky-bucket turns back instead of charging.
-    pub refund: bool,
-}
+use crate::limiter::State;
+use crate::store::{Transaction, Verdicts};
 
 /// What a batch answers and leaves.
 #[derive(Debug)]
 pub struct Outcome {
-    /// Per step, in order: its verdicts (empty for a refund).
+    /// Per transaction, in order: its verdicts (empty for a refund).
     pub verdicts: Vec<Verdicts>,
     /// Per key (in the order given): the state after the whole batch.
     pub states: SmallVec<[Option<State>; 4]>,
 }
 
-/// Decides `steps` in order on `keys`, which hold `stored` before the batch. Every key of every
-/// step must be in `keys`.
+/// Runs `txs` in order on `keys`, which hold `stored` before the batch. Every key of every
+/// transaction must be in `keys`.
 pub fn decide_batch<K: PartialEq>(
-    steps: &[Step<'_, K>],
+    txs: &[Transaction<'_, K>],
     keys: &[K],
     stored: &[Option<State>],
 ) -> Outcome {
     let mut states: SmallVec<[Option<State>; 4]> = stored.iter().copied().collect();
-    let at = |key: &K| keys.iter().position(|k| k == key);
-    let mut verdicts = Vec::with_capacity(steps.len());
-    for step in steps {
-        if step.refund {
-            for charge in step.charges {
-                if let Some(i) = at(&charge.key)
-                    && let Some(state) = states[i]
-                {
-                    states[i] = Some(limiter::refund(
-                        &charge.params,
-                        &state,
-                        step.now,
-                        charge.hits,
-                    ));
-                }
-            }
-            verdicts.push(Verdicts::new());
-            continue;
-        }
-        let decision = decide(step.charges, step.now, |k| at(k).and_then(|i| states[i]));
-        for (index, state) in &decision.writes {
-            if let Some(i) = at(&step.charges[*index].key) {
-                states[i] = Some(*state);
-            }
-        }
-        verdicts.push(decision.verdicts);
-    }
+    let verdicts = txs.iter().map(|tx| tx.run(keys, &mut states)).collect();
     Outcome { verdicts, states }
 }
 
@@ -71,7 +34,8 @@ mod tests {
     use crate::clock::NANOS_PER_SECOND as S;
     use crate::config::Algorithm;
     use crate::limiter::LimitParams;
-    use crate::store::MemoryStore;
+    use crate::store::memory::{MemoryBackend, StoreKey};
+    use crate::store::{Charge, Transaction};
 
     fn params(algorithm: Algorithm, limit: u32) -> LimitParams {
         LimitParams {
@@ -107,21 +71,17 @@ mod tests {
                 vec![charge(2, p, 0)],
             ];
             let base = 1_000 * S;
-            let steps: Vec<Step<'_, u32>> = requests
+            let steps: Vec<Transaction<'_, u32>> = requests
                 .iter()
                 .enumerate()
-                .map(|(i, c)| Step {
-                    charges: c,
-                    now: base + i as u64 * 1_000,
-                    refund: false,
-                })
+                .map(|(i, c)| Transaction::apply(c, base + i as u64 * 1_000))
                 .collect();
             let outcome = decide_batch(&steps, &[1, 2], &[None, None]);
             // Room for every key in each shard (keys 1 and 2 share one).
-            let memory = MemoryStore::new(1 << 20);
-            let key = |k: u32| crate::store::StoreKey(u128::from(k));
+            let memory = MemoryBackend::new(1 << 20);
+            let key = |k: u32| StoreKey(u128::from(k));
             for (step, got) in steps.iter().zip(&outcome.verdicts) {
-                let charges: Vec<Charge> = step
+                let charges: Vec<Charge<StoreKey>> = step
                     .charges
                     .iter()
                     .map(|c| Charge {
@@ -132,7 +92,11 @@ mod tests {
                         quota: c.quota,
                     })
                     .collect();
-                assert_eq!(*got, memory.apply_sync(&charges, step.now), "{algorithm}");
+                assert_eq!(
+                    *got,
+                    memory.run(Transaction::apply(&charges, step.now)),
+                    "{algorithm}"
+                );
             }
             for (i, k) in [1u32, 2].into_iter().enumerate() {
                 assert_eq!(outcome.states[i], memory.peek_now(key(k)), "{algorithm}");
@@ -144,10 +108,12 @@ mod tests {
     fn a_refund_in_a_batch_gives_a_leaky_turn_back() {
         let p = params(Algorithm::LeakyBucket, 5);
         let c = [charge(1, p, 1)];
-        let step = |refund| Step {
-            charges: &c,
-            now: 100 * S,
-            refund,
+        let step = |refund| {
+            if refund {
+                Transaction::refund(&c, 100 * S)
+            } else {
+                Transaction::apply(&c, 100 * S)
+            }
         };
         let charged = decide_batch(&[step(false), step(false)], &[1], &[None]);
         let refunded = decide_batch(&[step(false), step(false), step(true)], &[1], &[None]);

@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use crate::clock::Nanos;
 use crate::limiter::State;
-use crate::store::TextKey;
+use crate::store::redis::TextKey;
 
 /// Kept past the instant a state equals no state, so an instance whose clock is up to this much
 /// behind Redis's (or another instance's) still reads it.

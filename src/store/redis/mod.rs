@@ -28,6 +28,7 @@ mod cas;
 mod conn;
 mod dispatch;
 mod io;
+mod key;
 mod queue;
 mod seen;
 mod slot;
@@ -43,15 +44,18 @@ use tokio::sync::oneshot;
 
 pub use cas::{EXPIRY_GRACE_MS, decode, encode};
 pub use conn::{RedisConfig, RedisTls, Topology};
+pub use key::{MAX_DOMAIN, MAX_KEY, TextKey, TextKeyBuilder};
 pub use queue::{MAX_BATCH_KEYS, MAX_BATCH_REQUESTS};
 pub use seen::SEEN_PER_SHARD;
 pub use slot::slot;
 
-use super::{Charge, Store, StoreError, StoreMetrics, TextKey, TextKeyBuilder, Verdicts};
+use super::guard::{Connect, Remote, RemoteKey};
+use super::transaction::Kind;
+use super::{Backend, Charge, CounterId, StoreError, StoreMetrics, Transaction, Verdicts};
 use crate::clock::{Nanos, monotonic};
 use crate::config::Algorithm;
-use crate::limiter::{LimitParams, State};
-use batch::{Step, decide_batch};
+use crate::limiter::State;
+use batch::decide_batch;
 use cas::Raw;
 use queue::{Arrival, Batch, Group, Queues, Ticket};
 use seen::Seen;
@@ -149,7 +153,7 @@ impl Drop for Inner {
 
 /// A handle to the Redis store (cheap to clone).
 #[derive(Clone)]
-pub struct RedisStore {
+pub struct RedisBackend {
     inner: Arc<Inner>,
 }
 
@@ -230,7 +234,7 @@ fn states(raw: &[Option<Vec<u8>>]) -> SmallVec<[Option<State>; 4]> {
 /// Frees a call's keys when dropped (also when its caller goes away mid-call), and starts what
 /// waited for them.
 struct Release<'a> {
-    store: &'a RedisStore,
+    store: &'a RedisBackend,
     keys: Vec<TextKey>,
 }
 
@@ -242,7 +246,7 @@ impl Drop for Release<'_> {
 
 /// Takes a waiting request out of the queues if its caller goes away before it starts.
 struct Leave<'a> {
-    store: &'a RedisStore,
+    store: &'a RedisBackend,
     ticket: Option<Ticket>,
 }
 
@@ -255,19 +259,19 @@ impl Drop for Leave<'_> {
     }
 }
 
-impl RedisStore {
+impl RedisBackend {
     /// Connects as `config` says (failing if Redis does not answer within its timeout).
-    pub async fn connect(config: &RedisConfig) -> Result<RedisStore, StoreError> {
+    pub async fn connect(config: &RedisConfig) -> Result<RedisBackend, StoreError> {
         Self::connect_observed(config, StoreMetrics::unregistered()).await
     }
 
-    /// [`RedisStore::connect`], counting calls, errors and latency in `metrics`. Fails with
+    /// [`RedisBackend::connect`], counting calls, errors and latency in `metrics`. Fails with
     /// `Unreachable` when nobody answered (refused, no answer within the timeout), with
     /// `Unavailable` when Redis or its TLS refused us (password, certificate).
     pub async fn connect_observed(
         config: &RedisConfig,
         metrics: StoreMetrics,
-    ) -> Result<RedisStore, StoreError> {
+    ) -> Result<RedisBackend, StoreError> {
         // rustls needs a process-wide crypto provider; ours is ring. (Err: one is installed.)
         let _ = rustls::crypto::ring::default_provider().install_default();
         let connecting = {
@@ -291,7 +295,7 @@ impl RedisStore {
         }
         let dispatcher = (!conns.is_cluster())
             .then(|| dispatch::Dispatcher::start(conns.clone(), config.timeout));
-        let store = RedisStore {
+        let store = RedisBackend {
             inner: Arc::new(Inner {
                 dispatcher,
                 cluster: conns.is_cluster(),
@@ -504,12 +508,16 @@ impl RedisStore {
         let mut expected = self.expected(keys, now);
         for attempt in 0..MAX_ATTEMPTS {
             let stored = states(&expected);
-            let steps: Vec<Step<'_, TextKey>> = requests
+            let steps: Vec<Transaction<'_, TextKey>> = requests
                 .iter()
-                .map(|p| Step {
+                .map(|p| Transaction {
                     charges: &p.charges,
                     now: p.now,
-                    refund: p.reply.is_none(),
+                    kind: if p.reply.is_none() {
+                        Kind::Refund
+                    } else {
+                        Kind::Apply
+                    },
                 })
                 .collect();
             let outcome = decide_batch(&steps, keys, &stored);
@@ -648,28 +656,77 @@ impl RedisStore {
     }
 }
 
-impl Store for RedisStore {
+impl Backend for RedisBackend {
     type Key = TextKey;
+    const NAME: &'static str = "redis";
 
-    fn key<'e>(
-        &self,
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        slot: usize,
-        params: &LimitParams,
-    ) -> TextKey {
-        self.inner.keys.key(domain, entries, slot, params)
+    fn key(&self, id: &CounterId<'_>) -> TextKey {
+        self.inner.keys.key(id)
     }
 
-    async fn apply(&self, charges: &[Charge<TextKey>], now: Nanos) -> Result<Verdicts, StoreError> {
-        self.apply_text(charges, now).await
-    }
-
-    fn refund(&self, charges: &[Charge<TextKey>], now: Nanos) {
-        self.refund_text(charges.to_vec(), now);
+    async fn transact(&self, tx: Transaction<'_, TextKey>) -> Result<Verdicts, StoreError> {
+        match tx.kind {
+            Kind::Apply => self.apply_text(tx.charges, tx.now).await,
+            Kind::Refund => {
+                self.refund_text(tx.charges.to_vec(), tx.now);
+                Ok(Verdicts::new())
+            }
+        }
     }
 
     async fn peek(&self, key: &TextKey) -> Result<Option<State>, StoreError> {
         Ok(self.get_raw(key).await?.as_deref().and_then(decode))
+    }
+}
+
+impl RemoteKey for TextKey {
+    fn bytes(&self) -> usize {
+        self.as_str().len()
+    }
+}
+
+impl Remote for RedisBackend {
+    async fn ping(&self) -> Result<(), StoreError> {
+        RedisBackend::ping(self).await
+    }
+
+    fn answered_since(&self, since: Instant) -> bool {
+        RedisBackend::answered_since(self, since)
+    }
+}
+
+/// Reaching Redis as `RedisConfig` says, and the keys of its counters (`CACHE_KEY_PREFIX`).
+#[derive(Debug, Clone)]
+pub struct RedisConnect {
+    pub config: RedisConfig,
+    keys: TextKeyBuilder,
+}
+
+impl RedisConnect {
+    pub fn new(config: RedisConfig) -> RedisConnect {
+        RedisConnect {
+            keys: TextKeyBuilder::new(config.prefix.clone()),
+            config,
+        }
+    }
+}
+
+impl Connect for RedisConnect {
+    type Backend = RedisBackend;
+
+    async fn connect(&self, metrics: StoreMetrics) -> Result<RedisBackend, StoreError> {
+        RedisBackend::connect_observed(&self.config, metrics).await
+    }
+
+    fn key(&self, id: &CounterId<'_>) -> TextKey {
+        self.keys.key(id)
+    }
+
+    fn describe(&self) -> String {
+        self.config.describe()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.config.timeout
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::store::TextKey;
+use crate::store::redis::TextKey;
 
 /// Keys whose last seen value an instance remembers (per shard; `SEEN_SHARDS` shards).
 pub const SEEN_PER_SHARD: usize = 1024;

@@ -9,10 +9,10 @@
 use smallvec::SmallVec;
 
 use super::cas::Raw;
-use super::{MAX_ATTEMPTS, Pending, RedisStore, backoff, distinct, slot, states};
+use super::{MAX_ATTEMPTS, Pending, RedisBackend, TextKey, backoff, distinct, slot, states};
 use crate::clock::Nanos;
 use crate::limiter::{self, LimitParams, State};
-use crate::store::{StoreError, TextKey, Verdicts, decide};
+use crate::store::{StoreError, Verdicts, decide};
 
 /// One slot's share of the request.
 struct Part {
@@ -35,7 +35,7 @@ enum Send {
     Undo,
 }
 
-impl RedisStore {
+impl RedisBackend {
     /// Decides one request whose keys span slots.
     pub(super) async fn spread(&self, request: &Pending) -> Result<Verdicts, StoreError> {
         let charges = &request.charges;

@@ -1,6 +1,6 @@
-//! The in-memory store: keys spread over mutex-guarded shards of a hash table. A request locks the
-//! shards of all its keys (in shard order, so requests never deadlock), evaluates, charges all or
-//! nothing, and unlocks: exact under any concurrency. We shard by hand rather than use dashmap
+//! The in-memory backend: keys spread over mutex-guarded shards of a hash table. A transaction locks
+//! the shards of all its keys (in shard order, so requests never deadlock), runs on their states
+//! and writes what changed, and unlocks: exact under any concurrency. We shard by hand rather than use dashmap
 //! because dashmap cannot hold several shards at once, which all-or-nothing charging needs.
 //! Idle keys (whose state has expired) are dropped by `sweep`; `max_keys` bounds memory by
 //! evicting the soonest-expiring of a few sampled keys when a shard is full.
@@ -12,10 +12,14 @@ use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 use smallvec::SmallVec;
 
-use super::decide::{decide, verdict};
-use super::{Charge, KeyBuilder, StoreKey, StoreStats, Verdict, Verdicts};
+mod key;
+
+pub use key::{KeyBuilder, StoreKey};
+
+use super::transaction::{Kind, decide_one};
+use super::{Backend, Charge, CounterId, StoreError, StoreStats, Transaction, Verdict, Verdicts};
 use crate::clock::Nanos;
-use crate::limiter::{self, State};
+use crate::limiter::State;
 
 /// What the memory store needs of a key: its 128-bit identity.
 pub trait MemoryKey {
@@ -26,12 +30,6 @@ impl MemoryKey for StoreKey {
     #[inline(always)]
     fn id(&self) -> StoreKey {
         *self
-    }
-}
-
-impl MemoryKey for super::TextKey {
-    fn id(&self) -> StoreKey {
-        StoreKey(self.digest())
     }
 }
 
@@ -65,7 +63,7 @@ type Shard = HashTable<Slot>;
 /// Locks held by one request: a request's keys rarely span more than a few shards.
 type Guards<'a> = SmallVec<[(usize, MutexGuard<'a, Shard>); 4]>;
 
-pub struct MemoryStore {
+pub struct MemoryBackend {
     keys: KeyBuilder,
     shards: Box<[Mutex<Shard>]>,
     max_keys_per_shard: usize,
@@ -80,15 +78,15 @@ fn get(shard: &Shard, key: StoreKey) -> Option<State> {
         .map(|s| s.state)
 }
 
-impl MemoryStore {
+impl MemoryBackend {
     /// A store that holds at most about `max_keys` keys (rounded up to a multiple of the shard count).
     pub fn new(max_keys: usize) -> Self {
-        MemoryStore::with_keys(max_keys, KeyBuilder::random())
+        MemoryBackend::with_keys(max_keys, KeyBuilder::random())
     }
 
     /// A store whose keys are built with `keys` (a fixed secret: for tests and benchmarks).
     pub fn with_keys(max_keys: usize, keys: KeyBuilder) -> Self {
-        MemoryStore {
+        MemoryBackend {
             keys,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
             max_keys_per_shard: max_keys.div_ceil(SHARDS).max(1),
@@ -109,19 +107,18 @@ impl MemoryStore {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The decision logic, synchronous: what `Store::apply` does for the memory store.
-    pub fn apply_sync<K: MemoryKey + PartialEq>(
-        &self,
-        charges: &[Charge<K>],
-        now: Nanos,
-    ) -> Verdicts {
-        if let [charge] = charges {
+    /// Runs `tx` on the states of its keys under their shard locks (in shard order) and writes
+    /// what it changed: what `Backend::transact` does here, synchronously. Takes any key that
+    /// names a memory key (a remote backend's, for its local failure mode).
+    pub fn run<K: MemoryKey + PartialEq + Clone>(&self, tx: Transaction<'_, K>) -> Verdicts {
+        if let (Kind::Apply, [charge]) = (tx.kind, tx.charges) {
             let mut verdicts = Verdicts::new();
-            verdicts.push(self.apply_one(charge, now));
+            verdicts.push(self.apply_one(charge, tx.now));
             return verdicts;
         }
-        let mut shard_ids: SmallVec<[usize; 4]> =
-            charges.iter().map(|c| Self::shard_of(c.key.id())).collect();
+        let keys = tx.keys();
+        let ids: SmallVec<[StoreKey; 4]> = keys.iter().map(MemoryKey::id).collect();
+        let mut shard_ids: SmallVec<[usize; 4]> = ids.iter().map(|k| Self::shard_of(*k)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
         let mut guards: Guards<'_> = shard_ids.iter().map(|&s| (s, self.lock(s))).collect();
@@ -129,16 +126,21 @@ impl MemoryStore {
             let id = Self::shard_of(key);
             guards.iter().position(|(s, _)| *s == id).unwrap_or(0)
         };
-        let decision = decide(charges, now, |key| {
-            let key = key.id();
-            get(&guards[shard(&guards, key)].1, key)
-        });
-        for (index, state) in decision.writes {
-            let key = charges[index].key.id();
-            let g = shard(&guards, key);
-            self.write(&mut guards[g].1, key, state, now);
+        let before: SmallVec<[Option<State>; 4]> = ids
+            .iter()
+            .map(|&key| get(&guards[shard(&guards, key)].1, key))
+            .collect();
+        let mut states = before.clone();
+        let verdicts = tx.run(&keys, &mut states);
+        for ((key, was), state) in ids.iter().zip(&before).zip(&states) {
+            if let Some(state) = state
+                && Some(*state) != *was
+            {
+                let g = shard(&guards, *key);
+                self.write(&mut guards[g].1, *key, *state, tx.now);
+            }
         }
-        decision.verdicts
+        verdicts
     }
 
     /// The common case, one charge: one shard, one probe of its table. It is charged iff it fits.
@@ -148,39 +150,22 @@ impl MemoryStore {
         let key = key.0;
         match shard.entry(hash_of(key), |s| s.key == key, slot_hash) {
             Entry::Occupied(mut slot) => {
-                let evaluation =
-                    limiter::evaluate(&charge.params, Some(slot.get().state), now, charge.hits);
-                if evaluation.allowed {
-                    if evaluation.state_after.expires_at() <= now {
-                        slot.remove();
+                let (verdict, write) = decide_one(charge, Some(slot.get().state), now);
+                if let Some(state) = write {
+                    if state.expires_at() > now {
+                        slot.get_mut().state = state;
                     } else {
-                        slot.get_mut().state = evaluation.state_after;
+                        slot.remove();
                     }
                 }
-                verdict(&evaluation, evaluation.allowed)
+                verdict
             }
             Entry::Vacant(_) => {
-                let evaluation = limiter::evaluate(&charge.params, None, now, charge.hits);
-                if evaluation.allowed {
-                    self.insert(&mut shard, key, evaluation.state_after, now);
+                let (verdict, write) = decide_one(charge, None, now);
+                if let Some(state) = write {
+                    self.insert(&mut shard, key, state, now);
                 }
-                verdict(&evaluation, evaluation.allowed)
-            }
-        }
-    }
-
-    /// What `Store::refund` does for the memory store: each key's state is given back its charge
-    /// under the key's shard lock (a key that has since expired or been evicted is left alone).
-    pub fn refund_sync<K: MemoryKey>(&self, charges: &[Charge<K>], now: Nanos) {
-        for charge in charges {
-            let key = charge.key.id();
-            let mut shard = self.lock(Self::shard_of(key));
-            let Some(state) = get(&shard, key) else {
-                continue;
-            };
-            let refunded = limiter::refund(&charge.params, &state, now, charge.hits);
-            if refunded != state {
-                self.write(&mut shard, key, refunded, now);
+                verdict
             }
         }
     }
@@ -264,6 +249,32 @@ impl MemoryStore {
             evictions: self.evictions.load(Ordering::Relaxed),
             expired: self.expired.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl Backend for MemoryBackend {
+    type Key = StoreKey;
+    const NAME: &'static str = "memory";
+
+    #[inline]
+    fn key(&self, id: &CounterId<'_>) -> StoreKey {
+        self.keys.key(id)
+    }
+
+    async fn transact(&self, tx: Transaction<'_, StoreKey>) -> Result<Verdicts, StoreError> {
+        Ok(self.run(tx))
+    }
+
+    async fn peek(&self, key: &StoreKey) -> Result<Option<State>, StoreError> {
+        Ok(self.peek_now(*key))
+    }
+
+    fn stats(&self) -> StoreStats {
+        MemoryBackend::stats(self)
+    }
+
+    fn sweep(&self, now: Nanos) -> usize {
+        MemoryBackend::sweep(self, now)
     }
 }
 

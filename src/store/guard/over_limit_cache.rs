@@ -12,10 +12,11 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{Charge, TextKey, Verdict, Verdicts};
+use super::RemoteKey;
 use crate::clock::Nanos;
 use crate::config::Algorithm;
 use crate::limiter::{LimitParams, Outlook};
+use crate::store::{Charge, Verdict, Verdicts};
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -28,28 +29,28 @@ struct Entry {
 /// Bytes counted per entry besides its key's text.
 const ENTRY_OVERHEAD: usize = 96;
 
-pub struct OverLimitCache {
-    entries: Mutex<(HashMap<TextKey, Entry>, usize)>,
+pub struct OverLimitCache<K> {
+    entries: Mutex<(HashMap<K, Entry>, usize)>,
     max_bytes: usize,
 }
 
-impl OverLimitCache {
+impl<K: RemoteKey> OverLimitCache<K> {
     /// A cache of at most about `max_bytes` (None when 0: off).
-    pub fn new(max_bytes: usize) -> Option<OverLimitCache> {
+    pub fn new(max_bytes: usize) -> Option<OverLimitCache<K>> {
         (max_bytes > 0).then(|| OverLimitCache {
             entries: Mutex::new((HashMap::new(), 0)),
             max_bytes,
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<TextKey, Entry>, usize)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<K, Entry>, usize)> {
         self.entries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Redis's answer for `charges`, if every charge is known to be over its limit at `now`.
-    pub fn answer(&self, charges: &[Charge<TextKey>], now: Nanos) -> Option<Verdicts> {
+    pub fn answer(&self, charges: &[Charge<K>], now: Nanos) -> Option<Verdicts> {
         if charges.is_empty() {
             return None;
         }
@@ -73,7 +74,7 @@ impl OverLimitCache {
     }
 
     /// Learns from Redis's `verdicts` for `charges` decided at `now`.
-    pub fn learn(&self, charges: &[Charge<TextKey>], verdicts: &Verdicts, now: Nanos) {
+    pub fn learn(&self, charges: &[Charge<K>], verdicts: &Verdicts, now: Nanos) {
         for (c, v) in charges.iter().zip(verdicts) {
             if v.allowed || c.hits == 0 || c.params.algorithm != Algorithm::FixedWindow {
                 continue;
@@ -84,13 +85,13 @@ impl OverLimitCache {
                 until: now.saturating_add(v.outlook.reset_after),
                 remaining: v.outlook.remaining,
             };
-            let size = c.key.as_str().len() + ENTRY_OVERHEAD;
+            let size = c.key.bytes() + ENTRY_OVERHEAD;
             let mut guard = self.lock();
             let (map, bytes) = &mut *guard;
             if *bytes + size > self.max_bytes {
                 // Full: drop what has expired; if still full, this one is not cached.
                 map.retain(|_, e| e.until > now);
-                *bytes = map.keys().map(|k| k.as_str().len() + ENTRY_OVERHEAD).sum();
+                *bytes = map.keys().map(|k| k.bytes() + ENTRY_OVERHEAD).sum();
                 if *bytes + size > self.max_bytes {
                     continue;
                 }
@@ -118,6 +119,7 @@ impl OverLimitCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::redis::TextKey;
 
     const S: Nanos = 1_000_000_000;
 
@@ -201,7 +203,7 @@ mod tests {
 
     #[test]
     fn bounded_in_bytes() {
-        assert!(OverLimitCache::new(0).is_none());
+        assert!(OverLimitCache::<TextKey>::new(0).is_none());
         let cache = OverLimitCache::new(10 * (ENTRY_OVERHEAD + 8)).unwrap();
         for i in 0..100 {
             cache.learn(&[charge(&format!("key-{i:04}"), 5, 1)], &denied(S), 0);

@@ -1,13 +1,13 @@
-//! Store keys: a keyed 128-bit SipHash of (domain, descriptor entries, which limit), so a key is 16
-//! bytes whatever the descriptor's size, building one allocates nothing, and nobody can craft
-//! collisions without the per-process secret. (At 128 bits, a collision among 10⁹ live keys has a
-//! probability below 10⁻²⁰.)
+//! The memory backend's keys: a keyed 128-bit SipHash of a counter's identity (domain, descriptor
+//! entries, which limit, algorithm, window), so a key is 16 bytes whatever the descriptor's size,
+//! building one allocates nothing, and nobody can craft collisions without the per-process secret.
+//! (At 128 bits, a collision among 10⁹ live keys has a probability below 10⁻²⁰.)
 
 use std::hash::Hasher;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::limiter::LimitParams;
+use crate::store::CounterId;
 
 /// The identity of one counter / bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,25 +32,17 @@ impl KeyBuilder {
         KeyBuilder::new(seed.hash_one(0u8), seed.hash_one(1u8))
     }
 
-    /// The key of limit number `slot` (with `params`' algorithm and period) of a descriptor.
-    /// Limit values (requests per unit, burst) are not part of the key, so editing a limit keeps
-    /// the counter; a new algorithm or window starts a new one.
-    pub fn key<'e>(
-        &self,
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        slot: usize,
-        params: &LimitParams,
-    ) -> StoreKey {
+    /// The key of a counter.
+    pub fn key(&self, id: &CounterId<'_>) -> StoreKey {
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        write_str(&mut h, domain);
-        for (key, value) in entries {
+        write_str(&mut h, id.domain);
+        for (key, value) in &id.entries {
             write_str(&mut h, key);
             write_str(&mut h, value);
         }
-        h.write_u64(slot as u64);
-        h.write_u8(params.algorithm as u8);
-        h.write_u64(params.period);
+        h.write_u64(id.slot as u64);
+        h.write_u8(id.algorithm as u8);
+        h.write_u64(id.period);
         StoreKey(h.finish128().as_u128())
     }
 }
@@ -65,6 +57,18 @@ fn write_str(h: &mut SipHasher13, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::LimitParams;
+
+    /// The key of limit `slot` of a descriptor.
+    fn key_of<'e>(
+        b: &KeyBuilder,
+        domain: &'e str,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        slot: usize,
+        params: &LimitParams,
+    ) -> StoreKey {
+        b.key(&CounterId::new(domain, entries, slot, params))
+    }
     use crate::config::Algorithm;
 
     fn params(algorithm: Algorithm, period: u64, rpu: u32) -> LimitParams {
@@ -81,13 +85,14 @@ mod tests {
     fn keys_separate_what_must_be_separate() {
         let b = KeyBuilder::new(1, 2);
         let p = params(Algorithm::TokenBucket, 60, 10);
-        let base = b.key("d", [("a", "b_c")], 0, &p);
-        assert_ne!(base, b.key("d", [("a_b", "c")], 0, &p));
-        assert_ne!(base, b.key("e", [("a", "b_c")], 0, &p));
-        assert_ne!(base, b.key("d", [("a", "b_c")], 1, &p));
+        let base = key_of(&b, "d", [("a", "b_c")], 0, &p);
+        assert_ne!(base, key_of(&b, "d", [("a_b", "c")], 0, &p));
+        assert_ne!(base, key_of(&b, "e", [("a", "b_c")], 0, &p));
+        assert_ne!(base, key_of(&b, "d", [("a", "b_c")], 1, &p));
         assert_ne!(
             base,
-            b.key(
+            key_of(
+                &b,
                 "d",
                 [("a", "b_c")],
                 0,
@@ -96,26 +101,32 @@ mod tests {
         );
         assert_ne!(
             base,
-            b.key(
+            key_of(
+                &b,
                 "d",
                 [("a", "b_c")],
                 0,
                 &params(Algorithm::TokenBucket, 1, 10)
             )
         );
-        assert_ne!(base, KeyBuilder::new(3, 4).key("d", [("a", "b_c")], 0, &p));
+        assert_ne!(
+            base,
+            key_of(&KeyBuilder::new(3, 4), "d", [("a", "b_c")], 0, &p)
+        );
     }
 
     #[test]
     fn a_changed_limit_value_keeps_the_key() {
         let b = KeyBuilder::new(1, 2);
-        let old = b.key(
+        let old = key_of(
+            &b,
             "d",
             [("k", "v")],
             0,
             &params(Algorithm::TokenBucket, 60, 10),
         );
-        let new = b.key(
+        let new = key_of(
+            &b,
             "d",
             [("k", "v")],
             0,

@@ -1,9 +1,13 @@
-//! The Redis store as the server runs it: every decision bounded in time, a circuit breaker in
-//! front of Redis ([`super::breaker`]), and while Redis is unreachable the operator's
-//! `REDIS_FAILURE_MODE` decides (a per-instance memory store with the same rules, allow, deny, or
-//! a gRPC error). A Redis that is unreachable at start-up does not stop the server: it starts in
-//! the failure mode and keeps connecting in the background with backoff. Each switch between
-//! Redis and the failure mode is logged once, counted and shown on `ratelimit_store_up`.
+//! A remote backend as the server runs it ([`Guarded`]): every decision bounded in time, a circuit
+//! breaker in front of it ([`breaker`]), and while it is unreachable the operator's
+//! `REDIS_FAILURE_MODE` decides (a per-instance memory backend with the same rules, allow, deny,
+//! or a gRPC error). A backend unreachable at start-up does not stop the server: it starts in the
+//! failure mode and keeps connecting in the background with backoff. Each switch between the
+//! backend and the failure mode is logged once, counted and shown on `ratelimit_store_up`. Any
+//! backend that implements [`Remote`] (and says how to reach it, [`Connect`]) can be guarded.
+
+pub mod breaker;
+mod over_limit_cache;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -12,14 +16,48 @@ use arc_swap::ArcSwapOption;
 
 use crate::clock::monotonic;
 
-use super::breaker::{Breaker, Change, Permit};
-use super::over_limit_cache::OverLimitCache;
+use breaker::{Breaker, Change, Permit};
+use over_limit_cache::OverLimitCache;
+
+use super::memory::{MemoryBackend, MemoryKey};
+use super::transaction::Kind;
 use super::{
-    Charge, MemoryStore, RedisConfig, RedisStore, Store, StoreError, StoreMetrics, TextKey,
-    TextKeyBuilder, Verdict, Verdicts,
+    Backend, Charge, CounterId, StoreError, StoreMetrics, StoreStats, Transaction, Verdict,
+    Verdicts,
 };
 use crate::clock::Nanos;
-use crate::limiter::{self, LimitParams, Outlook, State};
+use crate::limiter::{self, Outlook, State};
+
+/// What the guard needs of a remote backend's keys: a memory key for the local failure mode, and
+/// a size, for the over-limit cache's bound.
+pub trait RemoteKey: MemoryKey + std::hash::Hash + Eq + Clone + Send + Sync + 'static {
+    /// Bytes the key takes (for `LOCAL_CACHE_SIZE_IN_BYTES`).
+    fn bytes(&self) -> usize;
+}
+
+/// A backend reached over the network.
+pub trait Remote: Backend<Key: RemoteKey> {
+    /// Checks that it answers (the breaker's probe).
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Whether any call got an answer at or after `since`.
+    fn answered_since(&self, since: std::time::Instant) -> bool;
+}
+
+/// How to reach a remote backend: at start-up, and again in the background while it is away.
+pub trait Connect: Clone + Send + Sync + 'static {
+    type Backend: Remote;
+    /// Connects (failing with `Unreachable` when nobody answered, `Unavailable` when it refused).
+    fn connect(
+        &self,
+        metrics: StoreMetrics,
+    ) -> impl Future<Output = Result<Self::Backend, StoreError>> + Send;
+    /// The key of a counter, connected or not.
+    fn key(&self, id: &CounterId<'_>) -> <Self::Backend as Backend>::Key;
+    /// Where it is, for logs (no credentials).
+    fn describe(&self) -> String;
+    /// The bound on each call.
+    fn timeout(&self) -> Duration;
+}
 
 /// What answers while Redis is unreachable (`REDIS_FAILURE_MODE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,45 +106,66 @@ pub fn decision_deadline(timeout: Duration) -> Duration {
     timeout * (2 * super::redis::MAX_ATTEMPTS as u32)
 }
 
-struct Shared {
+struct Shared<C: Connect> {
     /// None until the first connection succeeds.
-    redis: ArcSwapOption<RedisStore>,
-    keys: TextKeyBuilder,
+    remote: ArcSwapOption<C::Backend>,
+    connect: C,
     breaker: Mutex<Breaker>,
-    local: MemoryStore,
+    local: MemoryBackend,
     mode: FailureMode,
     /// Bound on one whole decision, a safety net: its Redis calls are each bounded by
     /// `REDIS_TIMEOUT` and so are its attempts, so a decision ends well before it.
     deadline: Duration,
     metrics: StoreMetrics,
     /// `LOCAL_CACHE_SIZE_IN_BYTES`: keys known over their limit, answered without a call.
-    cache: Option<OverLimitCache>,
+    cache: Option<OverLimitCache<<C::Backend as Backend>::Key>>,
 }
 
-/// The Redis store behind a breaker and a failure mode (cheap to clone).
-#[derive(Clone)]
-pub struct GuardedRedis {
-    shared: Arc<Shared>,
+/// A remote backend behind a breaker and a failure mode (cheap to clone).
+pub struct Guarded<C: Connect> {
+    shared: Arc<Shared<C>>,
 }
 
-impl GuardedRedis {
-    /// Connects to Redis. If nobody answers, starts anyway in the failure mode (with a loud
-    /// warning) and keeps connecting in the background; a Redis that answers with a refusal
-    /// (password, TLS certificate) is a start-up error.
+impl<C: Connect> Clone for Guarded<C> {
+    fn clone(&self) -> Self {
+        Guarded {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// What the guard is told to do (from settings).
+#[derive(Debug, Clone, Copy)]
+pub struct GuardSettings {
+    pub mode: FailureMode,
+    /// Keys the local failure mode's memory backend holds.
+    pub local_max_keys: usize,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES` (0: no over-limit cache).
+    pub local_cache_bytes: usize,
+}
+
+impl<C: Connect> Guarded<C> {
+    /// Connects. If nobody answers, starts anyway in the failure mode (with a loud warning) and
+    /// keeps connecting in the background; a backend that answers with a refusal (password, TLS
+    /// certificate) is a start-up error.
     pub async fn start(
-        config: &RedisConfig,
-        mode: FailureMode,
-        local_max_keys: usize,
-        local_cache_bytes: usize,
+        connect: C,
+        settings: GuardSettings,
         metrics: StoreMetrics,
-    ) -> Result<GuardedRedis, StoreError> {
-        let probe_timeout = config.timeout * 2 + Duration::from_millis(50);
-        let connected = match RedisStore::connect_observed(config, metrics.clone()).await {
+    ) -> Result<Guarded<C>, StoreError> {
+        let GuardSettings {
+            mode,
+            local_max_keys,
+            local_cache_bytes,
+        } = settings;
+        let timeout = connect.timeout();
+        let probe_timeout = timeout * 2 + Duration::from_millis(50);
+        let connected = match connect.connect(metrics.clone()).await {
             Ok(store) => Some(store),
             Err(StoreError::Unreachable(e)) => {
                 tracing::warn!(
                     error = %e,
-                    redis = %config.describe(),
+                    redis = %connect.describe(),
                     mode = mode.name(),
                     "REDIS IS UNREACHABLE AT START-UP: serving anyway, decisions by REDIS_FAILURE_MODE={} until it answers; reconnecting in the background",
                     mode.name()
@@ -123,36 +182,36 @@ impl GuardedRedis {
         metrics.breaker_state.set(breaker.state() as i64);
         let up = connected.is_some();
         let shared = Arc::new(Shared {
-            redis: ArcSwapOption::new(connected.map(Arc::new)),
-            keys: TextKeyBuilder::new(config.prefix.clone()),
+            remote: ArcSwapOption::new(connected.map(Arc::new)),
+            connect,
             breaker: Mutex::new(breaker),
-            local: MemoryStore::new(local_max_keys),
+            local: MemoryBackend::new(local_max_keys),
             mode,
-            deadline: decision_deadline(config.timeout),
+            deadline: decision_deadline(timeout),
             metrics,
             cache: OverLimitCache::new(local_cache_bytes),
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
-            tokio::spawn(reconnect(Arc::downgrade(&shared), config.clone()));
+            tokio::spawn(reconnect(Arc::downgrade(&shared)));
         }
-        Ok(GuardedRedis { shared })
+        Ok(Guarded { shared })
     }
 
-    /// The Redis store, once connected (for tests and tools).
-    pub fn redis(&self) -> Option<Arc<RedisStore>> {
-        self.shared.redis.load_full()
+    /// The remote backend, once connected (for tests and tools).
+    pub fn remote(&self) -> Option<Arc<C::Backend>> {
+        self.shared.remote.load_full()
     }
 
-    /// Whether decisions go to Redis now.
+    /// Whether decisions go to the remote backend now.
     pub fn is_up(&self) -> bool {
-        self.breaker().is_up() && self.shared.redis.load().is_some()
+        self.breaker().is_up() && self.shared.remote.load().is_some()
     }
 
-    /// Whether Redis answered any call at or after `since`.
+    /// Whether the remote backend answered any call at or after `since`.
     fn answered_since(&self, since: std::time::Instant) -> bool {
         self.shared
-            .redis
+            .remote
             .load()
             .as_ref()
             .is_some_and(|r| r.answered_since(since))
@@ -187,8 +246,15 @@ impl GuardedRedis {
         }
     }
 
-    /// The answer while Redis cannot decide.
-    fn fallback(&self, charges: &[Charge<TextKey>], now: Nanos) -> Result<Verdicts, StoreError> {
+    /// The answer while the remote backend cannot decide.
+    fn fallback(
+        &self,
+        tx: Transaction<'_, <C::Backend as Backend>::Key>,
+    ) -> Result<Verdicts, StoreError> {
+        if tx.is_refund() {
+            self.shared.local.run(tx);
+            return Ok(Verdicts::new());
+        }
         let mode = self.shared.mode;
         self.shared
             .metrics
@@ -196,9 +262,9 @@ impl GuardedRedis {
             .with_label_values(&[mode.name()])
             .inc();
         match mode {
-            FailureMode::Local => Ok(self.shared.local.apply_sync(charges, now)),
-            FailureMode::Allow => Ok(fixed(charges, now, true)),
-            FailureMode::Deny => Ok(fixed(charges, now, false)),
+            FailureMode::Local => Ok(self.shared.local.run(tx)),
+            FailureMode::Allow => Ok(fixed(tx.charges, tx.now, true)),
+            FailureMode::Deny => Ok(fixed(tx.charges, tx.now, false)),
             FailureMode::Error => Err(StoreError::Unavailable(
                 "Redis is unreachable (REDIS_FAILURE_MODE=error)".into(),
             )),
@@ -253,7 +319,7 @@ impl GuardedRedis {
 }
 
 /// Counts, logs and shows one switch.
-fn metrics_switch(shared: &Shared, change: Change, log: bool) {
+fn metrics_switch<C: Connect>(shared: &Shared<C>, change: Change, log: bool) {
     let m = &shared.metrics;
     match change {
         Change::Down => {
@@ -282,14 +348,14 @@ fn metrics_switch(shared: &Shared, change: Change, log: bool) {
 /// While the breaker is open, probes Redis with `PING` whenever the breaker allows a probe, so
 /// decisions go back to Redis (and `ratelimit_store_up` says so) within a second of it answering,
 /// with or without traffic. Ends once the breaker closes or the store is dropped.
-async fn probe(shared: Weak<Shared>) {
+async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
     loop {
         tokio::time::sleep(PROBE_TICK).await;
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let store = GuardedRedis { shared };
-        let Some(redis) = store.shared.redis.load_full() else {
+        let store = Guarded { shared };
+        let Some(redis) = store.shared.remote.load_full() else {
             continue;
         };
         match store.permit() {
@@ -310,19 +376,22 @@ async fn probe(shared: Weak<Shared>) {
 const PROBE_TICK: Duration = Duration::from_millis(20);
 
 /// Connects in the background with backoff until it succeeds or the store is dropped.
-async fn reconnect(shared: Weak<Shared>, config: RedisConfig) {
+async fn reconnect<C: Connect>(shared: Weak<Shared<C>>) {
     let mut wait = RECONNECT_BASE;
     loop {
         tokio::time::sleep(wait).await;
-        let Some(metrics) = shared.upgrade().map(|s| s.metrics.clone()) else {
+        let Some((metrics, connect)) = shared
+            .upgrade()
+            .map(|s| (s.metrics.clone(), s.connect.clone()))
+        else {
             return;
         };
-        match RedisStore::connect_observed(&config, metrics).await {
+        match connect.connect(metrics).await {
             Ok(store) => {
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                shared.redis.store(Some(Arc::new(store)));
+                shared.remote.store(Some(Arc::new(store)));
                 let change = {
                     let mut b = shared
                         .breaker
@@ -332,7 +401,7 @@ async fn reconnect(shared: Weak<Shared>, config: RedisConfig) {
                     shared.metrics.breaker_state.set(b.state() as i64);
                     change
                 };
-                tracing::info!(redis = %config.describe(), "connected to Redis");
+                tracing::info!(redis = %connect.describe(), "connected to Redis");
                 if let Some(change) = change {
                     metrics_switch(&shared, change, true);
                 }
@@ -347,7 +416,7 @@ async fn reconnect(shared: Weak<Shared>, config: RedisConfig) {
 }
 
 /// Allow or deny every charge, charging nothing.
-fn fixed(charges: &[Charge<TextKey>], now: Nanos, allowed: bool) -> Verdicts {
+fn fixed<K>(charges: &[Charge<K>], now: Nanos, allowed: bool) -> Verdicts {
     charges
         .iter()
         .map(|c| {
@@ -369,53 +438,50 @@ fn fixed(charges: &[Charge<TextKey>], now: Nanos, allowed: bool) -> Verdicts {
         .collect()
 }
 
-impl Store for GuardedRedis {
-    type Key = TextKey;
+impl<C: Connect> Backend for Guarded<C> {
+    type Key = <C::Backend as Backend>::Key;
+    const NAME: &'static str = <C::Backend as Backend>::NAME;
 
-    fn key<'e>(
-        &self,
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        slot: usize,
-        params: &LimitParams,
-    ) -> TextKey {
-        self.shared.keys.key(domain, entries, slot, params)
+    fn key(&self, id: &CounterId<'_>) -> Self::Key {
+        self.shared.connect.key(id)
     }
 
-    async fn apply(&self, charges: &[Charge<TextKey>], now: Nanos) -> Result<Verdicts, StoreError> {
-        let cache = self.shared.cache.as_ref();
-        if let Some(verdicts) = cache.and_then(|c| c.answer(charges, now)) {
+    async fn transact(&self, tx: Transaction<'_, Self::Key>) -> Result<Verdicts, StoreError> {
+        let cache = self
+            .shared
+            .cache
+            .as_ref()
+            .filter(|_| tx.kind == Kind::Apply);
+        if let Some(verdicts) = cache.and_then(|c| c.answer(tx.charges, tx.now)) {
             self.shared.metrics.over_limit_with_local_cache.inc();
             return Ok(verdicts);
         }
-        if let Some(redis) = self.shared.redis.load_full()
-            && let Some(answer) = self.through(redis.apply_text(charges, now)).await
+        if let Some(remote) = self.shared.remote.load_full()
+            && (tx.kind == Kind::Apply || self.is_up())
+            && let Some(answer) = self.through(remote.transact(tx)).await
         {
             if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
-                cache.learn(charges, verdicts, now);
+                cache.learn(tx.charges, verdicts, tx.now);
             }
             return answer;
         }
-        self.fallback(charges, now)
+        self.fallback(tx)
     }
 
-    fn refund(&self, charges: &[Charge<TextKey>], now: Nanos) {
-        match self.shared.redis.load_full() {
-            Some(redis) if self.is_up() => redis.refund(charges, now),
-            _ => self.shared.local.refund_sync(charges, now),
-        }
-    }
-
-    async fn peek(&self, key: &TextKey) -> Result<Option<State>, StoreError> {
-        if let Some(redis) = self.shared.redis.load_full()
-            && let Some(answer) = self.through(redis.peek(key)).await
+    async fn peek(&self, key: &Self::Key) -> Result<Option<State>, StoreError> {
+        if let Some(remote) = self.shared.remote.load_full()
+            && let Some(answer) = self.through(remote.peek(key)).await
         {
             return answer;
         }
         match self.shared.mode {
-            FailureMode::Local => Ok(self.shared.local.peek_now(super::MemoryKey::id(key))),
+            FailureMode::Local => Ok(self.shared.local.peek_now(key.id())),
             _ => Err(StoreError::Unavailable("Redis is unreachable".into())),
         }
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
     }
 
     fn sweep(&self, now: Nanos) -> usize {

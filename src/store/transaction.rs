@@ -1,11 +1,121 @@
-//! All-or-nothing over one request's charges, as a pure function of the keys' stored states: the
-//! single definition that every store (memory, Redis) applies, so they give the same verdicts.
+//! One request's transaction on the states of its keys, as a pure function: all-or-nothing over
+//! its charges (`decide`), or the leaky-bucket turns of a cancelled request given back. The single
+//! definition every backend runs (memory under its shard locks, Redis on the states it expects and
+//! then checks by compare-and-set), so they give the same verdicts.
 
 use smallvec::SmallVec;
 
 use super::{Charge, Verdict, Verdicts};
 use crate::clock::Nanos;
 use crate::limiter::{self, State};
+
+/// What a transaction does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Charge all of the charges iff every enforced one fits.
+    Apply,
+    /// Give back the leaky-bucket turns the charges took (their answers were never delivered).
+    Refund,
+}
+
+/// One request's transaction: its charges, at `now`.
+#[derive(Debug)]
+pub struct Transaction<'a, K> {
+    pub charges: &'a [Charge<K>],
+    pub now: Nanos,
+    pub kind: Kind,
+}
+
+impl<K> Clone for Transaction<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Transaction<'_, K> {}
+
+impl<'a, K: PartialEq> Transaction<'a, K> {
+    pub fn apply(charges: &'a [Charge<K>], now: Nanos) -> Self {
+        Transaction {
+            charges,
+            now,
+            kind: Kind::Apply,
+        }
+    }
+
+    pub fn refund(charges: &'a [Charge<K>], now: Nanos) -> Self {
+        Transaction {
+            charges,
+            now,
+            kind: Kind::Refund,
+        }
+    }
+
+    pub fn is_refund(&self) -> bool {
+        self.kind == Kind::Refund
+    }
+
+    /// The distinct keys of its charges, in order of first appearance.
+    pub fn keys(&self) -> SmallVec<[K; 4]>
+    where
+        K: Clone,
+    {
+        let mut keys: SmallVec<[K; 4]> = SmallVec::new();
+        for c in self.charges {
+            if !keys.contains(&c.key) {
+                keys.push(c.key.clone());
+            }
+        }
+        keys
+    }
+
+    /// Runs on `states`, the states of `keys` (which hold every key of the charges), leaving the
+    /// new states there. Returns the verdicts (none for a refund).
+    pub fn run(&self, keys: &[K], states: &mut [Option<State>]) -> Verdicts {
+        let at = |key: &K| keys.iter().position(|k| k == key);
+        match self.kind {
+            Kind::Refund => {
+                for charge in self.charges {
+                    if let Some(i) = at(&charge.key)
+                        && let Some(state) = states[i]
+                    {
+                        states[i] = Some(limiter::refund(
+                            &charge.params,
+                            &state,
+                            self.now,
+                            charge.hits,
+                        ));
+                    }
+                }
+                Verdicts::new()
+            }
+            Kind::Apply => {
+                let decision = decide(self.charges, self.now, |k| at(k).and_then(|i| states[i]));
+                for (index, state) in &decision.writes {
+                    if let Some(i) = at(&self.charges[*index].key) {
+                        states[i] = Some(*state);
+                    }
+                }
+                decision.verdicts
+            }
+        }
+    }
+}
+
+/// `decide` for a request of one charge, the common case, without its bookkeeping: the verdict,
+/// and the state to store if it is charged.
+#[inline]
+pub fn decide_one<K>(
+    charge: &Charge<K>,
+    state: Option<State>,
+    now: Nanos,
+) -> (Verdict, Option<State>) {
+    let evaluation = limiter::evaluate(&charge.params, state, now, charge.hits);
+    (
+        verdict(&evaluation, evaluation.allowed),
+        evaluation.allowed.then_some(evaluation.state_after),
+    )
+}
 
 /// What to answer and what to write for one request.
 #[derive(Debug)]
@@ -19,7 +129,7 @@ pub struct Decision {
 }
 
 /// The client's view of a charge: after it if it was charged, else as things stand.
-pub fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
+fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
     Verdict {
         allowed: e.allowed,
         outlook: if charged {
@@ -132,6 +242,25 @@ mod tests {
             full.contains(k).then_some(State { a: 11 * S, b: 1 })
         })
         .commit
+    }
+
+    #[test]
+    fn one_charge_decides_as_decide_does() {
+        for enforced in [true, false] {
+            for full in [false, true] {
+                let mut c = charge(1, None);
+                c.enforced = enforced;
+                let state = full.then_some(State { a: 11 * S, b: 1 });
+                let d = decide(&[c], 10 * S, |_| state);
+                let (v, write) = decide_one(&c, state, 10 * S);
+                assert_eq!(d.verdicts[0], v, "{enforced} {full}");
+                assert_eq!(
+                    d.writes.first().map(|(_, s)| *s),
+                    write,
+                    "{enforced} {full}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Text keys for stores shared between processes (Redis): every instance computes the same key for
-//! the same counter, across processes and restarts, with no secret.
+//! The Redis backend's keys, text every instance computes alike for the same counter, across
+//! processes and restarts, with no secret.
 //!
 //! Format: `<prefix><domain>|<k>=<v>|<k>=<v>…|<slot>.<algorithm code>.<period>` — e.g.
 //! `rl:edge|remote_address=10.0.0.1|0.0.60s`.
@@ -26,7 +26,8 @@ use std::hash::Hasher;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::clock::NANOS_PER_SECOND;
-use crate::limiter::LimitParams;
+use crate::store::CounterId;
+use crate::store::memory::{MemoryKey, StoreKey};
 
 /// Longest key before its entries are hashed.
 pub const MAX_KEY: usize = 256;
@@ -45,6 +46,13 @@ impl TextKey {
     /// A 128-bit digest of the key (for a memory store holding text keys).
     pub fn digest(&self) -> u128 {
         hash128(self.0.as_bytes())
+    }
+}
+
+/// A text key names a memory key: its digest (for the failure mode that decides locally).
+impl MemoryKey for TextKey {
+    fn id(&self) -> StoreKey {
+        StoreKey(self.digest())
     }
 }
 
@@ -88,17 +96,12 @@ impl TextKeyBuilder {
         }
     }
 
-    pub fn key<'e>(
-        &self,
-        domain: &str,
-        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-        slot: usize,
-        params: &LimitParams,
-    ) -> TextKey {
+    /// The key of a counter.
+    pub fn key(&self, id: &CounterId<'_>) -> TextKey {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
         let mut name = String::new();
-        encode(&mut name, domain);
+        encode(&mut name, id.domain);
         if name.len() > MAX_DOMAIN {
             let digest = hash128(name.as_bytes()) as u64;
             let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
@@ -106,18 +109,18 @@ impl TextKeyBuilder {
             key.push_str(&name);
         }
         let mut body = String::new();
-        for (k, v) in entries {
+        for (k, v) in &id.entries {
             body.push('|');
             encode(&mut body, k);
             body.push('=');
             encode(&mut body, v);
         }
         let mut tail = String::new();
-        let _ = write!(tail, "|{slot}.{}.", params.algorithm.code());
-        if params.period.is_multiple_of(NANOS_PER_SECOND) {
-            let _ = write!(tail, "{}s", params.period / NANOS_PER_SECOND);
+        let _ = write!(tail, "|{}.{}.", id.slot, id.algorithm.code());
+        if id.period.is_multiple_of(NANOS_PER_SECOND) {
+            let _ = write!(tail, "{}s", id.period / NANOS_PER_SECOND);
         } else {
-            let _ = write!(tail, "{}ns", params.period);
+            let _ = write!(tail, "{}ns", id.period);
         }
         if key.len() + body.len() + tail.len() > MAX_KEY {
             // `|~` + 32 hex digits.
@@ -136,6 +139,18 @@ impl TextKeyBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::LimitParams;
+
+    /// The key of limit `slot` of a descriptor.
+    fn key_of<'e>(
+        b: &TextKeyBuilder,
+        domain: &'e str,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        slot: usize,
+        params: &LimitParams,
+    ) -> TextKey {
+        b.key(&CounterId::new(domain, entries, slot, params))
+    }
     use crate::config::Algorithm;
 
     fn params(algorithm: Algorithm, period_s: u64) -> LimitParams {
@@ -170,18 +185,24 @@ mod tests {
     fn the_format_is_readable_and_deterministic() {
         let b = TextKeyBuilder::new("rl:");
         let p = params(Algorithm::FixedWindow, 60);
-        let k = b.key("edge", [("remote_address", "10.0.0.1")], 0, &p);
+        let k = key_of(&b, "edge", [("remote_address", "10.0.0.1")], 0, &p);
         assert_eq!(k.as_str(), "rl:edge|remote_address=10.0.0.1|0.1.60s");
         assert_eq!(
             k,
-            TextKeyBuilder::new("rl:").key("edge", [("remote_address", "10.0.0.1")], 0, &p)
+            key_of(
+                &TextKeyBuilder::new("rl:"),
+                "edge",
+                [("remote_address", "10.0.0.1")],
+                0,
+                &p
+            )
         );
         let odd = LimitParams {
             period: 1500,
             ..params(Algorithm::LeakyBucket, 1)
         };
         assert_eq!(
-            b.key("d", [("k", "")], 2, &odd).as_str(),
+            key_of(&b, "d", [("k", "")], 2, &odd).as_str(),
             "rl:d|k=|2.3.1500ns"
         );
     }
@@ -190,7 +211,7 @@ mod tests {
     fn keys_are_unambiguous() {
         let b = TextKeyBuilder::new("");
         let p = params(Algorithm::TokenBucket, 1);
-        let k = |d: &str, e: &[(&str, &str)]| b.key(d, e.iter().copied(), 0, &p);
+        let k = |d: &str, e: &[(&str, &str)]| key_of(&b, d, e.iter().copied(), 0, &p);
         assert_ne!(k("d", &[("a", "b_c")]), k("d", &[("a_b", "c")]));
         assert_ne!(k("d", &[("a", "b=c")]), k("d", &[("a=b", "c")]));
         assert_ne!(k("d", &[("a", "b|c=d")]), k("d", &[("a", "b"), ("c", "d")]));
@@ -204,12 +225,12 @@ mod tests {
             "no hash tag: a cluster hashes the whole key"
         );
         assert_ne!(
-            b.key("d", [("a", "b")], 0, &p),
-            b.key("d", [("a", "b")], 1, &p)
+            key_of(&b, "d", [("a", "b")], 0, &p),
+            key_of(&b, "d", [("a", "b")], 1, &p)
         );
         assert_ne!(
-            b.key("d", [("a", "b")], 0, &p),
-            b.key("d", [("a", "b")], 0, &params(Algorithm::TokenBucket, 2))
+            key_of(&b, "d", [("a", "b")], 0, &p),
+            key_of(&b, "d", [("a", "b")], 0, &params(Algorithm::TokenBucket, 2))
         );
     }
 
@@ -218,16 +239,16 @@ mod tests {
         let b = TextKeyBuilder::new("prefix:");
         let p = params(Algorithm::SlidingWindow, 3600);
         let long = "x".repeat(4096);
-        let k1 = b.key("api", [("user", long.as_str())], 0, &p);
-        let k2 = b.key("api", [("user", &long[1..])], 0, &p);
+        let k1 = key_of(&b, "api", [("user", long.as_str())], 0, &p);
+        let k2 = key_of(&b, "api", [("user", &long[1..])], 0, &p);
         assert!(k1.as_str().len() <= MAX_KEY, "{}", k1.as_str().len());
         assert!(k1.as_str().starts_with("prefix:api|user=xxxx"));
         assert!(k1.as_str().ends_with("|0.2.3600s"));
         assert!(k1.as_str().contains("|~"));
         assert_ne!(k1, k2);
         let domain = "d".repeat(1000);
-        let k3 = b.key(&domain, [("a", "b")], 0, &p);
-        let k4 = b.key(&domain[1..], [("a", "b")], 0, &p);
+        let k3 = key_of(&b, &domain, [("a", "b")], 0, &p);
+        let k4 = key_of(&b, &domain[1..], [("a", "b")], 0, &p);
         assert!(k3.as_str().len() <= MAX_KEY);
         assert_ne!(k3, k4);
         let domain_end = k3.as_str().find('|').unwrap();
