@@ -374,12 +374,12 @@ impl Listeners {
 
 /// OpenTelemetry tracing, started if the settings configure it.
 fn start_tracing(settings: &ServeSettings) -> Result<Option<Tracing>, StartError> {
-    let Some(config) = settings.tracing.config() else {
+    let Some(config) = settings.tracing.config()? else {
         return Ok(None);
     };
     let tracing = Tracing::start(&config)?;
     tracing::info!(
-        endpoint = %config.endpoint,
+        endpoint = %crate::redact::credentials(&config.endpoint),
         service_name = %config.service_name,
         sampling_rate = config.sampling_rate,
         record_values = config.record_values,
