@@ -106,7 +106,13 @@ async fn a_record_line_posts_to_json_as_it_is_and_is_recorded_too() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     };
     let client = reqwest::Client::new();
-    let answer = client.post(&url).body(line.clone()).send().await.unwrap();
+    let answer = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(line.clone())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(answer.status(), 200);
     let body: Value = answer.json().await.unwrap();
     assert_eq!(body["overallCode"], "OK");
