@@ -267,6 +267,7 @@ fn recorder(
     let Some(config) = settings.record.config()? else {
         return Ok(None);
     };
+    catch_file_size_signal();
     let live = engine.clone();
     let policy: LivePolicy = Arc::new(move || live.policy());
     let file = config.file.clone();
@@ -288,6 +289,19 @@ fn recorder(
          counts them, never slowing an answer"
     );
     Ok(Some(Arc::new(recorder)))
+}
+
+/// SIGXFSZ's default action ends the process when a write passes the file size limit
+/// (`ulimit -f`, RLIMIT_FSIZE); caught, the write fails with EFBIG instead, which the recorder
+/// handles as it handles a full disk. The handler, once installed, stays for the process's life.
+fn catch_file_size_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Err(e) = signal(SignalKind::from_raw(libc::SIGXFSZ)) {
+            tracing::warn!(error = %e, "cannot catch SIGXFSZ: a file size limit would end the server");
+        }
+    }
 }
 
 /// The store the settings ask for: memory, or Redis behind its guard (connecting now).
