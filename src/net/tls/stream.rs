@@ -43,19 +43,14 @@ impl Conn {
 
 /// Runs the TLS handshake on `stream` with the config serving now. It must end by the
 /// connection's handshake deadline; the guard then watches the decrypted stream, with the same
-/// deadline for the first request bytes. The TLS state (rustls' connection and its buffers) is
-/// made only once the peer has sent something, so a peer that connects and stays silent holds no
-/// more than its socket. `None` (counted, logged at debug) when it fails.
+/// deadline for the first request bytes. `None` (counted, logged at debug) when it fails.
 pub async fn handshake(source: &TlsSource, stream: GuardedStream<TcpStream>) -> Option<Conn> {
     let deadline = stream.handshake_deadline();
     let (tcp, timeouts, slot, accepted) = stream.into_parts();
     let peer = tcp.peer_addr().ok();
+    let acceptor = TlsAcceptor::from(source.config());
     let listener = source.listener();
-    let handshake = async {
-        tcp.readable().await?;
-        TlsAcceptor::from(source.config()).accept(tcp).await
-    };
-    let error = match tokio::time::timeout_at(deadline, handshake).await {
+    let error = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => {
             let guarded = GuardedStream::resume(tls, timeouts, slot, accepted);
             return Some(Conn::Tls(Box::new(guarded)));
