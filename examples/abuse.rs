@@ -16,8 +16,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use ratelimit_server::clock::monotonic;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream, UnixStream};
 use tonic::codegen::http;
 
@@ -193,7 +193,13 @@ const PARTIAL_CLIENT_HELLO: &[u8] = &[
     0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0, 0, 0, 0, 0,
 ];
 
-async fn tls_stall(addr: SocketAddr, count: usize, source: std::net::IpAddr, partial: bool, hold: u64) {
+async fn tls_stall(
+    addr: SocketAddr,
+    count: usize,
+    source: std::net::IpAddr,
+    partial: bool,
+    hold: u64,
+) {
     let mut connections = Vec::new();
     for _ in 0..count {
         let socket = match source {
@@ -201,7 +207,9 @@ async fn tls_stall(addr: SocketAddr, count: usize, source: std::net::IpAddr, par
             std::net::IpAddr::V6(_) => TcpSocket::new_v6(),
         }
         .expect("socket");
-        socket.bind(SocketAddr::new(source, 0)).expect("bind the source address");
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .expect("bind the source address");
         match socket.connect(addr).await {
             Ok(mut c) => {
                 if partial {

@@ -82,8 +82,14 @@ mod tests {
                 "redis+unix:///run/redis.sock?db=1&pass=s3cret",
                 "redis+unix:///run/redis.sock?db=1&pass=***",
             ),
-            ("unix:///r.sock?PASSWORD=s3cret", "unix:///r.sock?PASSWORD=***"),
-            ("mymaster,u:pw@s1:26379,s2:26379", "mymaster,u:***@s1:26379,s2:26379"),
+            (
+                "unix:///r.sock?PASSWORD=s3cret",
+                "unix:///r.sock?PASSWORD=***",
+            ),
+            (
+                "mymaster,u:pw@s1:26379,s2:26379",
+                "mymaster,u:***@s1:26379,s2:26379",
+            ),
             ("h:6379", "h:6379"),
             ("", ""),
             ("@", "***@"),

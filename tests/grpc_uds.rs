@@ -112,8 +112,7 @@ async fn a_unix_socket_flood_neither_spins_nor_starves_tcp_and_silent_ones_are_c
     use std::time::Duration;
     use tokio::io::AsyncWriteExt;
     let dir = tempfile::tempdir().unwrap();
-    let rules =
-        "domain: u\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
+    let rules = "domain: u\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n";
     std::fs::write(dir.path().join("u.yaml"), rules).unwrap();
     let socket = dir.path().join("rls.sock");
     let (grpc, http) = (common::free_port(), common::free_port());
@@ -177,7 +176,10 @@ async fn a_unix_socket_flood_neither_spins_nor_starves_tcp_and_silent_ones_are_c
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let used = cpu_ticks(child.0.id()) - before;
     // 1.5 s is 150 ticks of one core; a spinning accept loop used all of them (and more).
-    assert!(used < 75, "the server burned {used} ticks in 150 while flooded");
+    assert!(
+        used < 75,
+        "the server burned {used} ticks in 150 while flooded"
+    );
     let answer = reqwest::get(&health)
         .await
         .expect("health answers during the flood");

@@ -502,7 +502,11 @@ async fn a_body_too_large_to_read_gets_413_not_100_continue() {
     // Within the bound, the client is told to go on.
     let head = "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
                 Expect: 100-continue\r\nContent-Length: 100\r\n\r\n";
-    assert!(first_answer(addr, head).await.starts_with("HTTP/1.1 100 Continue"));
+    assert!(
+        first_answer(addr, head)
+            .await
+            .starts_with("HTTP/1.1 100 Continue")
+    );
     // A chunked body with no length is cut at the bound as it is read.
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -193,7 +193,11 @@ async fn rotation_keeps_max_files_and_counts() {
     assert_eq!(lines_total, 100);
     let rotations = metric(&t, "ratelimit_record_rotations_total").await;
     t.server.shutdown().await;
-    assert_eq!(all_files(&path).len(), 3, "FILE and the two newest rotated files");
+    assert_eq!(
+        all_files(&path).len(),
+        3,
+        "FILE and the two newest rotated files"
+    );
     assert!(rotations > 2, "{rotations} rotations");
     // The newest lines are all there, the oldest went with the deleted files.
     let last = lines(&path);
@@ -608,14 +612,26 @@ async fn a_write_cut_short_leaves_only_whole_lines_and_counts_the_rest() {
     );
     let bytes = std::fs::read(&path).unwrap();
     assert!(bytes.len() as u64 <= LIMIT);
-    assert!(dropped > 0, "the limit was never reached ({} bytes)", bytes.len());
-    assert_eq!(bytes.last(), Some(&b'\n'), "the file ends in a partial line");
+    assert!(
+        dropped > 0,
+        "the limit was never reached ({} bytes)",
+        bytes.len()
+    );
+    assert_eq!(
+        bytes.last(),
+        Some(&b'\n'),
+        "the file ends in a partial line"
+    );
     let text = String::from_utf8(bytes).unwrap();
     let file_lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a whole line: {l}: {e}")))
         .collect();
-    assert_eq!(file_lines.len() as u64, written, "lines counted = lines in the file");
+    assert_eq!(
+        file_lines.len() as u64,
+        written,
+        "lines counted = lines in the file"
+    );
     // The lines kept are the first decisions, in order.
     for (n, line) in file_lines.iter().enumerate() {
         assert_eq!(

@@ -190,12 +190,7 @@ fn passwords_in_addresses_never_reach_the_output() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("r.yaml"), rules(5)).unwrap();
     let config = dir.path().to_str().unwrap();
-    let listen = [
-        "--grpc-addr",
-        "127.0.0.1:0",
-        "--http-addr",
-        "127.0.0.1:0",
-    ];
+    let listen = ["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"];
     let mut serve = vec!["serve", "--config", config];
     serve.extend_from_slice(&listen);
     for (what, args, env) in [
@@ -243,7 +238,10 @@ fn passwords_in_addresses_never_reach_the_output() {
             vec![
                 ("REDIS_URL", "redis://u:s3cret@h:1"),
                 ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://u:s3cret@c:4317"),
-                ("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cret"),
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "authorization=Bearer%20s3cret",
+                ),
             ],
         ),
         (

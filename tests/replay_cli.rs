@@ -300,8 +300,10 @@ fn a_broken_rules_directory_or_a_missing_file_is_an_error() {
 fn a_date_out_of_range_is_told_apart_and_a_jump_of_the_clock_is_warned() {
     let dir = tempfile::tempdir().unwrap();
     let config = rules(dir.path(), "now", 2);
-    let far = line(0, "edge", "ip", "a").replace("2026-12-01T05:00:00.000000000Z", "2500-01-01T00:00:00Z");
-    let beyond = line(0, "edge", "ip", "a").replace("2026-12-01T05:00:00.000000000Z", "9999-12-31T23:59:59Z");
+    let far = line(0, "edge", "ip", "a")
+        .replace("2026-12-01T05:00:00.000000000Z", "2500-01-01T00:00:00Z");
+    let beyond = line(0, "edge", "ip", "a")
+        .replace("2026-12-01T05:00:00.000000000Z", "9999-12-31T23:59:59Z");
     let text = [
         line(0, "edge", "ip", "a"),
         line(1, "edge", "ip", "a"),

@@ -506,7 +506,10 @@ async fn an_expired_certificate_on_rotation_is_refused_and_the_old_one_serves_on
     assert_eq!(served_cert(addr, config.clone()).await, original);
     assert_eq!(call_once(addr, config).await, Ok(Code::Ok));
     let text = metrics(server).await;
-    assert_eq!(sample(&text, "ratelimit_tls_reload_success_total", "gRPC"), 0);
+    assert_eq!(
+        sample(&text, "ratelimit_tls_reload_success_total", "gRPC"),
+        0
+    );
     assert_eq!(
         sample(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
         NOW + 3650 * DAY,
@@ -551,7 +554,10 @@ async fn a_client_that_stalls_handshakes_does_not_starve_the_others() {
     }
     assert_eq!(closed, 30);
     let text = metrics(&f.server).await;
-    assert_eq!(sample(&text, "ratelimit_connections_refused_total", "gRPC"), 30);
+    assert_eq!(
+        sample(&text, "ratelimit_connections_refused_total", "gRPC"),
+        30
+    );
     drop(stalled);
     f.server.shutdown().await;
 }
@@ -594,7 +600,10 @@ async fn a_certificate_near_its_end_is_warned_about_and_its_expiry_exported() {
         .lines()
         .find(|l| l.contains("the TLS certificate served expires in"))
         .unwrap_or_else(|| panic!("no warning:\n{log}"));
-    assert!(warning.contains("WARN") && warning.contains("listener=\"gRPC\""), "{warning}");
+    assert!(
+        warning.contains("WARN") && warning.contains("listener=\"gRPC\""),
+        "{warning}"
+    );
     // Said once at start, not at every poll (every second): the next is an hour away.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(served.log_lines("the TLS certificate served expires in"), 1);

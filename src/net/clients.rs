@@ -103,7 +103,10 @@ mod tests {
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let first = clients.admit(a).unwrap();
         let _second = clients.admit(a).unwrap();
-        assert!(clients.admit(a).is_none(), "a third connection from one client");
+        assert!(
+            clients.admit(a).is_none(),
+            "a third connection from one client"
+        );
         assert!(clients.admit(b).is_some(), "another client is not affected");
         drop(first);
         assert_eq!(clients.held_by(a), 1);

@@ -14,7 +14,8 @@ pub trait Listener: Send + Sync + 'static {
     type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
 
     /// The next connection and its peer's address, if it has one.
-    fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(Self::Stream, Option<IpAddr>)>>;
+    fn poll_accept(&self, cx: &mut Context<'_>)
+    -> Poll<io::Result<(Self::Stream, Option<IpAddr>)>>;
 
     /// Made ready to serve (TCP: no Nagle delay on answers).
     fn prepare(stream: &Self::Stream, listener: &'static str);

@@ -162,7 +162,10 @@ async fn a_client_at_its_cap_has_new_connections_closed_while_others_are_taken()
     for _ in 0..3 {
         taken.push(acceptor.accept().await);
     }
-    let peers: Vec<_> = taken.iter().map(|(_, peer)| peer.unwrap().to_string()).collect();
+    let peers: Vec<_> = taken
+        .iter()
+        .map(|(_, peer)| peer.unwrap().to_string())
+        .collect();
     assert_eq!(peers, ["127.0.0.1", "127.0.0.1", "127.0.0.2"]);
     // The third from 127.0.0.1 was closed as soon as it was accepted.
     assert_eq!(a3.read(&mut [0u8; 1]).await.unwrap(), 0);

@@ -40,7 +40,9 @@ impl Rotated {
                 let number = name
                     .to_str()
                     .and_then(|n| n.strip_prefix(&stem))
-                    .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                    .filter(|digits| {
+                        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+                    })
                     .and_then(|digits| digits.parse::<u64>().ok());
                 kept.extend(number);
             }
@@ -91,7 +93,13 @@ mod tests {
     fn numbers_count_on_from_what_is_there_and_the_oldest_go() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rec.jsonl");
-        for name in ["rec.jsonl.3", "rec.jsonl.10", "rec.jsonl.x", "rec.jsonl.", "other.1"] {
+        for name in [
+            "rec.jsonl.3",
+            "rec.jsonl.10",
+            "rec.jsonl.x",
+            "rec.jsonl.",
+            "other.1",
+        ] {
             std::fs::write(dir.path().join(name), name).unwrap();
         }
         let mut rotated = Rotated::scan(&path).unwrap();
@@ -99,7 +107,10 @@ mod tests {
         std::fs::write(&path, "current").unwrap();
         assert!(rotated.rotate(2).unwrap().is_none());
         assert_eq!(rotated.kept().collect::<Vec<_>>(), [10, 11]);
-        assert_eq!(std::fs::read_to_string(numbered(&path, 11)).unwrap(), "current");
+        assert_eq!(
+            std::fs::read_to_string(numbered(&path, 11)).unwrap(),
+            "current"
+        );
         assert!(!numbered(&path, 3).exists());
         assert!(!path.exists());
         // Files that are not rotated ones are left alone.

@@ -212,7 +212,10 @@ impl RecordFile {
         let mut rotated = match rotated {
             Ok(r) => r,
             Err(e) => {
-                self.log(&e, "cannot list the rotated record files (writing on to the file)");
+                self.log(
+                    &e,
+                    "cannot list the rotated record files (writing on to the file)",
+                );
                 return;
             }
         };

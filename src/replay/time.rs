@@ -219,10 +219,7 @@ mod tests {
             Err(TimeError::OutOfRange)
         );
         assert_eq!(parse_instant("yesterday"), Err(TimeError::NotRfc3339));
-        assert_eq!(
-            parse_instant("2554-07-21T23:34:33.709551615Z"),
-            Ok(LAST)
-        );
+        assert_eq!(parse_instant("2554-07-21T23:34:33.709551615Z"), Ok(LAST));
         assert_eq!(
             parse_instant("2554-07-21T23:34:33.709551616Z"),
             Err(TimeError::OutOfRange)

@@ -161,13 +161,22 @@ mod tests {
         let no_key = parse(&["--record", "r", "--record-hash-values"]).unwrap();
         let error = no_key.config().unwrap_err();
         assert_eq!(error.setting, "RECORD_HASH_KEY");
-        let short = parse(&["--record", "r", "--record-hash-values", "--record-hash-key", "abcd"])
-            .unwrap()
-            .config()
-            .unwrap_err();
+        let short = parse(&[
+            "--record",
+            "r",
+            "--record-hash-values",
+            "--record-hash-key",
+            "abcd",
+        ])
+        .unwrap()
+        .config()
+        .unwrap_err();
         assert_eq!(short.setting, "RECORD_HASH_KEY");
         assert!(short.message.contains("32 hex digits"), "{short}");
-        assert!(!short.to_string().contains("abcd"), "the key is repeated: {short}");
+        assert!(
+            !short.to_string().contains("abcd"),
+            "the key is repeated: {short}"
+        );
         let good = parse(&[
             "--record",
             "r",

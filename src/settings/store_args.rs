@@ -109,7 +109,12 @@ pub struct StoreArgs {
     /// Redis address: host:port, redis://user:pass@host:port/db (user, pass and db optional), rediss://… (TLS), or a Unix
     /// socket path (with REDIS_SOCKET_TYPE=unix); cluster: comma-separated seed nodes; sentinel:
     /// master_name,host:port[,host:port…] (the sentinels).
-    #[arg(long, env = "REDIS_URL", default_value = "127.0.0.1:6379", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "127.0.0.1:6379",
+        hide_env_values = true
+    )]
     pub redis_url: String,
     /// single, sentinel or cluster (any case).
     #[arg(long, env = "REDIS_TYPE", default_value = "single", value_parser = parse_redis_type)]

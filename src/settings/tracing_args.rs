@@ -107,14 +107,24 @@ pub struct TracingArgs {
     pub tracing_record_values: bool,
     /// The collector's OTLP/gRPC endpoint. Checked in `config`, not by clap, whose errors
     /// repeat the value (a URL may carry a password).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", default_value = "http://localhost:4317", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        default_value = "http://localhost:4317",
+        hide_env_values = true
+    )]
     pub otel_exporter_otlp_endpoint: String,
     /// The OTLP transport: `grpc` (the only one built in).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", default_value = "grpc", value_parser = parse_protocol)]
     pub otel_exporter_otlp_protocol: OtlpProtocol,
     /// Headers sent with each export: `key1=value1,key2=value2` (values percent-encoded).
     /// Checked in `config`, not by clap, whose errors repeat the value (often a token).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_HEADERS", default_value = "", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_HEADERS",
+        default_value = "",
+        hide_env_values = true
+    )]
     pub otel_exporter_otlp_headers: String,
 }
 

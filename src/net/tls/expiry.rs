@@ -109,7 +109,9 @@ impl Validity {
 pub enum Expiry {
     Fine,
     /// Inside the warning window, `left` seconds to go.
-    Near { left: i64 },
+    Near {
+        left: i64,
+    },
     /// Past `notAfter`: clients refuse it.
     Expired,
 }
@@ -194,7 +196,10 @@ mod tests {
         assert!(!warned.due(near, 11, 60));
         assert!(!warned.due(near, 69, 60));
         assert!(warned.due(near, 70, 60));
-        assert!(warned.due(Expiry::Expired, 71, 60), "turning expired is said at once");
+        assert!(
+            warned.due(Expiry::Expired, 71, 60),
+            "turning expired is said at once"
+        );
         assert!(!warned.due(Expiry::Expired, 72, 60));
         // A renewed certificate starts over.
         assert!(!warned.due(Expiry::Fine, 80, 60));

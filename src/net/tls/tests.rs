@@ -112,7 +112,11 @@ fn oversized_and_empty_files_are_errors_naming_the_setting() {
     );
     std::fs::write(dir.path().join("tls.crt"), "").unwrap();
     let s = spec(dir.path());
-    let e = s.build(&s.read().unwrap(), NOW).unwrap_err().error.to_string();
+    let e = s
+        .build(&s.read().unwrap(), NOW)
+        .unwrap_err()
+        .error
+        .to_string();
     assert!(e.contains("no CERTIFICATE"), "{e}");
 }
 
@@ -128,14 +132,24 @@ fn sans_are_dns_names_or_ip_addresses() {
 fn an_expired_or_not_yet_valid_certificate_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), &valid_between(NOW - 100 * DAY, NOW - DAY));
-    let e = load(spec(dir.path()), &clock_at(NOW)).err().unwrap().to_string();
+    let e = load(spec(dir.path()), &clock_at(NOW))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
-        e.starts_with("GRPC_SERVER_TLS_CERT (") && e.contains("certificate #0 expired at 2025-12-31T00:00:00Z"),
+        e.starts_with("GRPC_SERVER_TLS_CERT (")
+            && e.contains("certificate #0 expired at 2025-12-31T00:00:00Z"),
         "{e}"
     );
     write(dir.path(), &valid_between(NOW + DAY, NOW + 100 * DAY));
-    let e = load(spec(dir.path()), &clock_at(NOW)).err().unwrap().to_string();
-    assert!(e.contains("is not valid before 2026-01-02T00:00:00Z"), "{e}");
+    let e = load(spec(dir.path()), &clock_at(NOW))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("is not valid before 2026-01-02T00:00:00Z"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -155,7 +169,11 @@ fn an_expired_certificate_on_rotation_is_refused_and_the_old_one_serves_on() {
     assert!(Arc::ptr_eq(&first, &source.config()));
     assert_eq!(source.metrics().expiry("gRPC"), NOW + 90 * DAY);
     assert_eq!(source.metrics().reload_errors("gRPC"), 1);
-    assert_eq!(source.poll(), Polled::Unchanged, "refused once, not at every poll");
+    assert_eq!(
+        source.poll(),
+        Polled::Unchanged,
+        "refused once, not at every poll"
+    );
 }
 
 #[test]
