@@ -64,27 +64,6 @@ async fn rate_limit_calls_over_a_unix_socket() {
     assert_eq!(s.hit("u", &[("k", "x")]).await, (Code::Ok, 0));
 }
 
-/// CPU time (user + system) the process has used, in clock ticks (1/100 s).
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Whether the server closed `stream` within `wait` (it reads what the server sends, its
 /// SETTINGS frame, until the end).
 async fn closed_within(stream: &mut tokio::net::UnixStream, wait: std::time::Duration) -> bool {
@@ -116,39 +95,21 @@ async fn a_unix_socket_flood_neither_spins_nor_starves_tcp_and_silent_ones_are_c
     std::fs::write(dir.path().join("u.yaml"), rules).unwrap();
     let socket = dir.path().join("rls.sock");
     let (grpc, http) = (common::free_port(), common::free_port());
-    // prlimit (util-linux) sets the limit on itself and then execs the server.
-    let child = std::process::Command::new("prlimit")
-        .arg("--nofile=256:256")
-        .arg(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args(["serve", "--config"])
-        .arg(dir.path())
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .arg("--grpc-uds")
-        .arg(&socket)
-        .env("HANDSHAKE_TIMEOUT", "2s")
-        .env("IDLE_TIMEOUT", "3s")
-        .env("LOG_LEVEL", "error")
-        .stdout(std::process::Stdio::null())
-        .spawn();
-    let child = match child {
-        Ok(child) => Killed(child),
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIPPING: prlimit (util-linux) cannot run the server: {e}");
-            return;
-        }
-        Err(e) => panic!("prlimit (util-linux) runs the server: {e}"),
+    let Some(child) = common::process::under_prlimit("--nofile=256:256", |c| {
+        c.args(["serve", "--config"])
+            .arg(dir.path())
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .arg("--grpc-uds")
+            .arg(&socket)
+            .env("HANDSHAKE_TIMEOUT", "2s")
+            .env("IDLE_TIMEOUT", "3s")
+            .env("LOG_LEVEL", "error");
+    }) else {
+        return;
     };
     let health = format!("http://127.0.0.1:{http}/healthcheck");
-    let mut ready = false;
-    for _ in 0..500 {
-        if reqwest::get(&health).await.is_ok_and(|r| r.status() == 200) {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ready, "server did not become healthy");
+    common::process::wait_healthy(&health).await;
     // 20 that complete the HTTP/2 handshake and then stay idle, 130 that send nothing.
     let mut idle = Vec::new();
     for _ in 0..20 {
@@ -172,9 +133,9 @@ async fn a_unix_socket_flood_neither_spins_nor_starves_tcp_and_silent_ones_are_c
         }
     }
     assert!(silent.len() >= 130, "only {} connected", silent.len());
-    let before = cpu_ticks(child.0.id());
+    let before = common::process::cpu_ticks(child.0.id());
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let used = cpu_ticks(child.0.id()) - before;
+    let used = common::process::cpu_ticks(child.0.id()) - before;
     // 1.5 s is 150 ticks of one core; a spinning accept loop used all of them (and more).
     assert!(
         used < 75,

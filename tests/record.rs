@@ -552,26 +552,18 @@ async fn a_write_cut_short_leaves_only_whole_lines_and_counts_the_rest() {
     std::fs::write(tmp.path().join("edge.yaml"), RULES).unwrap();
     let path = tmp.path().join("rec.jsonl");
     let (grpc, http) = (common::free_port(), common::free_port());
-    let child = std::process::Command::new("prlimit")
-        .arg(format!("--fsize={LIMIT}:{LIMIT}"))
-        .arg(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args(["serve", "--config"])
-        .arg(tmp.path())
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .arg("--record")
-        .arg(&path)
-        .env("LOG_LEVEL", "error")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let mut child = match child {
-        Ok(child) => KillOnDrop(child),
-        Err(e) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIPPING: prlimit (util-linux) cannot run the server: {e}");
-            return;
-        }
-        Err(e) => panic!("prlimit (util-linux) runs the server: {e}"),
+    let limit = format!("--fsize={LIMIT}:{LIMIT}");
+    let Some(mut child) = common::process::under_prlimit(&limit, |c| {
+        c.args(["serve", "--config"])
+            .arg(tmp.path())
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .arg("--record")
+            .arg(&path)
+            .env("LOG_LEVEL", "error")
+            .stderr(std::process::Stdio::null());
+    }) else {
+        return;
     };
     let metrics = format!("http://127.0.0.1:{http}/metrics");
     let mut client = loop {
@@ -640,13 +632,4 @@ async fn a_write_cut_short_leaves_only_whole_lines_and_counts_the_rest() {
         );
     }
     child.0.kill().unwrap();
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
