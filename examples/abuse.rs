@@ -5,6 +5,8 @@
 //! cargo run --release --example abuse -- stalled-streams --addr 127.0.0.1:8081 --streams 800
 //! cargo run --release --example abuse -- silent --addr 127.0.0.1:8081 --count 1300 --hold 60
 //! cargo run --release --example abuse -- descriptor-flood --addr 127.0.0.1:8081 --senders 16
+//! cargo run --release --example abuse -- silent-uds --path /tmp/rls.sock --count 1100 --hold 30
+//! cargo run --release --example abuse -- tls-stall --addr 127.0.0.1:8081 --count 500 --source 127.0.0.2
 //! ```
 //! Watch the server's RSS and CPU meanwhile (`ps -o rss,pcpu -p PID`).
 
@@ -14,8 +16,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use ratelimit_server::clock::monotonic;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream, UnixStream};
 use tonic::codegen::http;
 
 const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -51,6 +54,32 @@ enum Attack {
         count: usize,
         #[arg(long)]
         preface: bool,
+        #[arg(long, default_value_t = 60)]
+        hold: u64,
+    },
+    /// Like `silent`, on a Unix socket (`--grpc-uds`).
+    SilentUds {
+        #[arg(long)]
+        path: std::path::PathBuf,
+        #[arg(long, default_value_t = 1100)]
+        count: usize,
+        #[arg(long)]
+        preface: bool,
+        #[arg(long, default_value_t = 60)]
+        hold: u64,
+    },
+    /// Many TCP connections from one source address (`--source 127.0.0.2`: any 127/8 address is
+    /// loopback) that start a TLS handshake and stall: nothing sent, or with `--partial` the
+    /// first bytes of a ClientHello; held open. Reports how many the server closed, and when.
+    TlsStall {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long, default_value_t = 500)]
+        count: usize,
+        #[arg(long, default_value = "127.0.0.1")]
+        source: std::net::IpAddr,
+        #[arg(long)]
+        partial: bool,
         #[arg(long, default_value_t = 60)]
         hold: u64,
     },
@@ -129,7 +158,85 @@ async fn silent(addr: SocketAddr, count: usize, preface: bool, hold: u64) {
             }
         }
     }
+    hold_open(connections, hold).await;
+}
+
+async fn silent_uds(path: std::path::PathBuf, count: usize, preface: bool, hold: u64) {
+    let mut connections = Vec::new();
+    for _ in 0..count {
+        match tokio::time::timeout(Duration::from_secs(2), UnixStream::connect(&path)).await {
+            Ok(Ok(mut c)) => {
+                if preface {
+                    let _ = c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+                }
+                connections.push(c);
+            }
+            Ok(Err(e)) => {
+                println!(
+                    "connect failed after {} connections: {e}",
+                    connections.len()
+                );
+                break;
+            }
+            Err(_) => {
+                println!("connect timed out after {} connections", connections.len());
+                break;
+            }
+        }
+    }
+    hold_open(connections, hold).await;
+}
+
+/// The first 16 bytes of a TLS 1.2+ ClientHello record announcing 512 bytes: a handshake begun
+/// and never finished.
+const PARTIAL_CLIENT_HELLO: &[u8] = &[
+    0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03, 0, 0, 0, 0, 0,
+];
+
+async fn tls_stall(
+    addr: SocketAddr,
+    count: usize,
+    source: std::net::IpAddr,
+    partial: bool,
+    hold: u64,
+) {
+    let mut connections = Vec::new();
+    for _ in 0..count {
+        let socket = match source {
+            std::net::IpAddr::V4(_) => TcpSocket::new_v4(),
+            std::net::IpAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .expect("socket");
+        socket
+            .bind(SocketAddr::new(source, 0))
+            .expect("bind the source address");
+        match socket.connect(addr).await {
+            Ok(mut c) => {
+                if partial {
+                    let _ = c.write_all(PARTIAL_CLIENT_HELLO).await;
+                }
+                connections.push(c);
+            }
+            Err(e) => {
+                println!(
+                    "connect failed after {} connections: {e}",
+                    connections.len()
+                );
+                break;
+            }
+        }
+    }
+    hold_open(connections, hold).await;
+}
+
+/// Holds `connections` open for `hold` seconds, reading what the server sends, and reports how
+/// many it closed and when.
+async fn hold_open<S: AsyncRead + AsyncWrite + Send + Unpin + 'static>(
+    connections: Vec<S>,
+    hold: u64,
+) {
     let opened = connections.len();
+    println!("{opened} connections opened; holding them for {hold} s");
     let started = monotonic();
     let tasks: Vec<_> = connections
         .into_iter()
@@ -228,6 +335,19 @@ async fn main() {
             preface,
             hold,
         } => silent(addr, count, preface, hold).await,
+        Attack::SilentUds {
+            path,
+            count,
+            preface,
+            hold,
+        } => silent_uds(path, count, preface, hold).await,
+        Attack::TlsStall {
+            addr,
+            count,
+            source,
+            partial,
+            hold,
+        } => tls_stall(addr, count, source, partial, hold).await,
         Attack::DescriptorFlood {
             addr,
             senders,

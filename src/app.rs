@@ -20,7 +20,7 @@ use crate::health::HealthReporter;
 use crate::http::{self, Admin};
 use crate::metrics::Metrics;
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
-use crate::net::{self, Acceptor, ConnectionCaps, Timeouts, TransportArgs};
+use crate::net::{self, Acceptor, ConnectionCaps, Listener, Timeouts, TransportArgs};
 use crate::policy::Policy;
 use crate::record::{LivePolicy, Recorder};
 use crate::reload::{self, Reloader};
@@ -142,18 +142,21 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError>
     Ok((listener, bound))
 }
 
-/// Connection caps fitted to the descriptor limit, saying so when they had to be lowered.
-fn connection_caps(transport: &TransportArgs) -> ConnectionCaps {
+/// Connection caps fitted to the descriptor limit (the Unix socket, when there is one, with its
+/// own share), saying so when they had to be lowered.
+fn connection_caps(transport: &TransportArgs, uds: bool) -> ConnectionCaps {
     let asked = (
         transport.max_connections as usize,
         transport.max_admin_connections as usize,
     );
     let fd_limit = net::fd_limit();
-    let caps = ConnectionCaps::fitted(asked.0, asked.1, fd_limit);
-    if (caps.grpc, caps.admin) != asked {
+    let caps = ConnectionCaps::fitted(asked.0, asked.1, uds, fd_limit);
+    let lowered = caps.grpc != asked.0 || caps.admin != asked.1 || (uds && caps.uds != asked.0);
+    if lowered {
         tracing::warn!(
             fd_limit,
             grpc = caps.grpc,
+            grpc_uds = caps.uds,
             admin = caps.admin,
             "connection caps lowered to fit the open-file limit (raise `ulimit -n` for more)"
         );
@@ -161,12 +164,14 @@ fn connection_caps(transport: &TransportArgs) -> ConnectionCaps {
     caps
 }
 
-/// A listener's TLS config, loaded now (start-up errors are fatal), if it has TLS.
+/// A listener's TLS config, loaded now (start-up errors are fatal, an expired certificate
+/// included), if it has TLS.
 fn tls_source(
     spec: Option<tls::TlsSpec>,
     metrics: &TlsMetrics,
+    clock: &Arc<dyn Clock>,
 ) -> Result<Option<Arc<TlsSource>>, TlsError> {
-    spec.map(|spec| TlsSource::load(spec, metrics.clone()).map(Arc::new))
+    spec.map(|spec| TlsSource::load(spec, metrics.clone(), clock.clone()).map(Arc::new))
         .transpose()
 }
 
@@ -225,15 +230,20 @@ async fn start_on<B: Backend>(
     let summary = load_first_rules(settings, &reloader)?;
     let recorder = recorder(settings, &engine, &metrics)?;
     let tls_metrics = TlsMetrics::register(metrics.registry());
-    let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics)?;
-    let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics)?;
+    let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics, &clock)?;
+    let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics, &clock)?;
     let listeners = Listeners::bind(settings).await?;
     let (grpc_addr, http_addr, debug_addr) = listeners.addrs();
     let tracing = start_tracing(settings)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
     let mut tasks = Tasks {
-        caps: connection_caps(&settings.transport),
+        caps: connection_caps(&settings.transport, settings.grpc_uds.is_some()),
+        client_cap: settings
+            .transport
+            .max_connections_per_client
+            .map(|n| n as usize),
+        refused: net::refusal_counters(metrics.registry()),
         timeouts: settings.transport.timeouts(),
         shutdown: shutdown_rx,
         handles: Vec::new(),
@@ -290,6 +300,7 @@ fn recorder<B: Backend>(
     let Some(config) = settings.record.config()? else {
         return Ok(None);
     };
+    catch_file_size_signal();
     let live = engine.clone();
     let policy: LivePolicy = Arc::new(move || live.policy());
     let file = config.file.clone();
@@ -311,6 +322,19 @@ fn recorder<B: Backend>(
          counts them, never slowing an answer"
     );
     Ok(Some(Arc::new(recorder)))
+}
+
+/// SIGXFSZ's default action ends the process when a write passes the file size limit
+/// (`ulimit -f`, RLIMIT_FSIZE); caught, the write fails with EFBIG instead, which the recorder
+/// handles as it handles a full disk. The handler, once installed, stays for the process's life.
+fn catch_file_size_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Err(e) = signal(SignalKind::from_raw(libc::SIGXFSZ)) {
+            tracing::warn!(error = %e, "cannot catch SIGXFSZ: a file size limit would end the server");
+        }
+    }
 }
 
 /// The reloader of the rules directory, which installs each valid rule set into `engine`.
@@ -383,12 +407,12 @@ impl Listeners {
 
 /// OpenTelemetry tracing, started if the settings configure it.
 fn start_tracing(settings: &ServeSettings) -> Result<Option<Tracing>, StartError> {
-    let Some(config) = settings.tracing.config() else {
+    let Some(config) = settings.tracing.config()? else {
         return Ok(None);
     };
     let tracing = Tracing::start(&config)?;
     tracing::info!(
-        endpoint = %config.endpoint,
+        endpoint = %crate::redact::credentials(&config.endpoint),
         service_name = %config.service_name,
         sampling_rate = config.sampling_rate,
         record_values = config.record_values,
@@ -417,12 +441,25 @@ fn grpc_server(settings: &ServeSettings) -> tonic::transport::Server {
 /// connection caps, silence timeouts and the shutdown signal.
 struct Tasks {
     caps: ConnectionCaps,
+    /// `MAX_CONNECTIONS_PER_CLIENT`; `None`: each listener's default share.
+    client_cap: Option<usize>,
+    refused: prometheus::IntCounterVec,
     timeouts: Timeouts,
     shutdown: watch::Receiver<bool>,
     handles: Vec<JoinHandle<()>>,
 }
 
 impl Tasks {
+    /// The acceptor of one listener: its cap, the per-client cap, the timeouts.
+    fn acceptor<L: Listener>(&self, listener: L, cap: usize, name: &'static str) -> Acceptor<L> {
+        let acceptor = Acceptor::new(listener, cap, self.timeouts, name)
+            .with_refusal_counter(self.refused.with_label_values(&[name]));
+        match self.client_cap {
+            Some(per_client) => acceptor.with_client_cap(per_client),
+            None => acceptor,
+        }
+    }
+
     fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
         self.handles.push(tokio::spawn(task));
     }
@@ -458,9 +495,14 @@ impl Tasks {
                 source,
             })?;
         let stop = self.stopped();
-        tracing::info!(path = %path.display(), "gRPC also on a Unix socket");
+        let acceptor = self.acceptor(listener, self.caps.uds, "gRPC (Unix socket)");
+        tracing::info!(
+            path = %path.display(),
+            max_connections = self.caps.uds,
+            "gRPC also on a Unix socket"
+        );
         self.spawn(async move {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let incoming = acceptor.into_stream();
             if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
                 tracing::error!(error = %e, "gRPC server on the Unix socket failed");
             }
@@ -475,7 +517,7 @@ impl Tasks {
         router: Router,
         tls: Option<Arc<TlsSource>>,
     ) {
-        let acceptor = Acceptor::new(listener, self.caps.grpc, self.timeouts, "gRPC");
+        let acceptor = self.acceptor(listener, self.caps.grpc, "gRPC");
         let stop = self.stopped();
         self.spawn(async move {
             let result = router
@@ -495,7 +537,7 @@ impl Tasks {
         router: axum::Router,
         tls: Option<Arc<TlsSource>>,
     ) {
-        let acceptor = Acceptor::new(listener, self.caps.admin, self.timeouts, "admin");
+        let acceptor = self.acceptor(listener, self.caps.admin, "admin");
         let header_timeout = settings.transport.handshake_timeout;
         let stop = self.stopped();
         self.spawn(net::serve_http(acceptor, tls, router, header_timeout, stop));
@@ -508,7 +550,7 @@ impl Tasks {
         (listener, _): (TcpListener, SocketAddr),
         router: axum::Router,
     ) {
-        let acceptor = Acceptor::new(listener, self.caps.admin, self.timeouts, "debug");
+        let acceptor = self.acceptor(listener, self.caps.admin, "debug");
         let header_timeout = settings.transport.handshake_timeout;
         let stop = self.stopped();
         self.spawn(net::serve_http(

@@ -10,7 +10,8 @@
 //! - faces: [`service`] (gRPC), [`health`] (gRPC health), [`http`] (admin), [`net`] (listeners), [`reload`] and [`rules_dir`] (files),
 //!   [`record`] (`serve --record`: decisions to a file, off the hot path), [`replay`] (recorded requests through rules), [`plot`] (SVG charts);
 //! - wiring: [`app`], [`settings`], [`reference_env`], [`status`], [`logging`], [`cli`];
-//! - [`testing`]: request builders shared by tests, examples and benchmarks.
+//! - [`testing`]: request builders shared by tests, examples and benchmarks; [`redact`]: passwords
+//!   out of messages that repeat an address.
 //!
 //! No unsafe code: forbidden here and in the binary (the package denies it; see `Cargo.toml`).
 #![forbid(unsafe_code)]
@@ -29,6 +30,7 @@ pub mod net;
 pub mod plot;
 pub mod policy;
 pub mod record;
+pub mod redact;
 pub mod reference_env;
 pub mod reload;
 pub mod replay;

@@ -6,6 +6,8 @@
 
 use std::path::PathBuf;
 
+use crate::redact;
+
 /// What the reference's environment asks of us.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Translation {
@@ -169,9 +171,10 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
     }
     for (name, why) in UNSUPPORTED {
         match lookup(name) {
-            Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("false") => t
-                .warnings
-                .push(format!("{name}={v} is not supported: {why}")),
+            // Several of these are addresses that may carry a password (REDIS_PERSECOND_URL).
+            Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("false") => t.warnings.push(
+                format!("{name}={} is not supported: {why}", redact::credentials(&v)),
+            ),
             _ => {}
         }
     }

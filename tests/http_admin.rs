@@ -234,6 +234,7 @@ async fn json_endpoint_rejects_bad_input_with_400() {
     let client = reqwest::Client::new();
     let r = client
         .post(s.http("/json"))
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await
@@ -429,4 +430,105 @@ async fn json_endpoint_names_a_bad_hits_addend() {
     )
     .await;
     assert_eq!(status, 200, "numbers and numeric strings are accepted");
+}
+
+#[tokio::test]
+async fn json_refuses_bodies_a_web_page_could_send_cross_site() {
+    let mut s = start(&[("web.yaml", RULES)]).await;
+    // The request a page could `fetch` without a preflight: a "simple" content type, spending the
+    // victim's whole hour in one call.
+    let body = r#"{"domain":"web","descriptors":[{"entries":[{"key":"user","value":"victim"}],"hitsAddend":10}]}"#;
+    let client = reqwest::Client::new();
+    for content_type in [
+        Some("text/plain"),
+        Some("text/plain;charset=UTF-8"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        let mut post = client.post(s.http("/json")).body(body);
+        if let Some(t) = content_type {
+            post = post.header("content-type", t);
+        }
+        let r = post.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 415, "{content_type:?}");
+        let answer: Value = r.json().await.unwrap();
+        let message = answer["error"].as_str().unwrap();
+        assert!(
+            message.contains("Content-Type must be application/json"),
+            "{message}"
+        );
+    }
+    // Nothing was charged: the victim has its 10 left.
+    assert_eq!(s.hit("web", &[("user", "victim")]).await, (Code::Ok, 9));
+    // The same body as JSON is served.
+    let r = client
+        .post(s.http("/json"))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429, "9 left, 10 asked");
+}
+
+/// Sends `head` (request line and headers) on a fresh connection and returns the first thing the
+/// server answers (at most 10 s).
+async fn first_answer(addr: std::net::SocketAddr, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), tcp.read(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test]
+async fn a_body_too_large_to_read_gets_413_not_100_continue() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let addr = s.server.http_addr;
+    for length in ["100000000000", "2097153"] {
+        let head = format!(
+            "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Expect: 100-continue\r\nContent-Length: {length}\r\n\r\n"
+        );
+        let answer = first_answer(addr, &head).await;
+        assert!(answer.starts_with("HTTP/1.1 413 "), "{length}: {answer}");
+        assert!(answer.contains("reads at most 2097152"), "{answer}");
+    }
+    // Within the bound, the client is told to go on.
+    let head = "POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                Expect: 100-continue\r\nContent-Length: 100\r\n\r\n";
+    assert!(
+        first_answer(addr, head)
+            .await
+            .starts_with("HTTP/1.1 100 Continue")
+    );
+    // A chunked body with no length is cut at the bound as it is read.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(
+        b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Transfer-Encoding: chunked\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+    for _ in 0..40 {
+        // The server may answer and close before all is sent.
+        if tcp.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = tcp.write_all(b"0\r\n\r\n").await;
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), tcp.read(&mut answer))
+        .await
+        .expect("an answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
 }

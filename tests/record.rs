@@ -106,7 +106,13 @@ async fn a_record_line_posts_to_json_as_it_is_and_is_recorded_too() {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     };
     let client = reqwest::Client::new();
-    let answer = client.post(&url).body(line.clone()).send().await.unwrap();
+    let answer = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(line.clone())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(answer.status(), 200);
     let body: Value = answer.json().await.unwrap();
     assert_eq!(body["overallCode"], "OK");
@@ -119,15 +125,20 @@ async fn a_record_line_posts_to_json_as_it_is_and_is_recorded_too() {
     }
 }
 
+/// FILE's rotated files, oldest (lowest number) first, then FILE.
 fn all_files(path: &Path) -> Vec<PathBuf> {
-    let mut files = vec![path.to_path_buf()];
-    for n in 1.. {
-        let next = PathBuf::from(format!("{}.{n}", path.display()));
-        if !next.exists() {
-            break;
-        }
-        files.push(next);
-    }
+    let stem = format!("{}.", path.file_name().unwrap().to_str().unwrap());
+    let mut numbered: Vec<(u64, PathBuf)> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let n = e.file_name().to_str()?.strip_prefix(&stem)?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .collect();
+    numbered.sort();
+    let mut files: Vec<PathBuf> = numbered.into_iter().map(|(_, p)| p).collect();
+    files.push(path.to_path_buf());
     files
 }
 
@@ -147,8 +158,8 @@ async fn rotation_at_the_size_bound_loses_no_line() {
     let files = all_files(&path);
     assert!(files.len() > 10, "{} files", files.len());
     let mut seen = Vec::new();
-    // Oldest first: FILE.N … FILE.1, FILE.
-    for file in files.iter().rev() {
+    // Oldest first: FILE.1 … FILE.N, then FILE.
+    for file in &files {
         assert!(
             std::fs::metadata(file).unwrap().len() <= 1024,
             "{}",
@@ -182,7 +193,11 @@ async fn rotation_keeps_max_files_and_counts() {
     assert_eq!(lines_total, 100);
     let rotations = metric(&t, "ratelimit_record_rotations_total").await;
     t.server.shutdown().await;
-    assert_eq!(all_files(&path).len(), 3, "FILE, FILE.1, FILE.2");
+    assert_eq!(
+        all_files(&path).len(),
+        3,
+        "FILE and the two newest rotated files"
+    );
     assert!(rotations > 2, "{rotations} rotations");
     // The newest lines are all there, the oldest went with the deleted files.
     let last = lines(&path);
@@ -225,7 +240,7 @@ async fn hashed_values_hide_raw_values_but_keep_the_ones_the_rules_name() {
     let key = "00112233445566778899aabbccddeeff";
     let mut t = recording(&path, |s| {
         s.record.record_hash_values = true;
-        s.record.record_hash_key = Some(HashKey::parse(key).unwrap());
+        s.record.record_hash_key = Some(key.to_owned());
     })
     .await;
     for (k, v) in [
@@ -524,4 +539,97 @@ async fn a_request_beyond_the_queue_byte_bound_is_dropped_and_counted_not_queued
         written[0]["descriptors"][0]["entries"][0]["value"],
         "10.0.0.1"
     );
+}
+
+/// The real binary recording under a file size limit (`prlimit --fsize`, RLIMIT_FSIZE: writes past
+/// it stop short, then fail with EFBIG), as a full disk would stop them: the server lives on (it
+/// catches SIGXFSZ), the file holds only whole lines, and every decision is either a line counted
+/// in `ratelimit_record_lines_total` or a drop counted as `write_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_cut_short_leaves_only_whole_lines_and_counts_the_rest() {
+    const LIMIT: u64 = 20_000;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("edge.yaml"), RULES).unwrap();
+    let path = tmp.path().join("rec.jsonl");
+    let (grpc, http) = (common::free_port(), common::free_port());
+    let limit = format!("--fsize={LIMIT}:{LIMIT}");
+    let Some(mut child) = common::process::under_prlimit(&limit, |c| {
+        c.args(["serve", "--config"])
+            .arg(tmp.path())
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .arg("--record")
+            .arg(&path)
+            .env("LOG_LEVEL", "error")
+            .stderr(std::process::Stdio::null());
+    }) else {
+        return;
+    };
+    let metrics = format!("http://127.0.0.1:{http}/metrics");
+    let mut client = loop {
+        match envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}")).await {
+            Ok(c) => break c,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    };
+    // About 150 bytes a line: 300 decisions are twice what the limit lets the file hold. Sent in
+    // rounds, so the writer's batches end part way through the limit.
+    const SENT: u64 = 300;
+    for n in 0..SENT as usize {
+        client.should_rate_limit(ip(n)).await.unwrap();
+        if n % 7 == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(6)).await;
+        }
+    }
+    let started = ratelimit_server::clock::monotonic();
+    let (written, dropped) = loop {
+        let written = scrape_metric(&metrics, "ratelimit_record_lines_total").await;
+        let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        let dropped = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ratelimit_record_dropped_total{reason=\"write_error\"} "))
+            .map_or(0, |v| v.parse::<u64>().unwrap());
+        if written + dropped == SENT {
+            break (written, dropped);
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{written} written + {dropped} dropped of {SENT}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "the server died at the file size limit"
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.len() as u64 <= LIMIT);
+    assert!(
+        dropped > 0,
+        "the limit was never reached ({} bytes)",
+        bytes.len()
+    );
+    assert_eq!(
+        bytes.last(),
+        Some(&b'\n'),
+        "the file ends in a partial line"
+    );
+    let text = String::from_utf8(bytes).unwrap();
+    let file_lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a whole line: {l}: {e}")))
+        .collect();
+    assert_eq!(
+        file_lines.len() as u64,
+        written,
+        "lines counted = lines in the file"
+    );
+    // The lines kept are the first decisions, in order.
+    for (n, line) in file_lines.iter().enumerate() {
+        assert_eq!(
+            line["descriptors"][0]["entries"][0]["value"],
+            format!("10.0.{}.{}", n / 256, n % 256)
+        );
+    }
+    child.0.kill().unwrap();
 }

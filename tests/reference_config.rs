@@ -234,6 +234,7 @@ async fn the_json_endpoint_returns_the_dynamic_metadata_too() {
     let body = r#"{"domain":"meta","descriptors":[{"entries":[{"key":"backend","value":"b"}]}]}"#;
     let answer: serde_json::Value = reqwest::Client::new()
         .post(s.http("/json"))
+        .header("content-type", "application/json")
         .body(body)
         .send()
         .await

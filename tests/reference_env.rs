@@ -154,3 +154,131 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
     );
     assert!(text.contains("DEBUG"), "debug lines are logged:\n{text}");
 }
+
+/// The binary's whole output (stdout and stderr) for `args` with `env`, run to its end (at most
+/// 10 s; a server that starts is killed then).
+fn output_of(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    command
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let child = command.spawn().unwrap();
+    let pid = child.id();
+    let started = monotonic();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    while !waiter.is_finished() && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !waiter.is_finished() {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    let out = waiter.join().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn passwords_in_addresses_never_reach_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), rules(5)).unwrap();
+    let config = dir.path().to_str().unwrap();
+    let listen = ["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"];
+    let mut serve = vec!["serve", "--config", config];
+    serve.extend_from_slice(&listen);
+    for (what, args, env) in [
+        (
+            "a malformed REDIS_URL",
+            serve.clone(),
+            vec![
+                ("BACKEND_TYPE", "redis"),
+                ("REDIS_URL", "redis://default:s3cret@bad host:6379"),
+            ],
+        ),
+        (
+            "a bad port",
+            serve.clone(),
+            vec![
+                ("BACKEND_TYPE", "redis"),
+                ("REDIS_URL", "redis://default:s3cret@h:notaport"),
+            ],
+        ),
+        (
+            "a cluster seed",
+            serve.clone(),
+            vec![
+                ("BACKEND_TYPE", "redis"),
+                ("REDIS_TYPE", "cluster"),
+                ("REDIS_URL", "h1:1,ftp://u:s3cret@h2:2"),
+            ],
+        ),
+        (
+            "a Unix socket's pass parameter",
+            serve.clone(),
+            vec![
+                ("BACKEND_TYPE", "redis"),
+                ("REDIS_URL", "redis+unix:///no/such.sock?pass=s3cret&db=x"),
+            ],
+        ),
+        (
+            "the reference's REDIS_PERSECOND_URL, warned about",
+            vec!["check", config],
+            vec![("REDIS_PERSECOND_URL", "redis://u:s3cret@persecond:6379")],
+        ),
+        (
+            "--help, which shows environment values",
+            vec!["serve", "--help"],
+            vec![
+                ("REDIS_URL", "redis://u:s3cret@h:1"),
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://u:s3cret@c:4317"),
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "authorization=Bearer%20s3cret",
+                ),
+            ],
+        ),
+        (
+            "a RECORD_HASH_KEY that is not 32 hex digits",
+            {
+                let mut args = serve.clone();
+                args.extend_from_slice(&["--record", "/dev/null", "--record-hash-values"]);
+                args
+            },
+            vec![("RECORD_HASH_KEY", "s3cret")],
+        ),
+        (
+            "a malformed OTLP header",
+            serve.clone(),
+            vec![
+                ("TRACING_ENABLED", "true"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "authorization Bearer s3cret"),
+            ],
+        ),
+    ] {
+        let output = output_of(&args, &env);
+        assert!(!output.trim().is_empty(), "{what}: no output");
+        assert!(
+            !output.contains("s3cret"),
+            "{what}: the password is in the output:\n{output}"
+        );
+    }
+    // What is shown instead.
+    let output = output_of(
+        &serve,
+        &[
+            ("BACKEND_TYPE", "redis"),
+            ("REDIS_URL", "redis://default:s3cret@h:notaport"),
+        ],
+    );
+    assert!(
+        output.contains("'redis://default:***@h:notaport'"),
+        "{output}"
+    );
+}

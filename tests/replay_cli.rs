@@ -295,3 +295,42 @@ fn a_broken_rules_directory_or_a_missing_file_is_an_error() {
     assert_eq!(code, 1);
     assert!(stderr.contains("nope.jsonl"), "{stderr}");
 }
+
+#[test]
+fn a_date_out_of_range_is_told_apart_and_a_jump_of_the_clock_is_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = rules(dir.path(), "now", 2);
+    let far = line(0, "edge", "ip", "a")
+        .replace("2026-12-01T05:00:00.000000000Z", "2500-01-01T00:00:00Z");
+    let beyond = line(0, "edge", "ip", "a")
+        .replace("2026-12-01T05:00:00.000000000Z", "9999-12-31T23:59:59Z");
+    let text = [
+        line(0, "edge", "ip", "a"),
+        line(1, "edge", "ip", "a"),
+        far,
+        line(2, "edge", "ip", "a"),
+        beyond,
+    ]
+    .concat();
+    let input = file(dir.path(), "hostile.jsonl", &text);
+    let (code, stdout, stderr) = replay(&["--config", s(&config), &input]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(":5: `time` \"9999-12-31T23:59:59Z\" is valid RFC 3339 but outside the instants replay handles, 1970-01-01T00:00:00Z to 2554-07-21T23:34:33Z"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(":3: warning: the time jumps 473 years ahead, from 2026-12-01T05:00:01Z to 2500-01-01T00:00:00Z"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.starts_with("replayed 4 lines (1 skipped, 0 without a call, 1 time jump)"),
+        "{stdout}"
+    );
+    let report = json(&["--config", s(&config), &input]);
+    assert_eq!(report["lines"]["time_jumps"], 1);
+    // The line after the jump was decided in 2500, the second in that window: allowed (in 2026
+    // it would have been the third of its minute, over the limit of 2).
+    assert_eq!(report["runs"][0]["totals"]["allowed"], 4);
+    assert_eq!(report["runs"][0]["totals"]["denied"], 0);
+}

@@ -40,6 +40,13 @@ struct Fixture {
     key: PathBuf,
 }
 
+impl Fixture {
+    /// The directory the server's files are in.
+    fn server_dir(&self) -> PathBuf {
+        self._dir.path().to_owned()
+    }
+}
+
 fn settings(dir: &Path) -> ServeSettings {
     let rules = dir.join("rules");
     std::fs::create_dir_all(&rules).unwrap();
@@ -422,4 +429,182 @@ async fn bad_tls_settings_stop_the_start_naming_the_setting() {
         e.starts_with("ADMIN_TLS_KEY is required when ADMIN_TLS_CERT is set"),
         "{e}"
     );
+}
+
+/// The test servers' clock: 2026-01-01T00:00:10Z, in Unix seconds.
+const NOW: i64 = (common::START / 1_000_000_000) as i64;
+const DAY: i64 = 86_400;
+
+#[tokio::test]
+async fn an_expired_or_not_yet_valid_certificate_stops_the_start() {
+    let e = start_error(|s, d| {
+        let (cert, key) = Ca::new("x")
+            .server_valid("old", NOW - 365 * DAY, NOW - DAY)
+            .write(d, "old");
+        s.tls.grpc_server_tls_cert = Some(cert);
+        s.tls.grpc_server_tls_key = Some(key);
+    })
+    .await;
+    assert!(
+        e.starts_with("GRPC_SERVER_TLS_CERT (")
+            && e.contains("certificate #0 expired at 2025-12-31T00:00:10Z"),
+        "{e}"
+    );
+    let e = start_error(|s, d| {
+        let (cert, key) = Ca::new("x")
+            .server_valid("early", NOW + DAY, NOW + 365 * DAY)
+            .write(d, "early");
+        s.tls.grpc_server_tls_cert = Some(cert);
+        s.tls.grpc_server_tls_key = Some(key);
+    })
+    .await;
+    assert!(
+        e.contains("certificate #0 is not valid before 2026-01-02T00:00:10Z"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_certificate_on_rotation_is_refused_and_the_old_one_serves_on() {
+    let f = tls_server(false, |s| {
+        let dir = s.config.parent().unwrap().to_owned();
+        let ca = Ca::new("rotation CA");
+        let (cert, key) = ca
+            // Valid for the client's real time too (the server's clock is the test's).
+            .server_valid("current", NOW - 30 * DAY, NOW + 3650 * DAY)
+            .write(&dir, "current");
+        std::fs::write(dir.join("ca.pem"), ca.cert_pem()).unwrap();
+        s.tls.grpc_server_tls_cert = Some(cert);
+        s.tls.grpc_server_tls_key = Some(key);
+    })
+    .await;
+    let addr = f.server.grpc_addr;
+    let dir = f.server_dir();
+    let ca_pem = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
+    let config = client_config(&ca_pem, None, &[b"h2"]);
+    let original = served_cert(addr, config.clone()).await;
+    let text = metrics(&f.server).await;
+    assert_eq!(
+        sample(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
+        NOW + 3650 * DAY
+    );
+    // The rotation writes a certificate that expired yesterday (a renewal job gone wrong).
+    let expired = Ca::new("another CA").server_valid("expired", NOW - 90 * DAY, NOW - DAY);
+    let cert = dir.join("current.crt");
+    let key = dir.join("current.key");
+    std::fs::write(&key, &expired.key_pem).unwrap();
+    std::fs::write(&cert, &expired.cert_pem).unwrap();
+    let server = &f.server;
+    eventually("the expired certificate is refused and counted", || async {
+        sample(
+            &metrics(server).await,
+            "ratelimit_tls_reload_errors_total",
+            "gRPC",
+        ) == 1
+    })
+    .await;
+    assert_eq!(served_cert(addr, config.clone()).await, original);
+    assert_eq!(call_once(addr, config).await, Ok(Code::Ok));
+    let text = metrics(server).await;
+    assert_eq!(
+        sample(&text, "ratelimit_tls_reload_success_total", "gRPC"),
+        0
+    );
+    assert_eq!(
+        sample(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
+        NOW + 3650 * DAY,
+        "the served certificate's expiry"
+    );
+    f.server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_stalls_handshakes_does_not_starve_the_others() {
+    // 40 connections at most, so at most 10 from one client (a quarter); stalled handshakes are
+    // never timed out in this test (an hour), so only the per-client cap can save the others.
+    let f = tls_server(false, |s| {
+        s.transport.max_connections = 40;
+        s.transport.handshake_timeout = Duration::from_secs(3600);
+    })
+    .await;
+    let addr = f.server.grpc_addr;
+    // 40 TCP connections from 127.0.0.2 (any 127/8 address is loopback) that start no handshake.
+    let mut stalled = Vec::new();
+    for _ in 0..40 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        stalled.push(socket.connect(addr).await.unwrap());
+    }
+    // A real client from 127.0.0.1 is served while they are all held open.
+    let config = client_config(&f.ca.cert_pem(), None, &[b"h2"]);
+    let answered = tokio::time::timeout(Duration::from_secs(30), call_once(addr, config)).await;
+    assert_eq!(
+        answered.expect("a real client answered while one client stalls 40 handshakes"),
+        Ok(Code::Ok)
+    );
+    // The staller holds 10 of them: the 30 others were closed at once, and counted.
+    let mut closed = 0;
+    for tcp in &mut stalled {
+        let mut buf = [0u8; 1];
+        if let Ok(Ok(0)) =
+            tokio::time::timeout(Duration::from_millis(200), tcp.read(&mut buf)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 30);
+    let text = metrics(&f.server).await;
+    assert_eq!(
+        sample(&text, "ratelimit_connections_refused_total", "gRPC"),
+        30
+    );
+    drop(stalled);
+    f.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_near_its_end_is_warned_about_and_its_expiry_exported() {
+    use ratelimit_server::clock::{Clock, SystemClock};
+    let now = (SystemClock.now() / 1_000_000_000) as i64;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(rules.join("tls.yaml"), RULES).unwrap();
+    // 90 days of life, 3 left: past the warning window (a third of the life, at most 7 days).
+    let leaf = Ca::new("CA").server_valid("ending", now - 87 * DAY, now + 3 * DAY);
+    let (cert, key) = leaf.write(dir.path(), "server");
+    let mut served = common::process::Served::start(
+        &rules,
+        &[
+            "--grpc-server-use-tls",
+            "true",
+            "--grpc-server-tls-cert",
+            cert.to_str().unwrap(),
+            "--grpc-server-tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    served.wait_ready().await;
+    let text = reqwest::get(format!("{}/metrics", served.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        sample(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
+        now + 3 * DAY
+    );
+    let log = served.log();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("the TLS certificate served expires in"))
+        .unwrap_or_else(|| panic!("no warning:\n{log}"));
+    assert!(
+        warning.contains("WARN") && warning.contains("listener=\"gRPC\""),
+        "{warning}"
+    );
+    // Said once at start, not at every poll (every second): the next is an hour away.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(served.log_lines("the TLS certificate served expires in"), 1);
 }

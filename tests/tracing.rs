@@ -105,8 +105,7 @@ async fn a_span_per_call_with_domain_count_and_code_and_no_values() {
         settings.tracing.tracing_enabled = true;
         settings.tracing.tracing_service_name = "rls-test".into();
         settings.tracing.otel_exporter_otlp_endpoint = endpoint;
-        settings.tracing.otel_exporter_otlp_headers =
-            ratelimit_server::settings::Headers(vec![("api-key".into(), "s3cret".into())]);
+        settings.tracing.otel_exporter_otlp_headers = "api-key=s3cret".into();
     })
     .await;
     let ok = s.call(request("t", &[&[("user", "alice-secret")]])).await;

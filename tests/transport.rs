@@ -237,28 +237,6 @@ async fn silent_and_half_open_connections_are_closed_on_both_ports() {
     closed_by_server(&mut partial_headers).await;
 }
 
-/// CPU time (user + system) the process has used, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    // After the command name: state is field 3, utime 14 and stime 15 (1-based).
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The real binary with 256 file descriptors, flooded with 300 silent connections: it must not
 /// spin, must keep answering health and the connections it already has, and must take new
 /// connections again once the silent ones are closed.
@@ -267,34 +245,18 @@ async fn a_connection_flood_past_the_descriptor_limit_neither_spins_nor_starves_
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
     let (grpc, http) = (free_port(), free_port());
-    // prlimit (util-linux) sets the limit on itself and then execs the server, which keeps it: no
-    // code of ours runs between fork and exec.
-    let mut command = std::process::Command::new("prlimit");
-    command
-        .arg("--nofile=256:256")
-        .arg(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args(["serve", "--config"])
-        .arg(dir.path())
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-        .args(["--http-addr", &format!("127.0.0.1:{http}")])
-        .env("HANDSHAKE_TIMEOUT", "2s")
-        .env("LOG_LEVEL", "error")
-        .stdout(std::process::Stdio::null());
-    let child = Killed(
-        command
-            .spawn()
-            .expect("prlimit (util-linux) runs the server"),
-    );
+    let Some(child) = common::process::under_prlimit("--nofile=256:256", |c| {
+        c.args(["serve", "--config"])
+            .arg(dir.path())
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .env("HANDSHAKE_TIMEOUT", "2s")
+            .env("LOG_LEVEL", "error");
+    }) else {
+        return;
+    };
     let health = format!("http://127.0.0.1:{http}/healthcheck");
-    let mut ready = false;
-    for _ in 0..500 {
-        if reqwest::get(&health).await.is_ok_and(|r| r.status() == 200) {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ready, "server did not become healthy");
+    common::process::wait_healthy(&health).await;
     let url = format!("http://127.0.0.1:{grpc}");
     let mut client =
         envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(url.clone())
@@ -307,9 +269,9 @@ async fn a_connection_flood_past_the_descriptor_limit_neither_spins_nor_starves_
     for _ in 0..300 {
         flood.push(TcpStream::connect(("127.0.0.1", grpc)).await.unwrap());
     }
-    let before = cpu_ticks(child.0.id());
+    let before = common::process::cpu_ticks(child.0.id());
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let used = cpu_ticks(child.0.id()) - before;
+    let used = common::process::cpu_ticks(child.0.id()) - before;
     // 1.5 s is 150 ticks of one core; a spinning accept loop used all of them (and more).
     assert!(
         used < 75,

@@ -139,5 +139,6 @@ pub async fn drive(
         attempts: None,
         recorded: None,
         server_cpu: 0.0,
+        peak_rss_mib: 0.0,
     }
 }

@@ -67,6 +67,10 @@ struct Args {
         default_value = "1x1,1x16,4x64,8x64,4x512"
     )]
     shapes: Vec<Shape>,
+    /// Bytes of each request's descriptor value (0: short values `user-0000001`); e.g. 59000
+    /// for requests near `MAX_REQUEST_BYTES`, to measure what recording large requests costs.
+    #[arg(long, default_value_t = 0)]
+    value_bytes: usize,
     /// Runs per server and scenario, alternating no-op and real; the medians are reported.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -159,6 +163,18 @@ impl ServerProcess {
             .sum();
         ticks / 100.0
     }
+
+    /// The process's peak resident memory so far in MiB (`VmHWM` of `/proc/PID/status`); 0
+    /// where there is no /proc.
+    fn peak_rss_mib(&self) -> f64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.0.id())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    }
 }
 
 impl Drop for ServerProcess {
@@ -246,7 +262,7 @@ struct Traffic {
 }
 
 impl Traffic {
-    fn new(mix: &str) -> Traffic {
+    fn new(mix: &str, value_bytes: usize) -> Traffic {
         let (count, zipf) = match mix {
             "1" => (1, false),
             "100k-zipf" => (100_000, true),
@@ -260,7 +276,13 @@ impl Traffic {
                     descriptors: vec![RateLimitDescriptor {
                         entries: vec![Entry {
                             key: "user".into(),
-                            value: format!("user-{i:07}"),
+                            value: {
+                                let mut v = format!("user-{i:07}");
+                                if v.len() < value_bytes {
+                                    v.push_str(&"x".repeat(value_bytes - v.len()));
+                                }
+                                v
+                            },
                         }],
                         ..Default::default()
                     }],
@@ -303,6 +325,8 @@ struct Outcome {
     round_trips: Option<f64>,
     /// Decide-and-write attempts (scripts) per answered call: above 1, conflicts were retried.
     attempts: Option<f64>,
+    /// The server process's peak resident memory (MiB), read when the run ends.
+    peak_rss_mib: f64,
     /// `record` only: lines written and dropped for a full queue, from the server's /metrics.
     recorded: Option<(u64, u64)>,
     /// CPU seconds the server process(es) used over the run (warm-up included, as `answered`).
@@ -398,6 +422,7 @@ async fn drive(
         round_trips: None,
         attempts: None,
         recorded: None,
+        peak_rss_mib: 0.0,
         server_cpu: 0.0,
     }
 }
@@ -460,7 +485,7 @@ async fn main() {
     let mut worst_record: Option<(String, f64, f64)> = None;
     let record_file = dir.path().join("record.jsonl");
     for mix in &args.keys {
-        let traffic = Arc::new(Traffic::new(mix));
+        let traffic = Arc::new(Traffic::new(mix, args.value_bytes));
         for &shape in &args.shapes {
             let mut runs: Vec<Vec<Outcome>> = kinds.iter().map(|_| Vec::new()).collect();
             for _ in 0..args.rounds.max(1) {
@@ -505,6 +530,10 @@ async fn main() {
                     if record.is_some() {
                         outcome.recorded = Some(record_counts(admins[0]).await);
                     }
+                    outcome.peak_rss_mib = servers
+                        .iter()
+                        .map(ServerProcess::peak_rss_mib)
+                        .fold(0.0, f64::max);
                     drop(servers);
                     if *kind == "redis"
                         && let (Some(r), Some((calls, reads))) = (&redis, before)
@@ -571,11 +600,13 @@ async fn main() {
                     None => ("-".to_owned(), "-".to_owned()),
                 };
                 record_vs_memory.push(format!(
-                    "| {mix} | {shape} | {} | {ratio:.3} | {p50:.3} | {p999:.3} | {:.2} / {:.2} = {:.3} | {lines} | {dropped} | {} |",
+                    "| {mix} | {shape} | {} | {ratio:.3} | {p50:.3} | {p999:.3} | {:.2} / {:.2} = {:.3} | {:.1} / {:.1} | {lines} | {dropped} | {} |",
                     if other == "record" { "--record" } else { "control" },
                     cpu(with),
                     cpu(memory),
                     cpu(with) / cpu(memory),
+                    with.peak_rss_mib,
+                    memory.peak_rss_mib,
                     with.answered
                 ));
                 let scenario = format!("{mix} keys, {shape}");
@@ -621,10 +652,10 @@ async fn main() {
             "\nRecording cost (the memory server with --record, and the control, vs the memory \
              server, same run; server CPU is the server process's, writer thread included):\n\n\
              | keys | connections x in flight | server | req/s ratio | p50 ratio | p999 ratio | \
-             server CPU µs per call, this / memory | lines written | dropped (queue full) | \
-             calls answered |"
+             server CPU µs per call, this / memory | peak RSS MiB, this / memory | \
+             lines written | dropped (queue full) | calls answered |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for line in &record_vs_memory {
             println!("{line}");
         }

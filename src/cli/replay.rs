@@ -20,6 +20,10 @@ pub enum Format {
     Json,
 }
 
+/// `--max-keys` unless set: ten million keys, about 0.7 GB per rules set (measured ~70 bytes a
+/// key), where the earlier fifty million let a hostile or very wide input take ~3.5 GB each.
+pub const DEFAULT_MAX_KEYS: usize = 10_000_000;
+
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
     /// The rules directory to replay the requests through.
@@ -46,8 +50,9 @@ pub struct ReplayArgs {
     /// `rate_limits` actions).
     #[arg(long, requires = "from_envoy_log")]
     pub map: Option<PathBuf>,
-    /// Most keys each replay store holds (a full store evicts, which changes answers).
-    #[arg(long, default_value_t = 50_000_000)]
+    /// Most keys each replay store holds (about 70 bytes each: 10 million take about 0.7 GB per
+    /// rules set). A full store evicts, which changes answers; the run says so.
+    #[arg(long, default_value_t = DEFAULT_MAX_KEYS)]
     pub max_keys: usize,
     /// How many skipped lines to print on stderr (the rest are counted).
     #[arg(long, default_value_t = 20)]
@@ -149,6 +154,14 @@ pub async fn run(args: ReplayArgs) -> i32 {
             return 1;
         }
     };
+    if run.evictions > 0 {
+        eprintln!(
+            "warning: {} keys were evicted because a store held --max-keys ({}) keys: answers \
+             after the first eviction may differ from the server's; raise --max-keys (about 70 \
+             bytes a key) if memory allows",
+            run.evictions, args.max_keys
+        );
+    }
     let report = report::build(
         &run,
         input_of(&before),

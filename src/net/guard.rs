@@ -1,6 +1,7 @@
-//! One accepted connection, guarded: it holds its listener's connection slot until it closes, and it
-//! fails (so the server closes it) when the peer has not sent its first bytes within the handshake
-//! timeout, or when nothing has been read or written for the idle timeout.
+//! One accepted connection, guarded: it holds its listener's connection slot and its client's
+//! ([`Slot`]) until it closes, and it fails (so the server closes it) when the peer has not sent
+//! its first bytes within the handshake timeout, or when nothing has been read or written for the
+//! idle timeout.
 
 use std::future::Future;
 use std::io;
@@ -9,9 +10,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
+
+use super::clients::ClientSlot;
 
 /// Bytes a peer must send within the handshake timeout: the HTTP/2 connection preface (24 bytes)
 /// and the header of the SETTINGS frame that must follow it (9), without which the handshake never
@@ -27,6 +30,23 @@ pub struct Timeouts {
     pub idle: Duration,
 }
 
+/// What one connection holds while it is open: a place under its listener's cap and, when its
+/// peer has an address, under its client's.
+#[derive(Debug)]
+pub struct Slot {
+    _listener: OwnedSemaphorePermit,
+    _client: Option<ClientSlot>,
+}
+
+impl Slot {
+    pub fn new(listener: OwnedSemaphorePermit, client: Option<ClientSlot>) -> Slot {
+        Slot {
+            _listener: listener,
+            _client: client,
+        }
+    }
+}
+
 /// A connection that closes itself when its peer stays silent, and frees its slot when dropped.
 pub struct GuardedStream<S> {
     inner: S,
@@ -35,11 +55,11 @@ pub struct GuardedStream<S> {
     accepted: Instant,
     last_activity: Instant,
     received: u64,
-    _slot: OwnedSemaphorePermit,
+    slot: Slot,
 }
 
 impl<S> GuardedStream<S> {
-    pub fn new(inner: S, timeouts: Timeouts, slot: OwnedSemaphorePermit) -> Self {
+    pub fn new(inner: S, timeouts: Timeouts, slot: Slot) -> Self {
         GuardedStream::resume(inner, timeouts, slot, Instant::now())
     }
 
@@ -47,12 +67,7 @@ impl<S> GuardedStream<S> {
     /// `accepted` + the handshake timeout, and it counts the bytes read from `inner` afresh. TLS
     /// uses it to move a connection's guard from the TCP stream onto the decrypted stream, so the
     /// one deadline covers the TLS handshake and the first request bytes after it.
-    pub fn resume(
-        inner: S,
-        timeouts: Timeouts,
-        slot: OwnedSemaphorePermit,
-        accepted: Instant,
-    ) -> Self {
+    pub fn resume(inner: S, timeouts: Timeouts, slot: Slot, accepted: Instant) -> Self {
         GuardedStream {
             inner,
             timeouts,
@@ -60,13 +75,13 @@ impl<S> GuardedStream<S> {
             accepted,
             last_activity: Instant::now(),
             received: 0,
-            _slot: slot,
+            slot,
         }
     }
 
     /// The connection, its timeouts, its slot and when it was accepted (see [`GuardedStream::resume`]).
-    pub fn into_parts(self) -> (S, Timeouts, OwnedSemaphorePermit, Instant) {
-        (self.inner, self.timeouts, self._slot, self.accepted)
+    pub fn into_parts(self) -> (S, Timeouts, Slot, Instant) {
+        (self.inner, self.timeouts, self.slot, self.accepted)
     }
 
     /// When the handshake timeout of this connection ends.
@@ -169,6 +184,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
 
 impl tonic::transport::server::Connected for GuardedStream<TcpStream> {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl tonic::transport::server::Connected for GuardedStream<UnixStream> {
+    type ConnectInfo = tonic::transport::server::UdsConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
         self.inner.connect_info()

@@ -18,6 +18,11 @@ pub struct TransportArgs {
     /// Most open admin HTTP connections; lowered to fit the file descriptor limit.
     #[arg(long, env = "MAX_ADMIN_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_admin_connections: u32,
+    /// Most connections one client (source address; an IPv6 one by its /64) holds on each
+    /// listener, TLS handshakes in progress included; past it, its new connections are closed at
+    /// once. Default: a quarter of the listener's cap.
+    #[arg(long, env = "MAX_CONNECTIONS_PER_CLIENT", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_client: Option<u32>,
     /// A new connection that has not sent its first request bytes by then is closed.
     #[arg(long, env = "HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = positive_duration)]
     pub handshake_timeout: Duration,

@@ -92,25 +92,41 @@ async fn a_listener_at_its_cap_accepts_again_when_a_connection_closes() {
 
 #[test]
 fn caps_fit_the_descriptor_limit() {
-    let caps = ConnectionCaps::fitted(10_000, 1_000, Some(256));
+    let caps = ConnectionCaps::fitted(10_000, 1_000, false, Some(256));
     assert_eq!(
         caps,
         ConnectionCaps {
             grpc: 144,
+            uds: 0,
             admin: 24
         }
     );
-    let caps = ConnectionCaps::fitted(10_000, 1_000, Some(1 << 20));
+    // A Unix socket takes half of gRPC's share: neither can starve the other.
+    let caps = ConnectionCaps::fitted(10_000, 1_000, true, Some(256));
+    assert_eq!(
+        caps,
+        ConnectionCaps {
+            grpc: 72,
+            uds: 72,
+            admin: 24
+        }
+    );
+    let caps = ConnectionCaps::fitted(10_000, 1_000, true, Some(1 << 20));
     assert_eq!(
         caps,
         ConnectionCaps {
             grpc: 10_000,
+            uds: 10_000,
             admin: 1_000
         }
     );
     assert_eq!(
-        ConnectionCaps::fitted(5, 5, None),
-        ConnectionCaps { grpc: 5, admin: 5 }
+        ConnectionCaps::fitted(5, 5, false, None),
+        ConnectionCaps {
+            grpc: 5,
+            uds: 0,
+            admin: 5
+        }
     );
 }
 
@@ -122,4 +138,63 @@ fn the_descriptor_limit_is_read_from_proc_limits() {
     let unlimited = "Max open files            unlimited            unlimited            files\n";
     assert_eq!(parse_fd_limit(unlimited), None);
     assert!(fd_limit().is_some_and(|n| n > 0));
+}
+
+async fn connect_from(source: &str, addr: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_client_at_its_cap_has_new_connections_closed_while_others_are_taken() {
+    let long = Timeouts {
+        handshake: Duration::from_secs(60),
+        idle: Duration::from_secs(60),
+    };
+    let acceptor = acceptor(8, long).await.with_client_cap(2);
+    let addr = acceptor.local_addr().unwrap();
+    let _a1 = connect_from("127.0.0.1", addr).await;
+    let _a2 = connect_from("127.0.0.1", addr).await;
+    let mut a3 = connect_from("127.0.0.1", addr).await;
+    let _b1 = connect_from("127.0.0.2", addr).await;
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        taken.push(acceptor.accept().await);
+    }
+    let peers: Vec<_> = taken
+        .iter()
+        .map(|(_, peer)| peer.unwrap().to_string())
+        .collect();
+    assert_eq!(peers, ["127.0.0.1", "127.0.0.1", "127.0.0.2"]);
+    // The third from 127.0.0.1 was closed as soon as it was accepted.
+    assert_eq!(a3.read(&mut [0u8; 1]).await.unwrap(), 0);
+    // A slot it gives back is its again.
+    taken.remove(0);
+    let _a4 = connect_from("127.0.0.1", addr).await;
+    let (_, peer) = acceptor.accept().await;
+    assert_eq!(peer.unwrap().to_string(), "127.0.0.1");
+}
+
+#[tokio::test]
+async fn a_unix_socket_gets_the_same_guards() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let acceptor = Acceptor::new(listener, 1, SHORT, "test");
+    let _client = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let (mut server_side, peer) = acceptor.accept().await;
+    assert_eq!(peer, None);
+    let err = server_side.read(&mut [0u8; 64]).await.unwrap_err();
+    assert!(err.to_string().contains("handshake"), "{err}");
+    // At its cap of 1, a second connection waits until the first is closed.
+    let _second = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let mut next = Box::pin(acceptor.accept());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), &mut next)
+            .await
+            .is_err()
+    );
+    drop(server_side);
+    let _ = next.await;
 }

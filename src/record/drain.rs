@@ -1,7 +1,9 @@
 //! The writer thread: every [`DRAIN_EVERY`] it takes the pending decisions whole, turns each frame
-//! into its JSON line (hashing values when asked), and appends the lines to the record file, cut
-//! at line ends where the file rotates; on stop it takes what is left, closes the buffer, and syncs
-//! the file. It never wakes anyone: the answering threads only write frames into the buffer.
+//! into its JSON line (hashing values when asked), and appends the lines to the record file in
+//! pieces of about [`WRITE_EVERY_BYTES`] (so the lines of a large batch never sit in memory all at
+//! once), cut at line ends where the file rotates; on stop it takes what is left, closes the
+//! buffer, and syncs the file. It never wakes anyone: the answering threads only write frames into
+//! the buffer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +22,14 @@ use super::{Hashing, frame};
 /// are written in batches, not one `write` per decision. Lines reach the file within this.
 pub const DRAIN_EVERY: Duration = Duration::from_millis(5);
 
+/// Lines are written out once this many bytes of them are ready: the lines buffer holds at most
+/// this and one line, however large the batch (a burst of 60 KB requests at the pending buffer's
+/// 64 MiB bound would otherwise be as large again in lines).
+pub const WRITE_EVERY_BYTES: usize = 1 << 20;
+
+/// A lines buffer grown past this (one very long line) is shrunk after its batch.
+const KEEP_LINES_CAPACITY: usize = 2 * WRITE_EVERY_BYTES;
+
 pub struct Drain {
     pub pending: Arc<Pending>,
     pub file: RecordFile,
@@ -37,8 +47,7 @@ impl Drain {
             // Read before taking: once it is seen, this take is the last and closes the buffer.
             let stopping = self.stop.load(Ordering::SeqCst);
             self.pending.take(&mut records, stopping);
-            self.lines(&records, &mut request, &mut lines);
-            write_cut(&mut self.file, &lines);
+            self.write_lines(&records, &mut request, &mut lines);
             if stopping {
                 break;
             }
@@ -46,10 +55,18 @@ impl Drain {
         self.file.sync();
     }
 
-    /// The JSON lines of the frames in `records`, into `lines`.
-    fn lines(&mut self, records: &Records, request: &mut RateLimitRequest, lines: &mut Records) {
+    /// Turns the frames in `records` into JSON lines and writes them, a piece of about
+    /// [`WRITE_EVERY_BYTES`] at a time (`lines` is the reused buffer).
+    fn write_lines(
+        &mut self,
+        records: &Records,
+        request: &mut RateLimitRequest,
+        lines: &mut Records,
+    ) {
         lines.bytes.clear();
         lines.count = 0;
+        let mut encoded = 0;
+        let file = &mut self.file;
         let hashing = self.hashing.as_mut().map(Hashing::current);
         let read = frame::read_all(&records.bytes, request, |decided| {
             match &hashing {
@@ -69,13 +86,25 @@ impl Drain {
                 }
             }
             lines.count += 1;
+            encoded += 1;
+            if lines.bytes.len() >= WRITE_EVERY_BYTES {
+                write_cut(file, lines);
+                lines.bytes.clear();
+                lines.count = 0;
+            }
         });
+        write_cut(file, lines);
+        lines.bytes.clear();
+        lines.count = 0;
+        if lines.bytes.capacity() > KEEP_LINES_CAPACITY {
+            lines.bytes.shrink_to(KEEP_LINES_CAPACITY);
+        }
         if let Err(left) = read {
             // Only a bug writes a frame that does not read back; its decisions are counted.
             tracing::error!(left, "the record writer could not read pending decisions");
             self.file
                 .metrics()
-                .count_drop(DropReason::WriteError, records.count - lines.count);
+                .count_drop(DropReason::WriteError, records.count - encoded);
         }
     }
 }
@@ -113,11 +142,7 @@ mod tests {
     use crate::record::metrics::RecordMetrics;
     use crate::record::writer::FileSpec;
 
-    fn numbered(path: &std::path::Path, n: u32) -> std::path::PathBuf {
-        let mut name = path.as_os_str().to_owned();
-        name.push(format!(".{n}"));
-        name.into()
-    }
+    use crate::record::rotated::numbered;
 
     #[test]
     fn a_batch_is_cut_at_line_ends_where_the_file_rotates() {
@@ -140,11 +165,11 @@ mod tests {
         write_cut(&mut file, &lines);
         assert_eq!(metrics.lines.get(), 5);
         let read = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
-        // Newest last: FILE.3 is the oldest.
-        assert_eq!(read(numbered(&spec.path, 3)), "aaaaaaaaa\nbbbbbbbbb\n");
+        // The numbers count up: FILE.1 is the oldest.
+        assert_eq!(read(numbered(&spec.path, 1)), "aaaaaaaaa\nbbbbbbbbb\n");
         assert_eq!(read(numbered(&spec.path, 2)), "ccccccccc\n");
         assert_eq!(
-            read(numbered(&spec.path, 1)),
+            read(numbered(&spec.path, 3)),
             format!("{}\n", "d".repeat(39))
         );
         assert_eq!(read(spec.path.clone()), "ee\n");

@@ -4,8 +4,8 @@
 //! decisions (`pending`): a full buffer drops it and counts it, so recording never waits, and the
 //! answering thread does no more than that one copy. One writer thread (`drain`) takes the pending
 //! frames every few milliseconds, turns each into its JSON line (`line`; values hashed when asked:
-//! `hash`) and appends them to the file, which rotates by size and survives write errors
-//! (`writer`). docs/record.md ("How it stays off the hot path") says why it is built so.
+//! `hash`) and appends them to the file, which rotates by size (`rotated`: no kept file is
+//! renamed) and survives write errors, short writes included (`writer`). docs/record.md ("How it stays off the hot path") says why it is built so.
 
 mod drain;
 mod frame;
@@ -13,6 +13,7 @@ mod hash;
 mod line;
 mod metrics;
 mod pending;
+mod rotated;
 mod sample;
 mod writer;
 

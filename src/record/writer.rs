@@ -1,15 +1,19 @@
-//! The record file: appends batches of lines, rotates `FILE` → `FILE.1` … `FILE.N` at
-//! `--record-max-bytes`, and survives write errors: the lines of a failed batch are counted as
-//! dropped (`write_error`), the error is logged once a minute per kind, and writing is retried
-//! (the file reopened) after a pause. Runs on the writer thread only.
+//! The record file: appends batches of whole lines, rotates `FILE` → `FILE.<n>` at
+//! `--record-max-bytes` (`rotated`: no kept file is ever renamed), and survives write errors. A
+//! write that stops part way (a full disk, a file size limit) is cut back to the last whole line it
+//! wrote, so the file never holds half a line: the whole lines count as written, the rest of the
+//! batch as dropped (`write_error`). The error is logged once a minute per kind, and writing is
+//! retried (the file reopened, and a partial last line left by an earlier process or a failed cut
+//! removed) after a pause. Runs on the writer thread only.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::metrics::{DropReason, RecordMetrics};
+use super::rotated::Rotated;
 
 /// How long writing pauses after an error before the file is reopened.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -22,7 +26,7 @@ pub struct FileSpec {
     pub path: PathBuf,
     /// Rotate before a batch would take the file past this size.
     pub max_bytes: u64,
-    /// Rotated files kept (`FILE.1` newest … `FILE.N` oldest).
+    /// Rotated files kept (`FILE.<n>`, the highest `n` the newest).
     pub max_files: u32,
 }
 
@@ -32,6 +36,8 @@ pub struct RecordFile {
     /// `None` after an error, until `retry_at`.
     file: Option<Open>,
     retry_at: Instant,
+    /// The rotated files, read from the directory at the first rotation.
+    rotated: Option<Rotated>,
     /// Per error kind: when it was last logged, and how many errors since.
     logged: HashMap<io::ErrorKind, (Instant, u64)>,
 }
@@ -39,35 +45,107 @@ pub struct RecordFile {
 struct Open {
     file: File,
     size: u64,
-    /// Only regular files rotate (not `/dev/full`, a FIFO or a terminal).
+    /// Only regular files rotate and are cut back (not `/dev/full`, a FIFO or a terminal).
     rotates: bool,
 }
 
-fn open(path: &Path) -> io::Result<Open> {
+/// Opens (creates) `path` for appending; a regular file that ends in a partial line is cut back
+/// to its last whole line first (how many bytes were cut is returned).
+fn open(path: &Path) -> io::Result<(Open, u64)> {
     let file = OpenOptions::new().create(true).append(true).open(path)?;
     let meta = file.metadata()?;
-    Ok(Open {
+    let mut open = Open {
         size: meta.len(),
         rotates: meta.is_file(),
         file,
-    })
+    };
+    let cut = if open.rotates && open.size > 0 {
+        cut_partial_tail(path, &mut open)?
+    } else {
+        0
+    };
+    Ok((open, cut))
 }
 
-fn numbered(path: &Path, n: u32) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{n}"));
-    PathBuf::from(name)
+/// Cuts a last line without its `\n` off the file (reading back from the end); returns the
+/// bytes cut.
+fn cut_partial_tail(path: &Path, open: &mut Open) -> io::Result<u64> {
+    const STEP: u64 = 64 << 10;
+    let mut reader = File::open(path)?;
+    let mut end = open.size;
+    let mut buf = vec![0u8; STEP as usize];
+    let mut first = true;
+    while end > 0 {
+        let start = end.saturating_sub(STEP);
+        let chunk = &mut buf[..(end - start) as usize];
+        reader.seek(SeekFrom::Start(start))?;
+        reader.read_exact(chunk)?;
+        if first && chunk.last() == Some(&b'\n') {
+            return Ok(0);
+        }
+        first = false;
+        if let Some(at) = memchr::memrchr(b'\n', chunk) {
+            end = start + at as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    let cut = open.size - end;
+    if cut > 0 {
+        open.file.set_len(end)?;
+        open.size = end;
+    }
+    Ok(cut)
+}
+
+/// Writes `batch` at the end of `open`. On an error part way, what was written is cut back to
+/// the last whole line. Returns the bytes of whole lines now in the file, and the error.
+fn write_whole_lines(open: &mut Open, batch: &[u8]) -> (usize, Option<io::Error>) {
+    let mut written = 0;
+    let error = loop {
+        if written == batch.len() {
+            break None;
+        }
+        match open.file.write(&batch[written..]) {
+            Ok(0) => break Some(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => break Some(e),
+        }
+    };
+    let Some(error) = error else {
+        open.size += written as u64;
+        return (written, None);
+    };
+    let whole = memchr::memrchr(b'\n', &batch[..written]).map_or(0, |at| at + 1);
+    if whole < written && open.rotates {
+        // A failed cut leaves the partial line to the next open, which cuts it then.
+        if let Err(e) = open.file.set_len(open.size + whole as u64) {
+            tracing::debug!(error = %e, "cannot cut a partial record line");
+        }
+    }
+    open.size += whole as u64;
+    (whole, Some(error))
 }
 
 impl RecordFile {
     /// Opens (creates) the file now, so that a path that cannot be written stops the start.
     pub fn open(spec: FileSpec, metrics: RecordMetrics) -> io::Result<RecordFile> {
-        let file = open(&spec.path)?;
+        let (file, cut) = open(&spec.path)?;
+        if cut > 0 {
+            tracing::warn!(
+                path = %spec.path.display(),
+                bytes = cut,
+                "the record file ended in a partial line (a write cut short before this start); \
+                 it was cut back to its last whole line"
+            );
+        }
         Ok(RecordFile {
             spec,
             metrics,
             file: Some(file),
             retry_at: crate::clock::monotonic(),
+            rotated: None,
             logged: HashMap::new(),
         })
     }
@@ -77,7 +155,8 @@ impl RecordFile {
     }
 
     /// Writes `batch` (`lines` whole lines), rotating first when it would take the file past the
-    /// size bound; a batch that fails is counted as dropped.
+    /// size bound. Only whole lines reach the file: after a failed write, the lines that made it
+    /// count as written and the rest as dropped.
     pub fn write(&mut self, batch: &[u8], lines: u64) {
         if batch.is_empty() {
             return;
@@ -88,8 +167,8 @@ impl RecordFile {
                 return;
             }
             match open(&self.spec.path) {
-                Ok(file) => {
-                    tracing::info!(path = %self.spec.path.display(), "recording again");
+                Ok((file, cut)) => {
+                    tracing::info!(path = %self.spec.path.display(), cut_bytes = cut, "recording again");
                     self.file = Some(file);
                 }
                 Err(e) => {
@@ -109,38 +188,50 @@ impl RecordFile {
             self.metrics.count_drop(DropReason::WriteError, lines);
             return;
         };
-        match open.file.write_all(batch) {
-            Ok(()) => {
-                open.size += batch.len() as u64;
-                self.metrics.lines.inc_by(lines);
-                self.metrics.bytes.inc_by(batch.len() as u64);
-            }
-            Err(e) => self.failed(e, "cannot write the record file", lines),
+        let (whole, error) = write_whole_lines(open, batch);
+        let written_lines = if whole == batch.len() {
+            lines
+        } else {
+            (memchr::memchr_iter(b'\n', &batch[..whole]).count() as u64).min(lines)
+        };
+        self.metrics.lines.inc_by(written_lines);
+        self.metrics.bytes.inc_by(whole as u64);
+        if let Some(e) = error {
+            self.failed(e, "cannot write the record file", lines - written_lines);
         }
     }
 
-    /// Shifts `FILE.k` → `FILE.k+1` (the oldest is replaced), `FILE` → `FILE.1`, and opens a
-    /// new `FILE`. A failed rename keeps writing where it can; nothing already written is lost
-    /// but the oldest file.
+    /// Renames `FILE` to the next `FILE.<n>`, deletes the oldest beyond `--record-max-files`,
+    /// and opens a new `FILE`. A failed rename keeps writing where it can; nothing already
+    /// written is lost but the oldest file.
     fn rotate(&mut self) {
-        let path = &self.spec.path;
-        let n = self.spec.max_files;
-        let mut renamed = Ok(());
-        for k in (1..n).rev() {
-            let from = numbered(path, k);
-            if from.exists() {
-                renamed = renamed.and(std::fs::rename(&from, numbered(path, k + 1)));
+        let rotated = match self.rotated.take() {
+            Some(r) => Ok(r),
+            None => Rotated::scan(&self.spec.path),
+        };
+        let mut rotated = match rotated {
+            Ok(r) => r,
+            Err(e) => {
+                self.log(
+                    &e,
+                    "cannot list the rotated record files (writing on to the file)",
+                );
+                return;
             }
-        }
-        renamed = renamed.and(std::fs::rename(path, numbered(path, 1)));
-        if let Err(e) = renamed {
-            let message = "cannot rotate the record file (writing on to it)";
-            self.log(&e, message);
-            return;
+        };
+        let result = rotated.rotate(self.spec.max_files);
+        self.rotated = Some(rotated);
+        match result {
+            Err(e) => {
+                self.log(&e, "cannot rotate the record file (writing on to it)");
+                return;
+            }
+            Ok(Some(e)) => self.log(&e, "cannot delete the oldest rotated record file"),
+            Ok(None) => {}
         }
         self.metrics.rotations.inc();
-        match open(path) {
-            Ok(file) => self.file = Some(file),
+        match open(&self.spec.path) {
+            Ok((file, _)) => self.file = Some(file),
             Err(e) => self.failed(e, "cannot open a new record file after rotating", 0),
         }
     }
@@ -191,6 +282,7 @@ impl RecordFile {
 
 #[cfg(test)]
 mod tests {
+    use super::super::rotated::numbered;
     use super::*;
 
     fn spec(dir: &Path, max_bytes: u64, max_files: u32) -> FileSpec {
@@ -218,13 +310,66 @@ mod tests {
         }
         assert_eq!(metrics.lines.get(), 10);
         assert_eq!(metrics.rotations.get(), 4);
+        // FILE.1 … FILE.4 were made, the newest last; the two oldest are gone.
         assert_eq!(count_lines(&spec.path), 2);
-        assert_eq!(count_lines(&numbered(&spec.path, 1)), 2);
-        assert_eq!(count_lines(&numbered(&spec.path, 2)), 2);
-        assert!(!numbered(&spec.path, 3).exists());
-        for f in [spec.path.clone(), numbered(&spec.path, 1)] {
+        assert_eq!(count_lines(&numbered(&spec.path, 4)), 2);
+        assert_eq!(count_lines(&numbered(&spec.path, 3)), 2);
+        for gone in [1, 2, 5] {
+            assert!(!numbered(&spec.path, gone).exists(), "FILE.{gone}");
+        }
+        for f in [spec.path.clone(), numbered(&spec.path, 4)] {
             assert!(std::fs::metadata(f).unwrap().len() <= 100);
         }
+    }
+
+    #[test]
+    fn a_rotation_renames_no_kept_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = RecordMetrics::register(&prometheus::Registry::new());
+        let spec = spec(dir.path(), 100, 1000);
+        let mut file = RecordFile::open(spec.clone(), metrics.clone()).unwrap();
+        let line = [b'x'; 99].iter().chain(b"\n").copied().collect::<Vec<u8>>();
+        file.write(&line, 1);
+        file.write(&line, 1);
+        let inode = |n| std::fs::metadata(numbered(&spec.path, n)).unwrap().ino();
+        for _ in 0..1500 {
+            file.write(&line, 1);
+        }
+        assert_eq!(metrics.rotations.get(), 1501);
+        // FILE.1 … FILE.501 were deleted as the oldest; FILE.502 … FILE.1501 are kept, each
+        // where its rotation put it.
+        assert!(!numbered(&spec.path, 1).exists() && !numbered(&spec.path, 501).exists());
+        assert!(numbered(&spec.path, 502).exists() && numbered(&spec.path, 1501).exists());
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files, 1001, "FILE and 1000 rotated files");
+        // One more rotation: FILE.502 goes, FILE.1502 comes, the others stay as they are.
+        let kept = inode(1000);
+        file.write(&line, 1);
+        assert_eq!(inode(1000), kept, "a kept file was renamed");
+        assert!(!numbered(&spec.path, 502).exists() && numbered(&spec.path, 1502).exists());
+    }
+
+    #[test]
+    fn a_partial_last_line_is_cut_when_the_file_is_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = RecordMetrics::register(&prometheus::Registry::new());
+        let spec = spec(dir.path(), 1 << 20, 2);
+        let long = "y".repeat(200_000);
+        std::fs::write(&spec.path, format!("{{\"a\":1}}\n{{\"b\":{long}")).unwrap();
+        let mut file = RecordFile::open(spec.clone(), metrics.clone()).unwrap();
+        file.write(b"{\"c\":3}\n", 1);
+        assert_eq!(
+            std::fs::read_to_string(&spec.path).unwrap(),
+            "{\"a\":1}\n{\"c\":3}\n"
+        );
+        // A file of whole lines, or an empty one, is left as it is.
+        drop(file);
+        let _ = RecordFile::open(spec.clone(), metrics.clone()).unwrap();
+        assert_eq!(count_lines(&spec.path), 2);
+        std::fs::write(&spec.path, "no line end at all").unwrap();
+        let _ = RecordFile::open(spec.clone(), metrics).unwrap();
+        assert_eq!(std::fs::read_to_string(&spec.path).unwrap(), "");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::Value;
 
 use super::input::Decode;
-use super::time::parse_rfc3339;
+use super::time::parse_instant;
 use crate::clock::Nanos;
 use crate::config::yaml::{self, Node, NodeKind, ScalarKind};
 
@@ -338,8 +338,7 @@ impl Decode for Mapping {
         let fields: HashMap<Cow<'_, str>, Value> =
             serde_json::from_slice(line).map_err(|e| e.to_string())?;
         let time = field(&fields, TIME_FIELD).ok_or_else(|| format!("no `{TIME_FIELD}`"))?;
-        let time = parse_rfc3339(&time)
-            .ok_or_else(|| format!("`{TIME_FIELD}` {time:?} is not RFC 3339"))?;
+        let time = parse_instant(&time).map_err(|e| e.describe(TIME_FIELD, &time))?;
         let path = field(&fields, PATH_FIELD).unwrap_or(Cow::Borrowed("/"));
         let Some(route) = self.route(&path) else {
             return Ok(None);

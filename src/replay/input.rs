@@ -22,12 +22,15 @@ pub trait Decode {
     fn decode(&self, line: &[u8], out: &mut RateLimitRequest) -> Result<Option<Nanos>, String>;
 }
 
-/// Where skipped lines are reported: the first `print_max` on stderr, then only counted.
+/// Where skipped lines and jumps of the clock are reported: the first `print_max` of each on
+/// stderr, then only counted.
 #[derive(Debug)]
 pub struct Problems {
     pub skipped: u64,
     /// Lines that decoded to no call (see `Decode`).
     pub without_call: u64,
+    /// Lines that moved the virtual clock forward by more than a day at once.
+    pub time_jumps: u64,
     print_max: u64,
 }
 
@@ -36,7 +39,27 @@ impl Problems {
         Problems {
             skipped: 0,
             without_call: 0,
+            time_jumps: 0,
             print_max,
+        }
+    }
+
+    /// Says that the line at `file:line` moves the clock from `from` to `to`.
+    pub fn jump(&mut self, (file, line): (&str, u64), from: Nanos, to: Nanos) {
+        self.time_jumps += 1;
+        if self.time_jumps <= self.print_max {
+            let ahead = (to - from) / crate::clock::NANOS_PER_SECOND;
+            let (from, to) = (
+                super::time::format_second(from / crate::clock::NANOS_PER_SECOND),
+                super::time::format_second(to / crate::clock::NANOS_PER_SECOND),
+            );
+            eprintln!(
+                "{file}:{line}: warning: the time jumps {} ahead, from {from} to {to}; every later \
+                 line is decided at {to} or after (the replay's clock never goes back)",
+                human_span(ahead)
+            );
+        } else if self.time_jumps == self.print_max + 1 {
+            eprintln!("(more jumps of the time are counted, not printed)");
         }
     }
 
@@ -47,6 +70,17 @@ impl Problems {
         } else if self.skipped == self.print_max + 1 {
             eprintln!("(more skipped lines are counted, not printed)");
         }
+    }
+}
+
+/// `seconds` in years or days, as a jump is told.
+fn human_span(seconds: u64) -> String {
+    const DAY: u64 = 86_400;
+    const YEAR: u64 = 365 * DAY;
+    if seconds >= 2 * YEAR {
+        format!("{} years", seconds / YEAR)
+    } else {
+        format!("{} days", seconds / DAY)
     }
 }
 
@@ -204,6 +238,21 @@ impl<'d> Merged<'d> {
         }
         self.sources.push(source);
         Ok(())
+    }
+
+    /// Reports that the line `next_request` returned last moves the clock from `from` to `to`.
+    pub fn jumped(&mut self, from: Nanos, to: Nanos) {
+        if let Some(source) = self.current.and_then(|i| self.sources.get(i)) {
+            self.problems
+                .jump((source.name.as_str(), source.line), from, to);
+        }
+    }
+
+    /// The request of the line `next_request` returned last.
+    pub fn current_request(&self) -> Option<&RateLimitRequest> {
+        self.current
+            .and_then(|i| self.sources.get(i))
+            .map(|s| &s.request)
     }
 
     /// The next line in time order: its time and request.

@@ -148,7 +148,16 @@ pub struct Run {
     pub last: Option<Nanos>,
     /// Most keys a store held at a sweep (both sides together).
     pub peak_keys: u64,
+    /// Lines that moved the virtual clock forward by more than [`JUMP_WARNING`] at once.
+    pub time_jumps: u64,
+    /// Keys the stores evicted for `--max-keys` (both sides): past the first, answers may differ
+    /// from the server's.
+    pub evictions: u64,
 }
+
+/// A line that moves the virtual clock forward by more than this is warned about: every later line
+/// is decided at its time or after, so one wrong date ends the replay's sense of time.
+pub const JUMP_WARNING: Nanos = 86_400 * NANOS_PER_SECOND;
 
 /// Expired keys are dropped from the stores once per this much virtual time, so memory follows
 /// the keys in use, not the length of the input.
@@ -164,8 +173,16 @@ pub async fn replay(
     let mut run = Run::default();
     let mut clock: Nanos = 0;
     let mut next_sweep: Nanos = 0;
-    while let Some((time, request)) = input.next_request()? {
+    let mut jumps = 0;
+    while let Some((time, _)) = input.next_request()? {
         // The virtual clock: the recorded time, never backwards.
+        if clock != 0 && time > clock.saturating_add(JUMP_WARNING) {
+            input.jumped(clock, time);
+            jumps += 1;
+        }
+        let Some(request) = input.current_request() else {
+            break;
+        };
         clock = clock.max(time);
         if clock >= next_sweep {
             if next_sweep != 0 {
@@ -198,6 +215,11 @@ pub async fn replay(
     run.lines_replayed = input.lines_replayed;
     run.lines_skipped = input.problems.skipped;
     run.lines_without_call = input.problems.without_call;
+    run.time_jumps = jumps;
+    run.evictions = std::iter::once(&*before)
+        .chain(after.as_ref().map(|(s, _)| &**s))
+        .map(|side| side.engine.store().stats().evictions)
+        .sum();
     Ok(run)
 }
 

@@ -33,6 +33,8 @@ pub struct Lines {
     pub replayed: u64,
     pub skipped: u64,
     pub without_call: u64,
+    /// Lines that moved the virtual clock forward by more than a day at once.
+    pub time_jumps: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -193,6 +195,7 @@ pub fn build(
             replayed: run.lines_replayed,
             skipped: run.lines_skipped,
             without_call: run.lines_without_call,
+            time_jumps: run.time_jumps,
         },
         time: run.first.zip(run.last).map(|(f, l)| Span {
             first: instant(f),
@@ -367,9 +370,16 @@ pub fn text(report: &Report) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "replayed {} lines ({} skipped, {} without a call)",
+        "replayed {} lines ({} skipped, {} without a call",
         report.lines.replayed, report.lines.skipped, report.lines.without_call
     );
+    match report.lines.time_jumps {
+        0 => out.push(')'),
+        1 => out.push_str(", 1 time jump)"),
+        n => {
+            let _ = write!(out, ", {n} time jumps)");
+        }
+    }
     match &report.time {
         Some(span) => {
             let _ = writeln!(out, ", {} to {}", span.first, span.last);

@@ -213,3 +213,37 @@ async fn rules_only_on_one_side_show_as_added_or_removed() {
     );
     assert_eq!(b.tally.totals.unmatched, 2);
 }
+
+#[tokio::test]
+async fn a_jump_of_the_clock_is_counted_and_later_lines_keep_its_time() {
+    // Two lines an hour apart (no jump), one dated 2500 (a jump), one back in 2026: decided at
+    // the 2500 time, as the clock never goes back.
+    let hour = 3_600 * NANOS_PER_SECOND;
+    let far = 16_725_225_600 * NANOS_PER_SECOND; // 2500-01-01T00:00:00Z
+    let text = [T0, T0 + hour, far, T0 + 2 * hour]
+        .iter()
+        .map(|&at| line(at, "edge", &[("ip", "a")]))
+        .collect::<String>();
+    let decoder = RecordLines;
+    let mut m = input(&[&text], &decoder);
+    let mut s = side(&fixed(100));
+    let run = replay(&mut m, &mut s, None).await.expect("replay");
+    assert_eq!((run.lines_replayed, run.time_jumps), (4, 1));
+    assert_eq!(run.last, Some(far));
+    assert_eq!(m.problems.time_jumps, 1);
+}
+
+#[tokio::test]
+async fn evictions_for_the_key_cap_are_counted() {
+    let text = traffic(50, 1, 1);
+    let decoder = RecordLines;
+    let mut m = input(&[&text], &decoder);
+    let mut s = Side::new(
+        "rules".into(),
+        policy(&fixed(10)),
+        EngineSettings::default(),
+        1,
+    );
+    let run = replay(&mut m, &mut s, None).await.expect("replay");
+    assert!(run.evictions > 0, "{run:?}");
+}

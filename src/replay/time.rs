@@ -43,9 +43,51 @@ fn digits(b: &[u8], at: usize, n: usize) -> Option<u32> {
     })
 }
 
+/// The last instant a replay's clock can hold: `u64::MAX` nanoseconds after 1970
+/// (2554-07-21T23:34:33.709551615Z).
+pub const LAST: Nanos = u64::MAX;
+
+/// Why a `time` is not an instant a replay can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeError {
+    /// Not `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
+    NotRfc3339,
+    /// Valid RFC 3339, but before 1970 or after [`LAST`].
+    OutOfRange,
+}
+
+impl TimeError {
+    /// What is wrong with `field`'s value `text`, for a skipped line's reason.
+    pub fn describe(self, field: &str, text: &str) -> String {
+        match self {
+            TimeError::NotRfc3339 => format!("`{field}` {text:?} is not RFC 3339"),
+            TimeError::OutOfRange => format!(
+                "`{field}` {text:?} is valid RFC 3339 but outside the instants replay handles, \
+                 1970-01-01T00:00:00Z to {} (nanoseconds since 1970 in 64 bits)",
+                format_second(LAST / NANOS_PER_SECOND)
+            ),
+        }
+    }
+}
+
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (`t` or a space also separate date and time)
 /// into Unix nanoseconds. Instants before 1970 or unparseable text give `None`.
 pub fn parse_rfc3339(text: &str) -> Option<Nanos> {
+    parse_instant(text).ok()
+}
+
+/// As [`parse_rfc3339`], saying why a text is not an instant.
+pub fn parse_instant(text: &str) -> Result<Nanos, TimeError> {
+    let (seconds, fraction) = parse_parts(text).ok_or(TimeError::NotRfc3339)?;
+    let seconds = u64::try_from(seconds).map_err(|_| TimeError::OutOfRange)?;
+    seconds
+        .checked_mul(NANOS_PER_SECOND)
+        .and_then(|n| n.checked_add(fraction))
+        .ok_or(TimeError::OutOfRange)
+}
+
+/// Seconds from 1970 (negative before it) and nanoseconds of a well-formed RFC 3339 text.
+fn parse_parts(text: &str) -> Option<(i64, u64)> {
     let b = text.as_bytes();
     let year = digits(b, 0, 4)?;
     let month = digits(b, 5, 2)?;
@@ -95,8 +137,7 @@ pub fn parse_rfc3339(text: &str) -> Option<Nanos> {
     };
     let days = days_from_civil(i64::from(year), month, day);
     let seconds = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second.min(59)) - offset;
-    let seconds = u64::try_from(seconds).ok()?;
-    seconds.checked_mul(NANOS_PER_SECOND)?.checked_add(fraction)
+    Some((seconds, fraction))
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` of a Unix second.
@@ -165,6 +206,30 @@ mod tests {
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn valid_instants_out_of_range_are_told_apart_from_bad_text() {
+        assert_eq!(
+            parse_instant("9999-12-31T23:59:59Z"),
+            Err(TimeError::OutOfRange)
+        );
+        assert_eq!(
+            parse_instant("1969-12-31T23:59:59Z"),
+            Err(TimeError::OutOfRange)
+        );
+        assert_eq!(parse_instant("yesterday"), Err(TimeError::NotRfc3339));
+        assert_eq!(parse_instant("2554-07-21T23:34:33.709551615Z"), Ok(LAST));
+        assert_eq!(
+            parse_instant("2554-07-21T23:34:33.709551616Z"),
+            Err(TimeError::OutOfRange)
+        );
+        let why = TimeError::OutOfRange.describe("time", "9999-12-31T23:59:59Z");
+        assert!(
+            why.contains("is valid RFC 3339 but outside")
+                && why.contains("to 2554-07-21T23:34:33Z"),
+            "{why}"
+        );
     }
 
     #[test]

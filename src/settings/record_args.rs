@@ -34,10 +34,6 @@ fn parse_max_bytes(text: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-fn parse_hash_key(text: &str) -> Result<HashKey, String> {
-    HashKey::parse(text)
-}
-
 /// Recording each decision to a file.
 #[derive(Debug, Clone, Args)]
 pub struct RecordArgs {
@@ -59,9 +55,10 @@ pub struct RecordArgs {
     #[arg(long, env = "RECORD_HASH_VALUES", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub record_hash_values: bool,
     /// The key of --record-hash-values: 32 hex digits (`openssl rand -hex 16`). Prefer the
-    /// environment variable: a flag shows in the process list.
-    #[arg(long, env = "RECORD_HASH_KEY", hide_env_values = true, value_parser = parse_hash_key)]
-    pub record_hash_key: Option<HashKey>,
+    /// environment variable: a flag shows in the process list. Checked in `config`, not by
+    /// clap, whose errors repeat the value.
+    #[arg(long, env = "RECORD_HASH_KEY", hide_env_values = true)]
+    pub record_hash_key: Option<String>,
     /// Decisions pending for the writer; past it (the disk is slow), decisions are still
     /// answered and dropped from the record, counted.
     #[arg(long, env = "RECORD_QUEUE", default_value = "65536", value_parser = at_least_one)]
@@ -87,7 +84,10 @@ impl RecordArgs {
         }
         let hash_key = match (self.record_hash_values, &self.record_hash_key) {
             (false, _) => None,
-            (true, Some(key)) => Some(key.clone()),
+            (true, Some(key)) => Some(HashKey::parse(key).map_err(|message| SettingError {
+                setting: "RECORD_HASH_KEY",
+                message,
+            })?),
             (true, None) => {
                 return Err(SettingError {
                     setting: "RECORD_HASH_KEY",
@@ -161,8 +161,22 @@ mod tests {
         let no_key = parse(&["--record", "r", "--record-hash-values"]).unwrap();
         let error = no_key.config().unwrap_err();
         assert_eq!(error.setting, "RECORD_HASH_KEY");
-        let short = parse(&["--record-hash-key", "abcd"]).unwrap_err();
-        assert!(short.contains("32 hex digits"), "{short}");
+        let short = parse(&[
+            "--record",
+            "r",
+            "--record-hash-values",
+            "--record-hash-key",
+            "abcd",
+        ])
+        .unwrap()
+        .config()
+        .unwrap_err();
+        assert_eq!(short.setting, "RECORD_HASH_KEY");
+        assert!(short.message.contains("32 hex digits"), "{short}");
+        assert!(
+            !short.to_string().contains("abcd"),
+            "the key is repeated: {short}"
+        );
         let good = parse(&[
             "--record",
             "r",

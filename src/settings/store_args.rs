@@ -110,7 +110,12 @@ pub struct StoreArgs {
     /// Redis address: host:port, redis://user:pass@host:port/db (user, pass and db optional), rediss://… (TLS), or a Unix
     /// socket path (with REDIS_SOCKET_TYPE=unix); cluster: comma-separated seed nodes; sentinel:
     /// master_name,host:port[,host:port…] (the sentinels).
-    #[arg(long, env = "REDIS_URL", default_value = "127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "127.0.0.1:6379",
+        hide_env_values = true
+    )]
     pub redis_url: String,
     /// single, sentinel or cluster (any case).
     #[arg(long, env = "REDIS_TYPE", default_value = "single", value_parser = parse_redis_type)]
@@ -193,7 +198,9 @@ fn node(text: &str, socket: SocketType) -> Result<ConnectionInfo, SettingError> 
     if text.is_empty() {
         return Err(bad("REDIS_URL", "an address is empty"));
     }
-    let invalid = |e: redis::RedisError| bad("REDIS_URL", format!("'{text}': {e}"));
+    // The address as messages show it: a password in it is never repeated.
+    let shown = crate::redact::credentials(text);
+    let invalid = |e: redis::RedisError| bad("REDIS_URL", format!("'{shown}': {e}"));
     if text.contains("://") {
         if !(text.starts_with("redis://")
             || text.starts_with("rediss://")
@@ -202,7 +209,7 @@ fn node(text: &str, socket: SocketType) -> Result<ConnectionInfo, SettingError> 
         {
             return Err(bad(
                 "REDIS_URL",
-                format!("'{text}': the scheme must be redis, rediss or unix"),
+                format!("'{shown}': the scheme must be redis, rediss or unix"),
             ));
         }
         return text.into_connection_info().map_err(invalid);
@@ -214,13 +221,13 @@ fn node(text: &str, socket: SocketType) -> Result<ConnectionInfo, SettingError> 
         SocketType::Tcp => {
             let (host, port) = text
                 .rsplit_once(':')
-                .ok_or_else(|| bad("REDIS_URL", format!("'{text}' is not host:port")))?;
+                .ok_or_else(|| bad("REDIS_URL", format!("'{shown}' is not host:port")))?;
             let host = host.trim_start_matches('[').trim_end_matches(']');
             let port: u16 = port
                 .parse()
-                .map_err(|_| bad("REDIS_URL", format!("'{text}': bad port '{port}'")))?;
+                .map_err(|_| bad("REDIS_URL", format!("'{shown}': bad port '{port}'")))?;
             if host.is_empty() {
-                return Err(bad("REDIS_URL", format!("'{text}' has no host")));
+                return Err(bad("REDIS_URL", format!("'{shown}' has no host")));
             }
             ConnectionAddr::Tcp(host.to_owned(), port)
                 .into_connection_info()

@@ -1,9 +1,11 @@
 //! Tracing settings: the reference's TRACING_* and the OpenTelemetry OTLP exporter's standard
 //! OTEL_EXPORTER_OTLP_* variables, each also a flag. Each value is checked as it is parsed, so a
-//! bad one stops the start with an error naming the setting.
+//! bad one stops the start with an error naming the setting; the endpoint and the headers, which
+//! may hold secrets, are checked once tracing is on (`config`), where the error can leave them out.
 
 use clap::{ArgAction, Args};
 
+use super::SettingError;
 use crate::telemetry::TracingConfig;
 
 /// The OTLP transport: only gRPC is built in.
@@ -26,13 +28,15 @@ pub fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
 /// An `http://` or `https://` URL with a host, as the OTLP/gRPC exporter needs.
 pub fn parse_endpoint(text: &str) -> Result<String, String> {
     let text = text.trim();
+    // As messages show it: a password in the URL is never repeated.
+    let shown = crate::redact::credentials(text);
     let uri: tonic::codegen::http::Uri = text
         .parse()
-        .map_err(|e| format!("'{text}' is not a URL: {e}"))?;
+        .map_err(|e| format!("'{shown}' is not a URL: {e}"))?;
     match (uri.scheme_str(), uri.host()) {
         (Some("http" | "https"), Some(_)) => Ok(text.to_owned()),
         _ => Err(format!(
-            "'{text}' must be an http:// or https:// URL with a host (e.g. http://collector:4317)"
+            "'{shown}' must be an http:// or https:// URL with a host (e.g. http://collector:4317)"
         )),
     }
 }
@@ -41,10 +45,19 @@ pub fn parse_endpoint(text: &str) -> Result<String, String> {
 /// OTEL_EXPORTER_OTLP_HEADERS.
 pub fn parse_headers(text: &str) -> Result<Headers, String> {
     let mut headers = Vec::new();
-    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("'{pair}' is not key=value"))?;
+    for (n, pair) in text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .enumerate()
+    {
+        // A header's value is often a token: messages name the header, never its value.
+        let (name, value) = pair.split_once('=').ok_or_else(|| {
+            format!(
+                "header #{} is not key=value (its text is not repeated: it may be a secret)",
+                n + 1
+            )
+        })?;
         let name = name.trim();
         let value = percent_encoding::percent_decode_str(value.trim())
             .decode_utf8()
@@ -92,27 +105,53 @@ pub struct TracingArgs {
     /// values are often user identifiers.
     #[arg(long, env = "TRACING_RECORD_VALUES", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub tracing_record_values: bool,
-    /// The collector's OTLP/gRPC endpoint.
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", default_value = "http://localhost:4317", value_parser = parse_endpoint)]
+    /// The collector's OTLP/gRPC endpoint. Checked in `config`, not by clap, whose errors
+    /// repeat the value (a URL may carry a password).
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_ENDPOINT",
+        default_value = "http://localhost:4317",
+        hide_env_values = true
+    )]
     pub otel_exporter_otlp_endpoint: String,
     /// The OTLP transport: `grpc` (the only one built in).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_PROTOCOL", default_value = "grpc", value_parser = parse_protocol)]
     pub otel_exporter_otlp_protocol: OtlpProtocol,
     /// Headers sent with each export: `key1=value1,key2=value2` (values percent-encoded).
-    #[arg(long, env = "OTEL_EXPORTER_OTLP_HEADERS", default_value = "", value_parser = parse_headers)]
-    pub otel_exporter_otlp_headers: Headers,
+    /// Checked in `config`, not by clap, whose errors repeat the value (often a token).
+    #[arg(
+        long,
+        env = "OTEL_EXPORTER_OTLP_HEADERS",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub otel_exporter_otlp_headers: String,
 }
 
 impl TracingArgs {
-    /// What to trace with, when tracing is on.
-    pub fn config(&self) -> Option<TracingConfig> {
-        self.tracing_enabled.then(|| TracingConfig {
+    /// What to trace with, when tracing is on; a bad endpoint or header is an error naming the
+    /// setting, and never repeating a password or a header's value.
+    pub fn config(&self) -> Result<Option<TracingConfig>, SettingError> {
+        if !self.tracing_enabled {
+            return Ok(None);
+        }
+        let endpoint =
+            parse_endpoint(&self.otel_exporter_otlp_endpoint).map_err(|message| SettingError {
+                setting: "OTEL_EXPORTER_OTLP_ENDPOINT",
+                message,
+            })?;
+        let headers =
+            parse_headers(&self.otel_exporter_otlp_headers).map_err(|message| SettingError {
+                setting: "OTEL_EXPORTER_OTLP_HEADERS",
+                message,
+            })?;
+        Ok(Some(TracingConfig {
             service_name: self.tracing_service_name.clone(),
             sampling_rate: self.tracing_sampling_rate,
-            endpoint: self.otel_exporter_otlp_endpoint.clone(),
-            headers: self.otel_exporter_otlp_headers.0.clone(),
+            endpoint,
+            headers: headers.0,
             record_values: self.tracing_record_values,
-        })
+        }))
     }
 }
 
@@ -164,26 +203,34 @@ mod tests {
                 "http/protobuf",
                 "OTEL_EXPORTER_OTLP_PROTOCOL",
             ),
-            (
-                "--otel-exporter-otlp-endpoint",
-                "collector",
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-            ),
-            (
-                "--otel-exporter-otlp-headers",
-                "x",
-                "OTEL_EXPORTER_OTLP_HEADERS",
-            ),
         ] {
             let e = Wrapper::try_parse_from(["x", flag, value]).unwrap_err();
             assert!(e.to_string().contains(name), "{e}");
         }
+        // Checked once tracing is on, naming the setting and not repeating the secret.
+        for (flag, value, name) in [
+            (
+                "--otel-exporter-otlp-endpoint",
+                "ftp://u:s3cret@collector",
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (
+                "--otel-exporter-otlp-headers",
+                "authorization Bearer s3cret",
+                "OTEL_EXPORTER_OTLP_HEADERS",
+            ),
+        ] {
+            let w = Wrapper::try_parse_from(["x", "--tracing-enabled", flag, value]).unwrap();
+            let e = w.tracing.config().unwrap_err();
+            assert_eq!(e.setting, name);
+            assert!(!e.to_string().contains("s3cret"), "{e}");
+        }
         let w = Wrapper::try_parse_from(["x", "--tracing-enabled"]).unwrap();
-        let config = w.tracing.config().unwrap();
+        let config = w.tracing.config().unwrap().unwrap();
         assert_eq!(config.endpoint, "http://localhost:4317");
         assert_eq!((config.sampling_rate, config.record_values), (1.0, false));
         assert_eq!(config.service_name, "RateLimit");
         let off = Wrapper::try_parse_from(["x"]).unwrap();
-        assert!(off.tracing.config().is_none());
+        assert!(off.tracing.config().unwrap().is_none());
     }
 }

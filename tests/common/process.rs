@@ -101,3 +101,59 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// CPU time (user + system) process `pid` has used, in clock ticks (1/100 s).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // After the command name: state is field 3, utime 14 and stime 15 (1-based).
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A child process, killed and reaped when dropped.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `ratelimit-server` run by `prlimit LIMIT` (util-linux sets the limit on itself, then execs the
+/// server, which keeps it: no code of ours runs between fork and exec), with the arguments and
+/// environment `command` adds. `None` where prlimit cannot run and `CI` is not set (the test is
+/// then reported as skipped); with `CI` set that is a failure.
+pub fn under_prlimit(limit: &str, command: impl FnOnce(&mut Command)) -> Option<Killed> {
+    let mut prlimit = Command::new("prlimit");
+    prlimit
+        .arg(limit)
+        .arg(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .stdout(Stdio::null());
+    command(&mut prlimit);
+    match prlimit.spawn() {
+        Ok(child) => Some(Killed(child)),
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPING: prlimit (util-linux) cannot run the server: {e}");
+            None
+        }
+        Err(e) => panic!("prlimit (util-linux) runs the server: {e}"),
+    }
+}
+
+/// Waits (at most 10 s, far above the normal time) until `health` answers 200.
+pub async fn wait_healthy(health: &str) {
+    let started = monotonic();
+    while !reqwest::get(health).await.is_ok_and(|r| r.status() == 200) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "server did not become healthy at {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,5 +1,5 @@
 //! Certificates made in the test (rcgen, ECDSA P-256): a CA, server and client certificates it
-//! signs, written as PEM files; and rustls client configs that trust a CA and may present a
+//! signs (valid for ever, or between two given instants), written as PEM files; and rustls client configs that trust a CA and may present a
 //! client certificate.
 #![allow(
     dead_code,
@@ -44,10 +44,24 @@ impl Ca {
     }
 
     fn leaf(&self, cn: &str, sans: &[&str], usage: ExtendedKeyUsagePurpose) -> Leaf {
+        self.leaf_valid(cn, sans, usage, None)
+    }
+
+    fn leaf_valid(
+        &self,
+        cn: &str,
+        sans: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+        validity: Option<(i64, i64)>,
+    ) -> Leaf {
         let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
         let mut params = CertificateParams::new(sans).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
         params.extended_key_usages = vec![usage];
+        if let Some((from, to)) = validity {
+            params.not_before = time::OffsetDateTime::from_unix_timestamp(from).unwrap();
+            params.not_after = time::OffsetDateTime::from_unix_timestamp(to).unwrap();
+        }
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &*self.issuer).unwrap();
         Leaf {
@@ -62,6 +76,17 @@ impl Ca {
             cn,
             &["localhost", "127.0.0.1"],
             ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    /// A server certificate for `localhost` and 127.0.0.1 valid from `from` to `to` (Unix
+    /// seconds).
+    pub fn server_valid(&self, cn: &str, from: i64, to: i64) -> Leaf {
+        self.leaf_valid(
+            cn,
+            &["localhost", "127.0.0.1"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+            Some((from, to)),
         )
     }
 

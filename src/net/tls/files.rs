@@ -1,6 +1,7 @@
 //! From certificate, key and CA files to a rustls `ServerConfig`: what a listener's TLS is made of
-//! ([`TlsSpec`]), reading its files (bounded in size), and building the config, with every error
-//! naming the setting at fault. Client certificates, when required, are checked against the CA and,
+//! ([`TlsSpec`]), reading its files (bounded in size), and building the config (a certificate
+//! outside its validity is refused like a broken one), with every error naming the setting at
+//! fault. Client certificates, when required, are checked against the CA and,
 //! if a SAN is required, for that SAN ([`SanVerifier`]).
 
 use std::io::Read;
@@ -16,6 +17,8 @@ use rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
     SignatureScheme,
 };
+
+use super::expiry::Validity;
 
 /// Largest certificate, key or CA file read; a larger one is an error (a PEM chain is a few KiB).
 pub const MAX_PEM_BYTES: u64 = 1 << 20;
@@ -148,9 +151,10 @@ impl TlsSpec {
         Ok(certs)
     }
 
-    /// A server config from `files`: the certificate chain and its key (which must match), and
-    /// the client verifier if client certificates are required.
-    pub fn build(&self, files: &PemFiles) -> Result<Arc<ServerConfig>, TlsError> {
+    /// A server config from `files` at `now` (Unix seconds): the certificate chain, every
+    /// certificate of which must be valid now, and its key (which must match), and the client
+    /// verifier if client certificates are required. With the config, when the chain is valid.
+    pub fn build(&self, files: &PemFiles, now: i64) -> Result<Built, Refusal> {
         let names = self.names;
         let chain = self.certificates(names.cert, &self.cert, &files.cert)?;
         for (i, cert) in chain.iter().enumerate() {
@@ -158,6 +162,10 @@ impl TlsSpec {
                 self.file_error(names.cert, &self.cert, format!("certificate #{i}: {e}"))
             })?;
         }
+        let validity = Validity::of_chain(&chain, now).map_err(|invalid| Refusal {
+            error: self.file_error(names.cert, &self.cert, invalid.message),
+            valid_from: invalid.valid_from,
+        })?;
         let key = PrivateKeyDer::from_pem_slice(&files.key).map_err(|e| {
             self.file_error(names.key, &self.key, format!("no usable private key: {e}"))
         })?;
@@ -204,7 +212,33 @@ impl TlsSpec {
             }
         })?;
         config.alpn_protocols = self.alpn.clone();
-        Ok(Arc::new(config))
+        Ok(Built {
+            config: Arc::new(config),
+            validity,
+        })
+    }
+}
+
+/// A config built from a listener's files, and when its certificate chain is valid.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub config: Arc<ServerConfig>,
+    pub validity: Validity,
+}
+
+/// Files that cannot be served: the error, and for a chain not valid yet, when it will be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub error: TlsError,
+    pub valid_from: Option<i64>,
+}
+
+impl From<TlsError> for Refusal {
+    fn from(error: TlsError) -> Refusal {
+        Refusal {
+            error,
+            valid_from: None,
+        }
     }
 }
 

@@ -1,12 +1,13 @@
-//! The TLS counters, by listener ("gRPC", "admin").
+//! The TLS counters, and when each listener's certificate expires, by listener ("gRPC", "admin").
 
-use prometheus::{IntCounterVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
 #[derive(Clone)]
 pub struct TlsMetrics {
     reload_success: IntCounterVec,
     reload_error: IntCounterVec,
     handshake_error: IntCounterVec,
+    expiry: IntGaugeVec,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str) -> IntCounterVec {
@@ -34,7 +35,29 @@ impl TlsMetrics {
                 "ratelimit_tls_handshake_errors_total",
                 "Connections closed because their TLS handshake failed or timed out",
             ),
+            expiry: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "ratelimit_tls_certificate_expiry_seconds",
+                        "When the certificate chain the listener serves expires (the earliest \
+                         notAfter of the chain), as Unix seconds: alert on it minus time()",
+                    ),
+                    &["listener"],
+                )
+                .expect("valid metric");
+                let _ = registry.register(Box::new(g.clone()));
+                g
+            },
         }
+    }
+
+    /// The serving chain of `listener` expires at `not_after` (Unix seconds).
+    pub fn set_expiry(&self, listener: &str, not_after: i64) {
+        self.expiry.with_label_values(&[listener]).set(not_after);
+    }
+
+    pub fn expiry(&self, listener: &str) -> i64 {
+        self.expiry.with_label_values(&[listener]).get()
     }
 
     /// Counters on a registry of their own, for tests.

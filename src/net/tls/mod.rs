@@ -3,11 +3,13 @@
 //! then its TLS handshake must finish within the connection's handshake timeout, and the guard
 //! moves onto the decrypted stream with the same deadline for the first request bytes. Certificate,
 //! key and CA files are polled and swapped in when they change (`reload`); established connections
-//! keep the config they were made with.
+//! keep the config they were made with. A certificate outside its validity is refused, and the
+//! serving one's end is exported and warned about (`expiry`).
 //!
 //! Owns: TLS settings, files → `ServerConfig`, reloading, handshakes. Must not touch: the engine,
 //! rules, or how requests are served.
 
+mod expiry;
 mod files;
 mod metrics;
 mod reload;
@@ -16,9 +18,10 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
+pub use expiry::{Expiry, Validity};
 pub use files::{
-    ADMIN_SETTINGS, GRPC_SETTINGS, MAX_PEM_BYTES, PemFiles, SanVerifier, SettingNames, TlsError,
-    TlsSpec, parse_san,
+    ADMIN_SETTINGS, Built, GRPC_SETTINGS, MAX_PEM_BYTES, PemFiles, Refusal, SanVerifier,
+    SettingNames, TlsError, TlsSpec, parse_san,
 };
 pub use metrics::TlsMetrics;
 pub use reload::{Polled, TlsSource, watch_files};

@@ -15,7 +15,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
-use super::super::time::parse_rfc3339;
+use super::super::time::parse_instant;
 use super::{VERSION, set};
 use crate::clock::Nanos;
 
@@ -129,7 +129,7 @@ pub(super) fn parse_into(line: &[u8], out: &mut RateLimitRequest) -> Result<Nano
         None => return Err("no format version `v` (not a record line)".into()),
     }
     let time = parsed.time.ok_or("no `time`")?;
-    let time = parse_rfc3339(&time).ok_or_else(|| format!("`time` {time:?} is not RFC 3339"))?;
+    let time = parse_instant(&time).map_err(|e| e.describe("time", &time))?;
     set(&mut out.domain, &parsed.domain);
     out.hits_addend = match parsed.hits_addend {
         None => 0,
