@@ -15,6 +15,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use crate::clock::Clock;
 use crate::config::ConfigErrors;
 use crate::engine::{Engine, Rules};
+use crate::front::FrontDoor;
 pub use crate::health::HEALTH_SERVICES;
 use crate::health::HealthReporter;
 use crate::http::{self, Admin};
@@ -250,9 +251,12 @@ async fn start_on<B: Backend>(
     };
     tasks.watch_tls_files(settings, [&grpc_tls, &admin_tls]);
     let (health, health_service) = HealthReporter::new();
-    let grpc_service = RateLimitGrpc::new(engine.clone(), settings.transport.call_limits())
-        .with_tracing(tracing.clone())
-        .with_recorder(recorder.clone());
+    let front = Arc::new(FrontDoor::new(
+        engine.clone(),
+        tracing.clone(),
+        recorder.clone(),
+    ));
+    let grpc_service = RateLimitGrpc::new(front.clone(), settings.transport.call_limits());
     let grpc_router = grpc_server(settings)
         .add_service(health_service)
         .add_service(grpc_service);
@@ -261,10 +265,10 @@ async fn start_on<B: Backend>(
     }
     let admin = Arc::new(Admin {
         engine: engine.clone(),
+        front,
         metrics: metrics.clone(),
         status: status.clone(),
         healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
-        recorder: recorder.clone(),
     });
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));

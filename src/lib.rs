@@ -21,6 +21,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod front;
 pub mod health;
 pub mod http;
 pub mod limiter;

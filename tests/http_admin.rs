@@ -532,3 +532,48 @@ async fn a_body_too_large_to_read_gets_413_not_100_continue() {
     let answer = String::from_utf8_lossy(&answer[..n]);
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
 }
+
+#[tokio::test]
+async fn json_decisions_come_through_the_front_door_as_grpc_ones_do() {
+    // Counted in the call metrics like a gRPC call, refused ones by their kind.
+    let s = start(&[("web.yaml", RULES)]).await;
+    let calls = r#"grpc_method="ShouldRateLimit""#;
+    for _ in 0..3 {
+        let (status, _) = post_json(
+            s.http("/json"),
+            json!({"domain": "web", "descriptors": [{"entries": [{"key": "user", "value": "j"}]}]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let refused = reqwest::Client::new()
+        .post(s.http("/json"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let (_, metrics) = get(s.http("/metrics")).await;
+    assert_eq!(
+        sample(&metrics, "ratelimit_service_total_requests", calls),
+        4,
+        "three decisions and one refusal"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "ratelimit_service_should_rate_limit_error",
+            r#"err_type="invalid_argument""#
+        ),
+        1
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "ratelimit_service_rate_limit_total_hits",
+            r#"domain="web",rule="user""#
+        ),
+        3
+    );
+}

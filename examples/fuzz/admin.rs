@@ -12,6 +12,7 @@ use http_body_util::BodyExt;
 use ratelimit_server::clock::{ManualClock, NANOS_PER_SECOND};
 use ratelimit_server::config::parse_files;
 use ratelimit_server::engine::{Engine, EngineSettings};
+use ratelimit_server::front::FrontDoor;
 use ratelimit_server::http::{Admin, router};
 use ratelimit_server::metrics::Metrics;
 use ratelimit_server::policy::Policy;
@@ -96,12 +97,13 @@ impl AdminTarget {
             EngineSettings::default(),
         )
         .with_metrics(metrics.clone());
+        let engine = Arc::new(engine);
         let admin = Arc::new(Admin {
-            engine: Arc::new(engine),
+            front: Arc::new(FrontDoor::new(engine.clone(), None, None)),
+            engine,
             metrics,
             status: Arc::new(ServerStatus::new(LoadReport::default())),
             healthy_needs_a_domain: false,
-            recorder: None,
         });
         AdminTarget {
             runtime: tokio::runtime::Builder::new_current_thread()

@@ -29,7 +29,8 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value, json};
 
 use super::AdminState;
-use crate::engine::{Decision, EngineError};
+use crate::engine::EngineError;
+use crate::front::Refused;
 use crate::store::Backend;
 
 #[derive(Debug, Deserialize)]
@@ -317,39 +318,44 @@ pub(super) async fn json<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let front = &admin.front;
+    let refuse = |why: Refused, status: StatusCode, message: String| {
+        front.refused(why);
+        error(status, message)
+    };
     if let Some(refused) = refuse_before_reading(&headers) {
+        let why = if refused.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Refused::TooLarge
+        } else {
+            Refused::InvalidArgument
+        };
+        front.refused(why);
         return refused;
     }
     // A body without a Content-Length (chunked) is bounded as it is read.
     let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(body) => body,
+        Err(e) if is_length_limit(&e) => {
+            let message = format!("cannot read the body: {e}");
+            return refuse(Refused::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, message);
+        }
         Err(e) => {
-            let status = if is_length_limit(&e) {
-                StatusCode::PAYLOAD_TOO_LARGE
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            return error(status, format!("cannot read the body: {e}"));
+            let message = format!("cannot read the body: {e}");
+            return refuse(Refused::Transport, StatusCode::BAD_REQUEST, message);
         }
     };
     let parsed: JsonRequest = match serde_json::from_slice(&body) {
         Ok(p) => p,
         Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("invalid JSON request: {e}"),
-            );
+            let message = format!("invalid JSON request: {e}");
+            return refuse(Refused::InvalidArgument, StatusCode::BAD_REQUEST, message);
         }
     };
     let request = match to_request(parsed) {
         Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return refuse(Refused::InvalidArgument, StatusCode::BAD_REQUEST, e),
     };
-    let Decision { now, result } = admin.engine.decide(&request).await;
-    if let Some(recorder) = &admin.recorder {
-        recorder.record(now, &request, result.as_ref().ok());
-    }
-    match result {
+    match admin.front.decide(&request).await {
         Ok(response) => {
             let status = if response.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS

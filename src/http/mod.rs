@@ -16,6 +16,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 
 use crate::engine::Engine;
+use crate::front::FrontDoor;
 use crate::metrics::Metrics;
 use crate::status::ServerStatus;
 use crate::store::Backend;
@@ -23,12 +24,12 @@ use crate::store::Backend;
 /// What the admin handlers need.
 pub struct Admin<B> {
     pub engine: Arc<Engine<B>>,
+    /// Where `POST /json` decisions go (as gRPC ones do).
+    pub front: Arc<FrontDoor<B>>,
     pub metrics: Arc<Metrics>,
     pub status: Arc<ServerStatus>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
     pub healthy_needs_a_domain: bool,
-    /// `serve --record`: `POST /json` decisions are recorded too.
-    pub recorder: Option<Arc<crate::record::Recorder>>,
 }
 
 type AdminState<B> = State<Arc<Admin<B>>>;

@@ -1,7 +1,9 @@
-//! The gRPC face: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over tonic,
-//! translating engine errors into gRPC statuses (INVALID_ARGUMENT, UNAVAILABLE) and recording call
-//! counts, errors and latency. The route is ours rather than envoy-types' generated server so that
-//! the request's bytes are bounded before they are decoded (see `codec` and `body`).
+//! The gRPC face: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over tonic: a
+//! request decoded within its bounds goes through the front door (`crate::front`: metrics, span,
+//! recorder, engine), engine errors become gRPC statuses (INVALID_ARGUMENT, UNAVAILABLE), and a
+//! call refused before decoding is counted there by its code. The route is ours rather than
+//! envoy-types' generated server so that the request's bytes are bounded before they are decoded
+//! (see `codec` and `body`).
 
 mod body;
 mod codec;
@@ -10,21 +12,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-// Latency on tokio's monotonic time (it follows paused time in tests).
-use tokio::time::Instant;
-
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code as RateLimitCode;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use prometheus::{Histogram, IntCounter, IntCounterVec};
 use tokio::sync::Semaphore;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Request, Response, Status};
 
-use crate::engine::{Decision, Engine, EngineError};
-use crate::record::Recorder;
+use crate::front::{FrontDoor, Refused, status_code};
 use crate::store::Backend;
-use crate::telemetry::Tracing;
 
 pub use body::GuardedBody;
 pub use codec::RequestCodec;
@@ -56,25 +51,11 @@ impl Default for CallLimits {
     }
 }
 
-/// The call metrics, resolved once so a call only touches atomics.
-struct CallMetrics {
-    requests: IntCounter,
-    latency: Histogram,
-    errors: IntCounterVec,
-    invalid: IntCounter,
-    store_errors: IntCounter,
-}
-
 struct Shared<S> {
-    engine: Arc<Engine<S>>,
-    metrics: Option<CallMetrics>,
+    front: Arc<FrontDoor<S>>,
     limits: CallLimits,
     /// One permit per request byte buffered (see [`GuardedBody`]).
     buffered: Arc<Semaphore>,
-    /// A span per call when tracing is on; `None` builds nothing.
-    tracing: Option<Tracing>,
-    /// `serve --record`: each decision, queued for the record file.
-    recorder: Option<Arc<Recorder>>,
 }
 
 /// The tonic service around a shared engine.
@@ -95,65 +76,29 @@ impl<S> NamedService for RateLimitGrpc<S> {
 }
 
 impl<S: Backend> RateLimitGrpc<S> {
-    pub fn new(engine: Arc<Engine<S>>, limits: CallLimits) -> Self {
-        let method = ["ShouldRateLimit"];
-        let metrics = engine.metrics().map(|m| CallMetrics {
-            requests: m.total_requests.with_label_values(&method),
-            latency: m.response_time.with_label_values(&method),
-            errors: m.should_rate_limit_error.clone(),
-            invalid: m
-                .should_rate_limit_error
-                .with_label_values(&["invalid_argument"]),
-            store_errors: m
-                .should_rate_limit_error
-                .with_label_values(&["store_error"]),
-        });
+    pub fn new(front: Arc<FrontDoor<S>>, limits: CallLimits) -> Self {
         let permits = limits.max_buffered_bytes.clamp(1, Semaphore::MAX_PERMITS);
         RateLimitGrpc {
             shared: Arc::new(Shared {
-                engine,
-                metrics,
+                front,
                 limits,
                 buffered: Arc::new(Semaphore::new(permits)),
-                tracing: None,
-                recorder: None,
             }),
-        }
-    }
-
-    /// Records an OpenTelemetry span per ShouldRateLimit call (see [`Tracing`]).
-    pub fn with_tracing(self, tracing: Option<Tracing>) -> Self {
-        let shared =
-            Arc::try_unwrap(self.shared).unwrap_or_else(|_| unreachable!("not yet cloned"));
-        RateLimitGrpc {
-            shared: Arc::new(Shared { tracing, ..shared }),
-        }
-    }
-
-    /// Records each decision (see [`Recorder`]).
-    pub fn with_recorder(self, recorder: Option<Arc<Recorder>>) -> Self {
-        let shared =
-            Arc::try_unwrap(self.shared).unwrap_or_else(|_| unreachable!("not yet cloned"));
-        RateLimitGrpc {
-            shared: Arc::new(Shared { recorder, ..shared }),
         }
     }
 
     /// Counts a call refused before it reached the engine (malformed, too large, stalled),
     /// by the gRPC code it was refused with.
     fn count_refused(&self, code: Code) {
-        if let Some(m) = &self.shared.metrics {
-            m.requests.inc();
-            let kind = match code {
-                Code::InvalidArgument => "invalid_argument",
-                // tonic refuses a message over the size bound with OUT_OF_RANGE.
-                Code::OutOfRange => "request_too_large",
-                Code::ResourceExhausted => "resource_exhausted",
-                Code::DeadlineExceeded | Code::Cancelled => "stalled_request",
-                _ => "transport",
-            };
-            m.errors.with_label_values(&[kind]).inc();
-        }
+        let why = match code {
+            Code::InvalidArgument => Refused::InvalidArgument,
+            // tonic refuses a message over the size bound with OUT_OF_RANGE.
+            Code::OutOfRange => Refused::TooLarge,
+            Code::ResourceExhausted => Refused::ResourceExhausted,
+            Code::DeadlineExceeded | Code::Cancelled => Refused::Stalled,
+            _ => Refused::Transport,
+        };
+        self.shared.front.refused(why);
     }
 }
 
@@ -188,7 +133,8 @@ where
             let request = request.map(|body| {
                 GuardedBody::new(body, this.shared.buffered.clone(), limits.body_timeout)
             });
-            let mut grpc = Grpc::new(RequestCodec::new(this.shared.engine.settings().bounds))
+            let bounds = this.shared.front.engine().settings().bounds;
+            let mut grpc = Grpc::new(RequestCodec::new(bounds))
                 .apply_max_message_size_config(Some(limits.max_request_bytes), None);
             let handled = Arc::new(AtomicBool::new(false));
             let unary = Unary {
@@ -223,53 +169,14 @@ impl<S: Backend> UnaryService<RateLimitRequest> for Unary<S> {
     }
 }
 
-impl From<EngineError> for Status {
-    fn from(error: EngineError) -> Status {
-        match error {
-            EngineError::Invalid(e) => Status::invalid_argument(e.to_string()),
-            EngineError::Store(e) => Status::unavailable(e.to_string()),
-        }
-    }
-}
-
 impl<S: Backend> Shared<S> {
     async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
-        let mut span = self.tracing.as_ref().map(Tracing::start_call);
-        if let Some(span) = &mut span {
-            let r = request.get_ref();
-            span.request(
-                &r.domain,
-                r.descriptors
-                    .iter()
-                    .map(|d| d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))),
-            );
+        match self.front.decide(request.get_ref()).await {
+            Ok(response) => Ok(Response::new(response)),
+            Err(e) => Err(Status::new(status_code(&e), e.to_string())),
         }
-        let Decision { now, result } = self.engine.decide(request.get_ref()).await;
-        if let Some(m) = &self.metrics {
-            m.requests.inc();
-            m.latency.observe(started.elapsed().as_secs_f64());
-            match &result {
-                Err(EngineError::Invalid(_)) => m.invalid.inc(),
-                Err(EngineError::Store(_)) => m.store_errors.inc(),
-                Ok(_) => {}
-            }
-        }
-        if let Some(recorder) = &self.recorder {
-            recorder.record(now, request.get_ref(), result.as_ref().ok());
-        }
-        let response = result.map_err(Status::from);
-        if let Some(span) = span {
-            match &response {
-                Ok(r) => span.ok(RateLimitCode::try_from(r.overall_code)
-                    .unwrap_or(RateLimitCode::Unknown)
-                    .as_str_name()),
-                Err(status) => span.refused(status.code(), status.message()),
-            }
-        }
-        Ok(Response::new(response?))
     }
 }

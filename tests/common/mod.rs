@@ -63,9 +63,33 @@ pub async fn start_at(
     config: std::path::PathBuf,
     adjust: impl FnOnce(&mut ServeSettings),
 ) -> TestServer {
+    start_clocked(dir, config, START, adjust).await
+}
+
+/// [`start_with`] with the manual clock at the wall clock's time now: for a store that keeps
+/// time itself (Redis expires keys by its own clock).
+pub async fn start_now(
+    files: &[(&str, &str)],
+    adjust: impl FnOnce(&mut ServeSettings),
+) -> TestServer {
+    use ratelimit_server::clock::{Clock, SystemClock};
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).expect("write rules");
+    }
+    let config = dir.path().to_path_buf();
+    start_clocked(dir, config, SystemClock.now(), adjust).await
+}
+
+async fn start_clocked(
+    dir: TempDir,
+    config: std::path::PathBuf,
+    now: u64,
+    adjust: impl FnOnce(&mut ServeSettings),
+) -> TestServer {
     let mut settings = ServeSettings::for_tests(config);
     adjust(&mut settings);
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::new(now);
     let server = app::start(&settings, Arc::new(clock.clone()))
         .await
         .expect("server starts");
