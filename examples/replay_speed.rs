@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use ratelimit_server::engine::EngineSettings;
 use ratelimit_server::policy::Policy;
 use ratelimit_server::replay::input::{Merged, Problems};
-use ratelimit_server::replay::time::format_second;
 use ratelimit_server::replay::{RecordLines, Side, replay};
 use ratelimit_server::rules_dir::{SizeCaps, load_rules_dir};
+use ratelimit_server::wire::time::format_second;
 
 /// User + system CPU seconds and peak RSS (KiB) of this process so far, from `/proc/self/stat`
 /// (utime and stime, in the kernel's USER_HZ ticks of 1/100 s) and `/proc/self/status` (VmHWM).

@@ -42,3 +42,4 @@ pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod testing;
+pub mod wire;

@@ -4,7 +4,7 @@
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use ratelimit_server::record::{Decided, Values, encode};
-use ratelimit_server::replay::record::parse_into;
+use ratelimit_server::wire::record::parse_into;
 
 use crate::input::Choices;
 

@@ -5,7 +5,7 @@ mod explain;
 mod json;
 mod rlconfig;
 
-pub use json::response_json;
+pub use crate::wire::json::response_json;
 
 use std::sync::Arc;
 

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use super::line::{Values, encode};
 use super::metrics::DropReason;
 use super::pending::{Pending, Records};
 use super::writer::RecordFile;
 use super::{Hashing, frame};
+use crate::wire::record::{Values, encode};
 
 /// How often the writer takes the pending lines. It sleeps between drains instead of being
 /// woken per line, so a decision never has to wake it (no futex on the answering thread) and lines
@@ -79,7 +79,7 @@ impl Drain {
                             .is_some_and(|values| values.contains(v))
                     };
                     let values = Values::Hashed {
-                        key,
+                        key: *key,
                         named: &is_named,
                     };
                     encode(decided, &values, &mut lines.bytes);

@@ -17,6 +17,12 @@ impl fmt::Debug for HashKey {
     }
 }
 
+impl crate::wire::record::HashValue for HashKey {
+    fn write_hex(&self, value: &str, out: &mut Vec<u8>) {
+        HashKey::write_hex(self, value, out);
+    }
+}
+
 impl HashKey {
     /// Exactly 32 hex digits (16 bytes); anything shorter, longer or not hex is refused.
     pub fn parse(text: &str) -> Result<HashKey, String> {

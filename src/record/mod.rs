@@ -3,14 +3,13 @@
 //! frame (`frame`: the time, the codes, the request in protobuf) into a bounded buffer of pending
 //! decisions (`pending`): a full buffer drops it and counts it, so recording never waits, and the
 //! answering thread does no more than that one copy. One writer thread (`drain`) takes the pending
-//! frames every few milliseconds, turns each into its JSON line (`line`; values hashed when asked:
+//! frames every few milliseconds, turns each into its JSON line (`wire::record`; values hashed when asked:
 //! `hash`) and appends them to the file, which rotates by size (`rotated`: no kept file is
 //! renamed) and survives write errors, short writes included (`writer`). docs/record.md ("How it stays off the hot path") says why it is built so.
 
 mod drain;
 mod frame;
 mod hash;
-mod line;
 mod metrics;
 mod pending;
 mod rotated;
@@ -26,8 +25,8 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prometheus::Registry;
 
+pub use crate::wire::record::{Answer, Decided, Values, encode};
 pub use hash::HashKey;
-pub use line::{Answer, Decided, Values, encode, rfc3339};
 pub use metrics::{DropReason, RecordMetrics};
 pub use sample::Sampler;
 pub use writer::{FileSpec, RecordFile};

@@ -17,9 +17,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::Value;
 
 use super::input::Decode;
-use super::time::parse_instant;
 use crate::clock::Nanos;
 use crate::config::yaml::{self, Node, NodeKind, ScalarKind};
+use crate::wire::time::parse_instant;
 
 /// Log fields the documented `json_format` writes (request headers are written under their
 /// lower-case name, dynamic metadata under `FILTER:KEY:…` as `%DYNAMIC_METADATA(…)%` names it).

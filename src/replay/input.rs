@@ -50,8 +50,8 @@ impl Problems {
         if self.time_jumps <= self.print_max {
             let ahead = (to - from) / crate::clock::NANOS_PER_SECOND;
             let (from, to) = (
-                super::time::format_second(from / crate::clock::NANOS_PER_SECOND),
-                super::time::format_second(to / crate::clock::NANOS_PER_SECOND),
+                crate::wire::time::format_second(from / crate::clock::NANOS_PER_SECOND),
+                crate::wire::time::format_second(to / crate::clock::NANOS_PER_SECOND),
             );
             eprintln!(
                 "{file}:{line}: warning: the time jumps {} ahead, from {from} to {to}; every later \

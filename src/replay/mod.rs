@@ -10,10 +10,8 @@ pub mod envoy_log;
 pub mod input;
 pub mod plot;
 
-pub mod record;
 pub mod report;
 pub mod tally;
-pub mod time;
 
 use std::sync::Arc;
 
@@ -33,7 +31,7 @@ pub struct RecordLines;
 
 impl Decode for RecordLines {
     fn decode(&self, line: &[u8], out: &mut RateLimitRequest) -> Result<Option<Nanos>, String> {
-        record::parse_into(line, out).map(Some)
+        crate::wire::record::parse_into(line, out).map(Some)
     }
 }
 

@@ -9,9 +9,9 @@ use plotters::prelude::*;
 
 use super::Side;
 use super::tally::{Bin, RuleTally};
-use super::time::format_second;
 use crate::metrics::OVERRIDE_RULE;
 use crate::plot::{Plot, builder, legend, mesh, page};
+use crate::wire::time::format_second;
 
 /// Panels drawn at most (rules beyond them are in the report, not the plot).
 pub const MAX_PANELS: usize = 8;

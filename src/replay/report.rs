@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::tally::{DiffTally, RuleDiff, RuleTally, Tally, top};
-use super::time::format_second;
 use super::{RuleNames, Run};
 use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::metrics::OVERRIDE_RULE;
+use crate::wire::time::format_second;
 
 /// Version of the JSON report's layout (fields are only ever added within a version).
 pub const REPORT_FORMAT: u32 = 1;

@@ -20,7 +20,7 @@ fn line(at: Nanos, domain: &str, entries: &[(&str, &str)]) -> String {
     let seconds = at / NANOS_PER_SECOND;
     let time = format!(
         "{}.{:09}Z",
-        time::format_second(seconds).trim_end_matches('Z'),
+        crate::wire::time::format_second(seconds).trim_end_matches('Z'),
         at % NANOS_PER_SECOND
     );
     serde_json::json!({

@@ -1,6 +1,6 @@
-//! RFC 3339 instants ↔ Unix nanoseconds, UTC, without a date library: the record line's `time`
-//! (`2026-12-01T05:00:00.123456789Z`), Envoy's `%START_TIME%` (`2026-12-01T05:00:00.123Z`), and
-//! the report's minutes. Pure.
+//! RFC 3339 instants ↔ Unix nanoseconds, UTC, without a date library, both ways, in one place: the
+//! record line's `time` (`2026-12-01T05:00:00.123456789Z`, written and read), Envoy's
+//! `%START_TIME%` (`2026-12-01T05:00:00.123Z`), whole seconds for reports and logs. Pure.
 
 use crate::clock::{NANOS_PER_SECOND, Nanos};
 
@@ -140,6 +140,40 @@ fn parse_parts(text: &str) -> Option<(i64, u64)> {
     Some((seconds, fraction))
 }
 
+/// `n` in exactly `width` decimal digits (leading zeros; higher digits dropped).
+fn padded(n: u64, width: usize, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.resize(start + width, b'0');
+    let mut n = n;
+    for at in (start..start + width).rev() {
+        out[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
+/// Appends `time` as RFC 3339 UTC with nanoseconds: `2026-12-01T05:00:00.123456789Z`, without
+/// allocating (the record line's `time`).
+pub fn rfc3339(time: Nanos, out: &mut Vec<u8>) {
+    let secs = time / NANOS_PER_SECOND;
+    let nanos = time % NANOS_PER_SECOND;
+    let of_day = secs % 86_400;
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    padded(year as u64, 4, out);
+    out.push(b'-');
+    padded(u64::from(month), 2, out);
+    out.push(b'-');
+    padded(u64::from(day), 2, out);
+    out.push(b'T');
+    padded(of_day / 3_600, 2, out);
+    out.push(b':');
+    padded(of_day % 3_600 / 60, 2, out);
+    out.push(b':');
+    padded(of_day % 60, 2, out);
+    out.push(b'.');
+    padded(nanos, 9, out);
+    out.push(b'Z');
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ` of a Unix second.
 pub fn format_second(second: u64) -> String {
     let days = (second / 86_400) as i64;
@@ -230,6 +264,19 @@ mod tests {
                 && why.contains("to 2554-07-21T23:34:33Z"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn written_instants_read_back_to_the_nanosecond() {
+        for time in [0, 1, 1_796_101_200 * S + 123_456_789, LAST] {
+            let mut text = Vec::new();
+            rfc3339(time, &mut text);
+            let text = String::from_utf8(text).unwrap();
+            assert_eq!(parse_rfc3339(&text), Some(time), "{text}");
+        }
+        let mut text = Vec::new();
+        rfc3339(1_796_101_200 * S + 5, &mut text);
+        assert_eq!(text, b"2026-12-01T05:00:00.000000005Z");
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! The fast path of reading a record line: one pass over its bytes, writing straight into the
 //! reused request, for lines in the form `serve --record` writes them. It reads a subset of JSON
-//! exactly as `serde_line` reads it and declines (`None`) the rest: a line that is not UTF-8; a
-//! string with an escape or a control character; a number that is not plain digits; `null` where a field is read;
-//! a repeated field; nesting deeper than [`MAX_DEPTH`]; and every line `serde_line` refuses (no or
-//! another version, a bad time, a number out of range, a missing entry key). A declined line is
-//! read again by `serde_line`, so what `record::parse_into` answers is always serde's answer.
-//! Pure.
+//! exactly as the JSON form's reader (`wire::json`) reads it and declines (`None`) the rest: a line
+//! that is not UTF-8; a string with an escape or a control character; a number that is not plain
+//! digits; `null` where a field is read; a repeated or unknown field; a `decision` nested deeper
+//! than [`MAX_DEPTH`]; and every line that reader refuses (no or another version, a bad time, a
+//! number out of range, a missing entry key). A declined line is read again by that reader, so
+//! what `record::parse_into` answers is always its answer. Pure.
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
@@ -15,12 +15,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use envoy_types::pb::google::protobuf::UInt64Value;
 
-use super::super::time::parse_rfc3339;
-use super::{VERSION, set};
+use super::VERSION;
 use crate::clock::Nanos;
+use crate::wire::json::set;
+use crate::wire::time::parse_rfc3339;
 
-/// Deepest nesting of a skipped (unknown) field's value; deeper lines are left to serde (whose
-/// own limit is 128).
+/// Deepest nesting of a skipped value (the `decision`); deeper lines are left to serde (whose own
+/// limit is 128).
 const MAX_DEPTH: usize = 32;
 
 /// Fields seen so far in one object, one bit each: a repeated field is an error for serde.
@@ -141,7 +142,7 @@ impl<'a> Cursor<'a> {
         Some(n)
     }
 
-    /// A proto3-JSON integer as `serde_line` reads one: plain digits, or a string that
+    /// A proto3-JSON integer as `wire::json` reads one: plain digits, or a string that
     /// `str::parse::<u64>` reads.
     fn integer(&mut self) -> Option<u64> {
         match self.peek()? {
@@ -192,7 +193,16 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Steps over the value of a field nobody reads (as serde ignores an unknown field).
+    /// `true` or `false`.
+    fn boolean(&mut self) -> Option<bool> {
+        match self.peek()? {
+            b't' => self.literal(b"true").map(|()| true),
+            b'f' => self.literal(b"false").map(|()| false),
+            _ => None,
+        }
+    }
+
+    /// Steps over the value of a field read and ignored (a record line's `decision`).
     fn skip(&mut self, depth: usize) -> Option<()> {
         if depth > MAX_DEPTH {
             return None;
@@ -237,9 +247,11 @@ impl<'a> Cursor<'a> {
         const ENTRIES: u8 = 0;
         const LIMIT: u8 = 1;
         const HITS: u8 = 2;
+        const NEGATIVE: u8 = 3;
         let mut seen = Seen::default();
         to.limit = None;
         to.hits_addend = None;
+        to.is_negative_hits = false;
         self.object(|c, name| match name {
             "entries" => {
                 seen.first(ENTRIES)?;
@@ -257,7 +269,13 @@ impl<'a> Cursor<'a> {
                 });
                 Some(())
             }
-            _ => c.skip(1),
+            "isNegativeHits" | "is_negative_hits" => {
+                seen.first(NEGATIVE)?;
+                to.is_negative_hits = c.boolean()?;
+                Some(())
+            }
+            // An unknown field: the JSON form refuses it.
+            _ => None,
         })?;
         if !seen.has(ENTRIES) {
             to.entries.clear();
@@ -280,7 +298,7 @@ impl<'a> Cursor<'a> {
                 set(&mut to.value, c.string()?);
                 Some(())
             }
-            _ => c.skip(1),
+            _ => None,
         })?;
         // serde: "missing field `key`".
         seen.has(KEY).then_some(())?;
@@ -306,20 +324,21 @@ impl<'a> Cursor<'a> {
                 limit.unit = c.unit()?;
                 Some(())
             }
-            _ => c.skip(1),
+            _ => None,
         })?;
         Some(limit)
     }
 }
 
 /// Fills `out` from `line` and returns the line's time, or `None` when the line is not in the
-/// subset this path reads (then `out` may be half written: `serde_line` rewrites all of it).
+/// subset this path reads (then `out` may be half written: `wire::json` rewrites all of it).
 pub(super) fn parse_into(line: &[u8], out: &mut RateLimitRequest) -> Option<Nanos> {
     const V: u8 = 0;
     const TIME: u8 = 1;
     const DOMAIN: u8 = 2;
     const DESCRIPTORS: u8 = 3;
     const HITS: u8 = 4;
+    const DECISION: u8 = 5;
     let text = std::str::from_utf8(line).ok()?;
     let mut c = Cursor {
         text,
@@ -353,7 +372,11 @@ pub(super) fn parse_into(line: &[u8], out: &mut RateLimitRequest) -> Option<Nano
             hits = Some(c.integer()?);
             Some(())
         }
-        _ => c.skip(1),
+        "decision" => {
+            seen.first(DECISION)?;
+            c.skip(1)
+        }
+        _ => None,
     })?;
     c.blank();
     if c.at != line.len() || version != Some(VERSION) {

@@ -1,13 +1,22 @@
-//! The record line (docs/record.md, format version 1) as pure code: one request, the instant it
-//! was decided at and the answer given → one JSON line, values in clear or as keyed hashes.
+//! The record line's writer (docs/record.md, format [`VERSION`]) as pure code: one request, the
+//! instant it was decided at and the answer given → one JSON line, values in clear or as keyed
+//! hashes.
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use smallvec::SmallVec;
 
-use super::hash::HashKey;
-use crate::clock::{NANOS_PER_SECOND, Nanos};
+use super::VERSION;
+use crate::clock::Nanos;
+use crate::wire::time::rfc3339;
+
+/// Writes the keyed hash of a descriptor value (`serve --record --record-hash-values`): the
+/// recorder's secret, kept out of this module.
+pub trait HashValue {
+    /// Appends the hash of `value` as the line writes it (hex digits).
+    fn write_hex(&self, value: &str, out: &mut Vec<u8>);
+}
 
 /// The answer a request got: the overall code and each descriptor's, or `None` when the engine
 /// refused the request (recorded as `UNKNOWN` with no statuses).
@@ -30,7 +39,7 @@ pub enum Values<'a> {
     Clear,
     /// Keyed hashes, except the values `named(domain, key, value)` says the live rules name.
     Hashed {
-        key: &'a HashKey,
+        key: &'a dyn HashValue,
         named: &'a dyn Fn(&str, &str, &str) -> bool,
     },
 }
@@ -38,7 +47,9 @@ pub enum Values<'a> {
 /// Appends the record line of `decided` (with its `\n`) to `out`.
 pub fn encode(decided: &Decided<'_>, values: &Values<'_>, out: &mut Vec<u8>) {
     let r = decided.request;
-    out.extend_from_slice(b"{\"v\":1,\"time\":\"");
+    out.extend_from_slice(b"{\"v\":");
+    number(VERSION, out);
+    out.extend_from_slice(b",\"time\":\"");
     rfc3339(decided.time, out);
     out.extend_from_slice(b"\",\"domain\":");
     string(&r.domain, out);
@@ -152,55 +163,6 @@ fn number(n: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&digits[at..]);
 }
 
-/// `n` in exactly `width` decimal digits (leading zeros; higher digits dropped).
-fn padded(n: u64, width: usize, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.resize(start + width, b'0');
-    let mut n = n;
-    for at in (start..start + width).rev() {
-        out[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-}
-
-/// `time` as RFC 3339 UTC with nanoseconds: `2026-12-01T05:00:00.123456789Z`.
-pub fn rfc3339(time: Nanos, out: &mut Vec<u8>) {
-    let secs = time / NANOS_PER_SECOND;
-    let nanos = time % NANOS_PER_SECOND;
-    let days = secs / 86_400;
-    let of_day = secs % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    padded(year, 4, out);
-    out.push(b'-');
-    padded(month, 2, out);
-    out.push(b'-');
-    padded(day, 2, out);
-    out.push(b'T');
-    padded(of_day / 3_600, 2, out);
-    out.push(b':');
-    padded(of_day % 3_600 / 60, 2, out);
-    out.push(b':');
-    padded(of_day % 60, 2, out);
-    out.push(b'.');
-    padded(nanos, 9, out);
-    out.push(b'Z');
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm,
-/// for days ≥ 0).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -211,6 +173,7 @@ mod tests {
     use smallvec::smallvec;
 
     use super::*;
+    use crate::clock::NANOS_PER_SECOND;
 
     fn time_text(time: Nanos) -> String {
         let mut out = Vec::new();
@@ -317,7 +280,7 @@ mod tests {
                 statuses: smallvec![Code::Ok as i32],
             }),
         };
-        let doc = include_str!("../../docs/record.md");
+        let doc = include_str!("../../../docs/record.md");
         let example = doc
             .lines()
             .find(|l| l.starts_with("{\"v\":1"))
@@ -346,9 +309,24 @@ mod tests {
         assert_eq!(json["decision"]["statuses"], serde_json::json!([]));
     }
 
+    /// A stand-in for the recorder's keyed hash: the value's length in hex.
+    struct Lengths;
+
+    impl HashValue for Lengths {
+        fn write_hex(&self, value: &str, out: &mut Vec<u8>) {
+            out.extend_from_slice(format!("{:x}", value.len()).as_bytes());
+        }
+    }
+
+    impl Lengths {
+        fn hash_hex(&self, value: &str) -> String {
+            format!("{:x}", value.len())
+        }
+    }
+
     #[test]
     fn hashed_values_hide_all_but_named_ones() {
-        let key = HashKey::parse(&"ab".repeat(16)).unwrap();
+        let key = Lengths;
         let named =
             |domain: &str, k: &str, v: &str| domain == "edge" && k == "path" && v == "/a\"b\n";
         let values = Values::Hashed {
