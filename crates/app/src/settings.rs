@@ -1,0 +1,336 @@
+//! Server settings: one struct with documented defaults, filled from flags or environment variables
+//! (the reference's names where one exists).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args};
+
+use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
+use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
+use crate::limiter::LimitDefaults;
+use crate::net::tls::TlsArgs;
+use crate::rules_dir::SizeCaps;
+pub use transport_args::{TransportArgs, byte_size};
+
+/// Caps on the rules files read, checked from each file's size before reading it; shared by
+/// `serve` and `check`.
+#[derive(Debug, Clone, Args)]
+pub struct RulesFilesArgs {
+    /// Largest rules file (bytes; 8MiB, 512KiB accepted); a larger one is a load error.
+    #[arg(long, env = "MAX_FILE_BYTES", default_value = "8MiB", value_parser = byte_size)]
+    pub max_file_bytes: usize,
+    /// Most bytes of all rules files together; more is a load error.
+    #[arg(long, env = "MAX_TOTAL_BYTES", default_value = "32MiB", value_parser = byte_size)]
+    pub max_total_bytes: usize,
+    /// Let one domain span several files (their descriptors are merged; the same key and value
+    /// at the top level of two files is an error), as the reference's MERGE_DOMAIN_CONFIG.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub merge_domain_config: bool,
+}
+
+impl RulesFilesArgs {
+    pub fn caps(&self) -> SizeCaps {
+        SizeCaps {
+            max_file_bytes: self.max_file_bytes as u64,
+            max_total_bytes: self.max_total_bytes as u64,
+        }
+    }
+}
+
+mod store_args;
+
+pub use store_args::{BackendType, RedisType, SettingError, SocketType, StoreArgs};
+
+mod tracing_args;
+
+mod transport_args;
+
+mod record_args;
+
+pub use record_args::RecordArgs;
+
+pub use tracing_args::{Headers, OtlpProtocol, TracingArgs};
+
+/// What a limit that does not say gets; shared by `serve` and `explain`.
+#[derive(Debug, Clone, Args)]
+pub struct DefaultsArgs {
+    /// Algorithm of limits that name none: token_bucket, fixed_window, sliding_window or
+    /// leaky_bucket.
+    #[arg(long, env = "DEFAULT_ALGORITHM", default_value = "token_bucket", value_parser = parse_algorithm)]
+    pub default_algorithm: Algorithm,
+    /// Leaky bucket: longest wait for a turn when a limit sets no max_delay (250ms, 2s, 1m).
+    /// Envoy's rate-limit filter `timeout` must be longer.
+    #[arg(long, env = "DEFAULT_MAX_DELAY", default_value = "1s", value_parser = parse_max_delay)]
+    pub default_max_delay: Duration,
+}
+
+impl DefaultsArgs {
+    pub fn limit_defaults(&self) -> LimitDefaults {
+        LimitDefaults {
+            algorithm: self.default_algorithm,
+            max_delay: self.default_max_delay.as_nanos() as u64,
+        }
+    }
+}
+
+/// An algorithm name from the command line; the error lists the valid ones.
+pub fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
+    Algorithm::parse(text).ok_or_else(|| {
+        format!(
+            "invalid algorithm '{text}' (expected one of: {})",
+            Algorithm::ALL.map(Algorithm::name).join(", ")
+        )
+    })
+}
+
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("'{text}' is not a ratio between 0 and 1")),
+    }
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{text}' must be a whole number of at least 1")),
+    }
+}
+
+fn parse_max_delay(text: &str) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d > MAX_DELAY_LIMIT {
+        return Err(format!(
+            "must be at most {}",
+            format_duration(MAX_DELAY_LIMIT)
+        ));
+    }
+    Ok(d)
+}
+
+/// `ratelimit-server serve` flags; each also reads the environment variable named.
+#[derive(Debug, Clone, Args)]
+pub struct ServeSettings {
+    /// Directory of rules files (*.yaml, *.yml, searched recursively).
+    #[arg(long, env = "CONFIG_DIR", default_value = "config")]
+    pub config: PathBuf,
+    /// gRPC listen address (RateLimitService and grpc.health.v1).
+    #[arg(long, env = "GRPC_ADDR", default_value = "0.0.0.0:8081")]
+    pub grpc_addr: SocketAddr,
+    /// HTTP admin listen address (/metrics, /healthcheck, /readyz, /rlconfig, POST /json).
+    #[arg(long, env = "HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    pub http_addr: SocketAddr,
+    /// `/healthcheck` fails while no rules domain is loaded (the reference's
+    /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+    #[arg(long, env = "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub healthy_with_at_least_one_config_loaded: bool,
+    /// Also serve gRPC on this Unix socket (Envoy can use it as a pipe address); the reference's
+    /// GRPC_UDS.
+    #[arg(long, env = "GRPC_UDS")]
+    pub grpc_uds: Option<PathBuf>,
+    /// Close each gRPC connection (with a GOAWAY) after this long, so clients rebalance across
+    /// instances; Go-style durations (`24h`, `1h30m`, `90s`). Off unless set (the reference's
+    /// GRPC_MAX_CONNECTION_AGE; there 24h by default).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE", value_parser = parse_go_duration)]
+    pub grpc_max_connection_age: Option<Duration>,
+    /// After GRPC_MAX_CONNECTION_AGE, how long calls in progress may finish (the reference's
+    /// GRPC_MAX_CONNECTION_AGE_GRACE).
+    #[arg(long, env = "GRPC_MAX_CONNECTION_AGE_GRACE", default_value = "1h", value_parser = parse_go_duration)]
+    pub grpc_max_connection_age_grace: Duration,
+    /// Start even when the rules are invalid, with none in force, until a reload brings valid
+    /// ones (the reference's FORCE_START_WITHOUT_INITIAL_CONFIG); by default invalid rules stop
+    /// the start.
+    #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub force_start_without_initial_config: bool,
+    /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
+    /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
+    #[arg(long, env = "DEBUG_ADDR")]
+    pub debug_addr: Option<SocketAddr>,
+    /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
+    #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub shadow_mode: bool,
+    /// Treat every descriptor as `quota_mode` (the reference's QUOTA_MODE): over the limit, the
+    /// request is denied only when every descriptor is over.
+    #[arg(long, env = "QUOTA_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub quota_mode: bool,
+    /// Return the request and the passing descriptors' `metadata` in the response's dynamic
+    /// metadata (the reference's RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "RESPONSE_DYNAMIC_METADATA", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub response_dynamic_metadata: bool,
+    /// Share of a limit past which hits count as near the limit (metrics).
+    #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
+    pub near_limit_ratio: f64,
+    /// Add RateLimit-Limit/Remaining/Reset headers to responses.
+    #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub limit_response_headers_enabled: bool,
+    #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit")]
+    pub limit_limit_header: String,
+    #[arg(
+        long,
+        env = "LIMIT_REMAINING_HEADER",
+        default_value = "RateLimit-Remaining"
+    )]
+    pub limit_remaining_header: String,
+    #[arg(long, env = "LIMIT_RESET_HEADER", default_value = "RateLimit-Reset")]
+    pub limit_reset_header: String,
+    /// Most keys the memory store holds; past it the soonest-expiring sampled keys are evicted.
+    #[arg(long, env = "MAX_KEYS", default_value_t = 1_000_000)]
+    pub max_keys: usize,
+    /// Most distinct label sets of `detailed_metric` rules; past it hits go to `<rule>_overflow`.
+    #[arg(long, env = "DETAILED_METRICS_CAP", default_value_t = 1000)]
+    pub detailed_metrics_cap: usize,
+    /// On SIGTERM, how long in-flight calls may take to finish before connections are closed.
+    #[arg(long, env = "DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// On SIGTERM, how long to keep serving while health says NOT_SERVING (so load balancers and
+    /// Kubernetes see it and stop sending) before the listeners close. SIGINT skips it.
+    #[arg(long, env = "SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+    /// Most descriptors in one request.
+    #[arg(long, env = "MAX_DESCRIPTORS", default_value_t = 64, value_parser = at_least_one)]
+    pub max_descriptors: usize,
+    /// Most entries in one descriptor.
+    #[arg(long, env = "MAX_ENTRIES", default_value_t = 32, value_parser = at_least_one)]
+    pub max_entries: usize,
+    /// Longest domain, key or value in bytes.
+    #[arg(long, env = "MAX_STRING_LEN", default_value_t = 4096, value_parser = at_least_one)]
+    pub max_string_len: usize,
+    #[command(flatten)]
+    pub rules_files: RulesFilesArgs,
+    #[command(flatten)]
+    pub defaults: DefaultsArgs,
+    #[command(flatten)]
+    pub transport: TransportArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
+    pub tracing: TracingArgs,
+    #[command(flatten)]
+    pub record: RecordArgs,
+}
+
+impl ServeSettings {
+    /// Settings for a server on loopback with ephemeral ports, for tests and examples.
+    pub fn for_tests(config: PathBuf) -> ServeSettings {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            settings: ServeSettings,
+        }
+        let mut settings = Wrapper::parse_from(["test"]).settings;
+        settings.config = config;
+        settings.grpc_addr = "127.0.0.1:0".parse().expect("valid address");
+        settings.http_addr = "127.0.0.1:0".parse().expect("valid address");
+        settings.shutdown_delay = Duration::ZERO;
+        settings
+    }
+
+    /// Settings from the environment (and defaults) alone: `ratelimit-server` with no command.
+    pub fn from_env() -> ServeSettings {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            settings: ServeSettings,
+        }
+        Wrapper::parse_from(["ratelimit-server"]).settings
+    }
+
+    pub fn engine_settings(&self) -> EngineSettings {
+        EngineSettings {
+            shadow_mode: self.shadow_mode,
+            quota_mode: self.quota_mode,
+            dynamic_metadata: self.response_dynamic_metadata,
+            near_limit_ratio: self.near_limit_ratio,
+            response_headers: self.limit_response_headers_enabled.then(|| HeaderNames {
+                limit: self.limit_limit_header.clone(),
+                remaining: self.limit_remaining_header.clone(),
+                reset: self.limit_reset_header.clone(),
+            }),
+            defaults: self.defaults.limit_defaults(),
+            bounds: RequestBounds {
+                max_descriptors: self.max_descriptors,
+                max_entries: self.max_entries,
+                max_string_len: self.max_string_len,
+            },
+        }
+    }
+}
+
+/// A Go-style duration, as the reference's settings are written: one or more `<n><unit>` with
+/// units `h`, `m`, `s`, `ms` (`24h`, `1h30m`, `500ms`).
+pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("'{text}' is not a duration (write e.g. 24h, 1h30m, 90s or 500ms)");
+    let mut rest = text.trim();
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let value: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let after = &rest[digits..];
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let unit = match &after[..unit_len] {
+            "h" => Duration::from_secs(3_600),
+            "m" => Duration::from_secs(60),
+            "s" => Duration::from_secs(1),
+            "ms" => Duration::from_millis(1),
+            _ => return Err(bad()),
+        };
+        let part = u32::try_from(value)
+            .ok()
+            .and_then(|v| unit.checked_mul(v))
+            .ok_or_else(bad)?;
+        total = total.checked_add(part).ok_or_else(bad)?;
+        rest = &after[unit_len..];
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations_as_the_reference_writes_them() {
+        assert_eq!(parse_go_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_go_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
+        for bad in ["", "h", "5", "5d", "1.5h", "-1h"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_parse_and_reject_bad_values() {
+        assert_eq!(parse_algorithm("leaky_bucket"), Ok(Algorithm::LeakyBucket));
+        assert!(
+            parse_algorithm("leaky")
+                .unwrap_err()
+                .contains("sliding_window")
+        );
+        assert_eq!(parse_max_delay("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_ratio("0.9"), Ok(0.9));
+        assert!(parse_ratio("1.5").is_err() && parse_ratio("NaN").is_err());
+        assert!(parse_max_delay("2h").is_err());
+        assert!(at_least_one("0").is_err() && at_least_one("-3").is_err());
+        assert_eq!(at_least_one("64"), Ok(64));
+        assert_eq!(parse_max_delay("61m").unwrap_err(), "must be at most 60m");
+        let s = ServeSettings::for_tests(PathBuf::from("x"));
+        assert_eq!(s.engine_settings().defaults, LimitDefaults::default());
+        assert_eq!(s.rules_files.caps(), SizeCaps::default());
+    }
+}

@@ -1,0 +1,168 @@
+//! OpenTelemetry tracing (the reference's TRACING_ENABLED and OTEL_EXPORTER_OTLP_*): one span per
+//! ShouldRateLimit, exported over OTLP/gRPC by a batch processor, flushed on shutdown. Spans carry
+//! the domain, the descriptor count and the overall code (and the gRPC code of a refused call);
+//! descriptor values only when asked (`record_values`), since they are often user identifiers.
+//! When tracing is off nothing here exists: the service holds `None` and builds no span.
+
+use opentelemetry::trace::{Span as _, SpanKind, Status, Tracer as _, TracerProvider as _};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithTonicConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+
+/// What the exporter and spans are made from (see `settings::TracingArgs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// `service.name` of the spans' resource.
+    pub service_name: String,
+    /// Share of root traces sampled (0..=1).
+    pub sampling_rate: f64,
+    /// The collector's OTLP/gRPC endpoint (`http://collector:4317`).
+    pub endpoint: String,
+    /// Headers sent with each export (e.g. an API key).
+    pub headers: Vec<(String, String)>,
+    /// Also record each descriptor's entries (`key=value`) on the span.
+    pub record_values: bool,
+}
+
+/// Why the exporter could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start OpenTelemetry tracing: {0}")]
+pub struct TracingError(String);
+
+/// The tracer the gRPC service records spans with, and the provider to flush on shutdown.
+#[derive(Debug, Clone)]
+pub struct Tracing {
+    tracer: SdkTracer,
+    provider: SdkTracerProvider,
+    record_values: bool,
+}
+
+impl Tracing {
+    /// Builds the OTLP/gRPC exporter and the batch processor. Must run inside the tokio runtime
+    /// (the exporter's channel lives on it); connecting is lazy, so a collector that is down does
+    /// not stop the start (spans are dropped and the SDK logs why).
+    pub fn start(config: &TracingConfig) -> Result<Tracing, TracingError> {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        for (name, value) in &config.headers {
+            let key =
+                tonic::metadata::MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes())
+                    .map_err(|e| TracingError(format!("header name '{name}': {e}")))?;
+            let value = value
+                .parse()
+                .map_err(|e| TracingError(format!("header '{name}' value: {e}")))?;
+            metadata.insert(key, value);
+        }
+        let exporter = SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(config.endpoint.clone())
+            .with_metadata(metadata)
+            .build()
+            .map_err(|e| TracingError(e.to_string()))?;
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+                config.sampling_rate,
+            ))))
+            .with_resource(
+                Resource::builder()
+                    .with_service_name(config.service_name.clone())
+                    .build(),
+            )
+            .build();
+        let scope = InstrumentationScope::builder("ratelimit-server")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        Ok(Tracing {
+            tracer: provider.tracer_with_scope(scope),
+            provider,
+            record_values: config.record_values,
+        })
+    }
+
+    /// Starts the span of one ShouldRateLimit call.
+    pub fn start_call(&self) -> CallSpan {
+        let span = self
+            .tracer
+            .span_builder("envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+            .with_kind(SpanKind::Server)
+            .with_attributes([
+                KeyValue::new("rpc.system", "grpc"),
+                KeyValue::new("rpc.service", "envoy.service.ratelimit.v3.RateLimitService"),
+                KeyValue::new("rpc.method", "ShouldRateLimit"),
+            ])
+            .start(&self.tracer);
+        CallSpan {
+            span,
+            record_values: self.record_values,
+        }
+    }
+
+    /// Exports the spans still buffered and stops the exporter. Blocking work is moved off the
+    /// runtime's workers (the batch processor's thread needs them to send).
+    pub async fn shutdown(&self) {
+        let provider = self.provider.clone();
+        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "flushing OpenTelemetry spans failed"),
+            Err(e) => tracing::warn!(error = %e, "flushing OpenTelemetry spans failed"),
+        }
+    }
+}
+
+/// The span of one call in progress; ended by [`CallSpan::ok`] or [`CallSpan::refused`].
+pub struct CallSpan {
+    span: opentelemetry_sdk::trace::Span,
+    record_values: bool,
+}
+
+impl CallSpan {
+    /// Records what was asked: the domain, the number of descriptors, and (when asked) each
+    /// descriptor's entries as `key=value,…`.
+    pub fn request<'a, D, E>(&mut self, domain: &str, descriptors: D)
+    where
+        D: ExactSizeIterator<Item = E>,
+        E: Iterator<Item = (&'a str, &'a str)>,
+    {
+        if !self.span.is_recording() {
+            return;
+        }
+        self.span
+            .set_attribute(KeyValue::new("ratelimit.domain", domain.to_owned()));
+        self.span.set_attribute(KeyValue::new(
+            "ratelimit.descriptor_count",
+            descriptors.len() as i64,
+        ));
+        if self.record_values {
+            for (i, entries) in descriptors.enumerate() {
+                let text: Vec<String> = entries.map(|(k, v)| format!("{k}={v}")).collect();
+                self.span.set_attribute(KeyValue::new(
+                    format!("ratelimit.descriptor.{i}"),
+                    text.join(","),
+                ));
+            }
+        }
+    }
+
+    /// Ends the span of an answered call with its overall code (`OK`, `OVER_LIMIT`).
+    pub fn ok(mut self, overall_code: &'static str) {
+        if self.span.is_recording() {
+            self.span
+                .set_attribute(KeyValue::new("ratelimit.overall_code", overall_code));
+            self.span
+                .set_attribute(KeyValue::new("rpc.grpc.status_code", 0_i64));
+        }
+        self.span.end();
+    }
+
+    /// Ends the span of a refused call with its gRPC code, marking it an error.
+    pub fn refused(mut self, code: tonic::Code, message: &str) {
+        if self.span.is_recording() {
+            self.span
+                .set_attribute(KeyValue::new("rpc.grpc.status_code", code as i64));
+            self.span
+                .set_status(Status::error(format!("{}: {message}", code.description())));
+        }
+        self.span.end();
+    }
+}

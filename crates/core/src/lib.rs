@@ -1,0 +1,28 @@
+//! ratelimit-server's core: everything a decision is made of, with no listener, no file watcher
+//! and no network (the layers above: `ratelimit-redis`, `ratelimit-replay`, `ratelimit-app`).
+//!
+//! Module map (dependencies point inward only; `tests/architecture.rs` holds what the compiler
+//! cannot: which modules stay pure and which never read the wall clock):
+//! - time: [`clock`] (time as a value, and waits on it: the one reader of wall time);
+//! - pure: [`config`] (rules files → validated model), [`policy`] (matching tree), [`limiter`]
+//!   (algorithms as functions of state, now and hits), [`wire`] (the JSON form of requests, the
+//!   record line, RFC 3339), [`redact`] (passwords out of messages);
+//! - state: [`store`] (the seam every backend implements, the memory backend, the guard of a
+//!   remote one);
+//! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`] (every Prometheus
+//!   series, the per-rule ones installed with the rules);
+//! - [`rules_dir`]: reading a rules directory from disk; [`testing`]: request builders shared by
+//!   tests, examples and benchmarks.
+#![forbid(unsafe_code)]
+
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod limiter;
+pub mod metrics;
+pub mod policy;
+pub mod redact;
+pub mod rules_dir;
+pub mod store;
+pub mod testing;
+pub mod wire;

@@ -1,0 +1,489 @@
+//! A remote backend as the server runs it ([`Guarded`]): every decision bounded in time, a circuit
+//! breaker in front of it ([`breaker`]), and while it is unreachable the operator's
+//! `REDIS_FAILURE_MODE` decides (a per-instance memory backend with the same rules, allow, deny,
+//! or a gRPC error). A backend unreachable at start-up does not stop the server: it starts in the
+//! failure mode and keeps connecting in the background with backoff. Each switch between the
+//! backend and the failure mode is logged once, counted and shown on `ratelimit_store_up`. Any
+//! backend that implements [`Remote`] (and says how to reach it, [`Connect`]) can be guarded.
+
+pub mod breaker;
+mod over_limit_cache;
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+
+use crate::clock::monotonic;
+
+use breaker::{Breaker, Change, Permit};
+use over_limit_cache::OverLimitCache;
+
+use super::memory::{MemoryBackend, MemoryKey};
+use super::transaction::Kind;
+use super::{
+    Backend, Charge, CounterId, StoreError, StoreMetrics, StoreStats, Transaction, Verdict,
+    Verdicts,
+};
+use crate::clock::Nanos;
+use crate::limiter::{self, Outlook, State};
+
+/// What the guard needs of a remote backend's keys: a memory key for the local failure mode, and
+/// a size, for the over-limit cache's bound.
+pub trait RemoteKey: MemoryKey + std::hash::Hash + Eq + Clone + Send + Sync + 'static {
+    /// Bytes the key takes (for `LOCAL_CACHE_SIZE_IN_BYTES`).
+    fn bytes(&self) -> usize;
+}
+
+/// A backend reached over the network.
+pub trait Remote: Backend<Key: RemoteKey> {
+    /// Checks that it answers (the breaker's probe).
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Whether any call got an answer at or after `since`.
+    fn answered_since(&self, since: std::time::Instant) -> bool;
+}
+
+/// How to reach a remote backend: at start-up, and again in the background while it is away.
+pub trait Connect: Clone + Send + Sync + 'static {
+    type Backend: Remote;
+    /// Connects (failing with `Unreachable` when nobody answered, `Unavailable` when it refused).
+    fn connect(
+        &self,
+        metrics: StoreMetrics,
+    ) -> impl Future<Output = Result<Self::Backend, StoreError>> + Send;
+    /// The key of a counter, connected or not.
+    fn key(&self, id: &CounterId<'_>) -> <Self::Backend as Backend>::Key;
+    /// Where it is, for logs (no credentials).
+    fn describe(&self) -> String;
+    /// The bound on each call.
+    fn timeout(&self) -> Duration;
+    /// The longest one decision may take while the backend answers: as many calls as it may make
+    /// under contention, each bounded by [`Connect::timeout`]. A safety net: past it, a decision
+    /// is answered `UNAVAILABLE`, never by the failure mode.
+    fn decision_deadline(&self) -> Duration;
+}
+
+/// What answers while Redis is unreachable (`REDIS_FAILURE_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    /// Decide from a memory store in this instance, with the same rules.
+    Local,
+    /// Answer OK.
+    Allow,
+    /// Answer OVER_LIMIT.
+    Deny,
+    /// Answer gRPC UNAVAILABLE (Envoy's `failure_mode_deny` decides).
+    Error,
+}
+
+impl FailureMode {
+    pub const ALL: [FailureMode; 4] = [Self::Local, Self::Allow, Self::Deny, Self::Error];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Error => "error",
+        }
+    }
+
+    /// A mode by name, any case.
+    pub fn parse(text: &str) -> Option<FailureMode> {
+        let text = text.trim().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|m| m.name() == text)
+    }
+}
+
+/// First wait of the background (re)connection, doubled after each failure up to
+/// [`RECONNECT_MAX`].
+const RECONNECT_BASE: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+/// The breaker's openings: 100 ms doubling to 800 ms, so Redis is probed at least every 0.8 s
+/// and decisions are back on it within a second of it answering again.
+const BREAKER_BASE: Duration = Duration::from_millis(100);
+const BREAKER_MAX: Duration = Duration::from_millis(800);
+
+struct Shared<C: Connect> {
+    /// None until the first connection succeeds.
+    remote: ArcSwapOption<C::Backend>,
+    connect: C,
+    breaker: Mutex<Breaker>,
+    local: MemoryBackend,
+    mode: FailureMode,
+    /// Bound on one whole decision, a safety net: its Redis calls are each bounded by
+    /// `REDIS_TIMEOUT` and so are its attempts, so a decision ends well before it.
+    deadline: Duration,
+    metrics: StoreMetrics,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES`: keys known over their limit, answered without a call.
+    cache: Option<OverLimitCache<<C::Backend as Backend>::Key>>,
+}
+
+/// A remote backend behind a breaker and a failure mode (cheap to clone).
+pub struct Guarded<C: Connect> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: Connect> Clone for Guarded<C> {
+    fn clone(&self) -> Self {
+        Guarded {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// What the guard is told to do (from settings).
+#[derive(Debug, Clone, Copy)]
+pub struct GuardSettings {
+    pub mode: FailureMode,
+    /// Keys the local failure mode's memory backend holds.
+    pub local_max_keys: usize,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES` (0: no over-limit cache).
+    pub local_cache_bytes: usize,
+}
+
+impl<C: Connect> Guarded<C> {
+    /// Connects. If nobody answers, starts anyway in the failure mode (with a loud warning) and
+    /// keeps connecting in the background; a backend that answers with a refusal (password, TLS
+    /// certificate) is a start-up error.
+    pub async fn start(
+        connect: C,
+        settings: GuardSettings,
+        metrics: StoreMetrics,
+    ) -> Result<Guarded<C>, StoreError> {
+        let GuardSettings {
+            mode,
+            local_max_keys,
+            local_cache_bytes,
+        } = settings;
+        let timeout = connect.timeout();
+        let probe_timeout = timeout * 2 + Duration::from_millis(50);
+        let connected = match connect.connect(metrics.clone()).await {
+            Ok(store) => Some(store),
+            Err(StoreError::Unreachable(e)) => {
+                tracing::warn!(
+                    error = %e,
+                    redis = %connect.describe(),
+                    mode = mode.name(),
+                    "REDIS IS UNREACHABLE AT START-UP: serving anyway, decisions by REDIS_FAILURE_MODE={} until it answers; reconnecting in the background",
+                    mode.name()
+                );
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let breaker = match connected {
+            Some(_) => Breaker::new(BREAKER_BASE, BREAKER_MAX, probe_timeout),
+            None => Breaker::new_open(BREAKER_BASE, BREAKER_MAX, probe_timeout, monotonic()),
+        };
+        metrics.store_up.set(i64::from(connected.is_some()));
+        metrics.breaker_state.set(breaker.state() as i64);
+        let up = connected.is_some();
+        let deadline = connect.decision_deadline();
+        let shared = Arc::new(Shared {
+            remote: ArcSwapOption::new(connected.map(Arc::new)),
+            connect,
+            breaker: Mutex::new(breaker),
+            local: MemoryBackend::new(local_max_keys),
+            mode,
+            deadline,
+            metrics,
+            cache: OverLimitCache::new(local_cache_bytes),
+        });
+        if !up {
+            metrics_switch(&shared, Change::Down, false);
+            tokio::spawn(reconnect(Arc::downgrade(&shared)));
+        }
+        Ok(Guarded { shared })
+    }
+
+    /// The remote backend, once connected (for tests and tools).
+    pub fn remote(&self) -> Option<Arc<C::Backend>> {
+        self.shared.remote.load_full()
+    }
+
+    /// Whether decisions go to the remote backend now.
+    pub fn is_up(&self) -> bool {
+        self.breaker().is_up() && self.shared.remote.load().is_some()
+    }
+
+    /// Whether the remote backend answered any call at or after `since`.
+    fn answered_since(&self, since: std::time::Instant) -> bool {
+        self.shared
+            .remote
+            .load()
+            .as_ref()
+            .is_some_and(|r| r.answered_since(since))
+    }
+
+    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        self.shared
+            .breaker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn permit(&self) -> Permit {
+        let mut b = self.breaker();
+        let permit = b.permit(monotonic());
+        self.shared.metrics.breaker_state.set(b.state() as i64);
+        permit
+    }
+
+    fn record(&self, permit: Permit, ok: bool) {
+        let change = {
+            let mut b = self.breaker();
+            let change = b.record(permit, ok, monotonic());
+            self.shared.metrics.breaker_state.set(b.state() as i64);
+            change
+        };
+        if let Some(change) = change {
+            metrics_switch(&self.shared, change, true);
+            if change == Change::Down {
+                tokio::spawn(probe(Arc::downgrade(&self.shared)));
+            }
+        }
+    }
+
+    /// The answer while the remote backend cannot decide.
+    fn fallback(
+        &self,
+        tx: Transaction<'_, <C::Backend as Backend>::Key>,
+    ) -> Result<Verdicts, StoreError> {
+        if tx.is_refund() {
+            self.shared.local.run(tx);
+            return Ok(Verdicts::new());
+        }
+        let mode = self.shared.mode;
+        self.shared
+            .metrics
+            .failure_mode_decisions
+            .with_label_values(&[mode.name()])
+            .inc();
+        match mode {
+            FailureMode::Local => Ok(self.shared.local.run(tx)),
+            FailureMode::Allow => Ok(fixed(tx.charges, tx.now, true)),
+            FailureMode::Deny => Ok(fixed(tx.charges, tx.now, false)),
+            FailureMode::Error => Err(StoreError::Unavailable(
+                "Redis is unreachable (REDIS_FAILURE_MODE=error)".into(),
+            )),
+        }
+    }
+
+    /// Calls Redis through the breaker; `None` when the failure mode must answer.
+    async fn through<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Option<Result<T, StoreError>> {
+        let permit = self.permit();
+        if permit == Permit::Reject {
+            return None;
+        }
+        let started = monotonic();
+        match tokio::time::timeout(self.shared.deadline, call).await {
+            Ok(Ok(value)) => {
+                self.record(permit, true);
+                Some(Ok(value))
+            }
+            // Redis answered; other instances kept changing the keys.
+            Ok(Err(e @ StoreError::Contention(_))) => {
+                self.record(permit, true);
+                self.shared.metrics.store_errors.inc();
+                Some(Err(e))
+            }
+            Ok(Err(e)) => {
+                self.record(permit, false);
+                self.shared.metrics.store_errors.inc();
+                tracing::debug!(error = %e, "Redis call failed");
+                None
+            }
+            // Redis answered meanwhile, but this decision did not finish within its (generous)
+            // bound: not an outage. It is answered as an error, never by the failure mode, which
+            // might admit what Redis would refuse.
+            Err(_) if self.answered_since(started) => {
+                self.shared.metrics.store_errors.inc();
+                self.shared.metrics.redis_over_budget.inc();
+                Some(Err(StoreError::Unavailable(format!(
+                    "the decision did not finish within {:?} while Redis answered; not admitted",
+                    self.shared.deadline
+                ))))
+            }
+            // Nothing answered: Redis is not there.
+            Err(_) => {
+                self.shared.metrics.store_errors.inc();
+                None
+            }
+        }
+    }
+}
+
+/// Counts, logs and shows one switch.
+fn metrics_switch<C: Connect>(shared: &Shared<C>, change: Change, log: bool) {
+    let m = &shared.metrics;
+    match change {
+        Change::Down => {
+            m.store_up.set(0);
+            m.switches.with_label_values(&["failure_mode"]).inc();
+            if log {
+                tracing::warn!(
+                    mode = shared.mode.name(),
+                    "Redis stopped answering: decisions by REDIS_FAILURE_MODE={} until it answers again",
+                    shared.mode.name()
+                );
+            }
+        }
+        Change::Up => {
+            // Redis may have lost counts while away (a restart without persistence).
+            if let Some(cache) = &shared.cache {
+                cache.clear();
+            }
+            m.store_up.set(1);
+            m.switches.with_label_values(&["redis"]).inc();
+            tracing::warn!("Redis answers again: decisions are back on Redis");
+        }
+    }
+}
+
+/// While the breaker is open, probes Redis with `PING` whenever the breaker allows a probe, so
+/// decisions go back to Redis (and `ratelimit_store_up` says so) within a second of it answering,
+/// with or without traffic. Ends once the breaker closes or the store is dropped.
+async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
+    loop {
+        tokio::time::sleep(PROBE_TICK).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let store = Guarded { shared };
+        let Some(redis) = store.shared.remote.load_full() else {
+            continue;
+        };
+        match store.permit() {
+            Permit::Call => return,
+            Permit::Reject => {}
+            Permit::Probe => {
+                let ok = redis.ping().await.is_ok();
+                store.record(Permit::Probe, ok);
+                if ok {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// How often the prober looks at the breaker.
+const PROBE_TICK: Duration = Duration::from_millis(20);
+
+/// Connects in the background with backoff until it succeeds or the store is dropped.
+async fn reconnect<C: Connect>(shared: Weak<Shared<C>>) {
+    let mut wait = RECONNECT_BASE;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some((metrics, connect)) = shared
+            .upgrade()
+            .map(|s| (s.metrics.clone(), s.connect.clone()))
+        else {
+            return;
+        };
+        match connect.connect(metrics).await {
+            Ok(store) => {
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                shared.remote.store(Some(Arc::new(store)));
+                let change = {
+                    let mut b = shared
+                        .breaker
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let change = b.connected();
+                    shared.metrics.breaker_state.set(b.state() as i64);
+                    change
+                };
+                tracing::info!(redis = %connect.describe(), "connected to Redis");
+                if let Some(change) = change {
+                    metrics_switch(&shared, change, true);
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, ?wait, "Redis still unreachable");
+                wait = (wait * 2).min(RECONNECT_MAX);
+            }
+        }
+    }
+}
+
+/// Allow or deny every charge, charging nothing.
+fn fixed<K>(charges: &[Charge<K>], now: Nanos, allowed: bool) -> Verdicts {
+    charges
+        .iter()
+        .map(|c| {
+            let fresh = limiter::evaluate(&c.params, None, now, c.hits).without_charge;
+            Verdict {
+                allowed,
+                outlook: if allowed {
+                    fresh
+                } else {
+                    Outlook {
+                        remaining: 0,
+                        reset_after: BREAKER_MAX.as_nanos() as Nanos,
+                    }
+                },
+                charged: false,
+                delay: 0,
+            }
+        })
+        .collect()
+}
+
+impl<C: Connect> Backend for Guarded<C> {
+    type Key = <C::Backend as Backend>::Key;
+    const NAME: &'static str = <C::Backend as Backend>::NAME;
+
+    fn key(&self, id: &CounterId<'_>) -> Self::Key {
+        self.shared.connect.key(id)
+    }
+
+    async fn transact(&self, tx: Transaction<'_, Self::Key>) -> Result<Verdicts, StoreError> {
+        let cache = self
+            .shared
+            .cache
+            .as_ref()
+            .filter(|_| tx.kind == Kind::Apply);
+        if let Some(verdicts) = cache.and_then(|c| c.answer(tx.charges, tx.now)) {
+            self.shared.metrics.over_limit_with_local_cache.inc();
+            return Ok(verdicts);
+        }
+        if let Some(remote) = self.shared.remote.load_full()
+            && (tx.kind == Kind::Apply || self.is_up())
+            && let Some(answer) = self.through(remote.transact(tx)).await
+        {
+            if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
+                cache.learn(tx.charges, verdicts, tx.now);
+            }
+            return answer;
+        }
+        self.fallback(tx)
+    }
+
+    async fn peek(&self, key: &Self::Key) -> Result<Option<State>, StoreError> {
+        if let Some(remote) = self.shared.remote.load_full()
+            && let Some(answer) = self.through(remote.peek(key)).await
+        {
+            return answer;
+        }
+        match self.shared.mode {
+            FailureMode::Local => Ok(self.shared.local.peek_now(key.id())),
+            _ => Err(StoreError::Unavailable("Redis is unreachable".into())),
+        }
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
+    }
+
+    fn sweep(&self, now: Nanos) -> usize {
+        self.shared.local.sweep(now)
+    }
+}

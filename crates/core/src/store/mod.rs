@@ -1,0 +1,199 @@
+//! Where limiter state lives, behind one seam. A [`Backend`] keeps states (in memory, in Redis,
+//! or anything else) and runs one request's [`Transaction`] atomically on the states of its keys;
+//! the transaction itself (all-or-nothing `decide`, leaky-bucket refunds) is written once, in
+//! `transaction.rs`, so every backend gives the same verdicts. [`Store`] is what the engine holds:
+//! a backend, the key of each [`CounterId`], and refunds sent without waiting. A remote backend
+//! runs behind [`guard::Guarded`] (time bound, breaker, `REDIS_FAILURE_MODE`, reconnection,
+//! over-limit cache), which wraps any [`guard::Remote`].
+//!
+//! Adding a backend: a crate or module with a type implementing [`Backend`] (and [`guard::Remote`]
+//! and [`guard::Connect`] if it is reached over the network; the Redis backend is the crate
+//! `ratelimit-redis`), and one arm where the server chooses its backend (`app::start`).
+
+mod counter;
+pub mod guard;
+pub mod memory;
+mod metrics;
+pub mod transaction;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use smallvec::SmallVec;
+
+pub use counter::CounterId;
+pub use metrics::StoreMetrics;
+pub use transaction::{Decision, Transaction, decide};
+
+use crate::clock::Nanos;
+use crate::limiter::{LimitParams, Outlook, State};
+
+/// One limit to check and charge for one descriptor of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge<K> {
+    pub key: K,
+    pub params: LimitParams,
+    pub hits: u64,
+    /// False for shadow-mode rules: their denial does not stop the request from being charged.
+    pub enforced: bool,
+    /// `quota_mode`: the request's descriptor this charge belongs to. A quota descriptor is over
+    /// when any of its enforced charges is denied, and quota descriptors stop the request only
+    /// when every one of them is over (the reference's rule).
+    pub quota: Option<u32>,
+}
+
+/// The answer for one charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the charge fit its limit.
+    pub allowed: bool,
+    /// The limit as the client now sees it (after the charge if the request was charged).
+    pub outlook: Outlook,
+    /// Whether this charge was written (the whole request fit, and this charge did).
+    pub charged: bool,
+    /// How long the answer must wait for this charge's turn (leaky bucket; 0 when not charged).
+    pub delay: Nanos,
+}
+
+/// One verdict per charge, in order. Inline up to two (most requests have one or two descriptors), so the common request allocates nothing.
+pub type Verdicts = SmallVec<[Verdict; 2]>;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Nobody answered (connection refused, no answer within `REDIS_TIMEOUT`).
+    #[error("store unreachable: {0}")]
+    Unreachable(String),
+    /// Other instances kept changing the request's keys between our read and our write.
+    #[error("store contention: gave up after {0} attempts")]
+    Contention(usize),
+}
+
+/// Counts for metrics. `keys` and `evictions` are the memory backend's; a Redis backend reports
+/// none (its keys expire in Redis: see `INFO keyspace`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    pub keys: usize,
+    pub evictions: u64,
+    pub expired: u64,
+}
+
+/// Where states live.
+pub trait Backend: Send + Sync + 'static {
+    /// The identity of one counter in this backend (it derives its own: a keyed hash in memory,
+    /// text every instance computes alike in Redis).
+    type Key: Clone + Debug + PartialEq + Send + Sync + 'static;
+
+    /// What it is, for logs, `/explain` and metrics (`memory`, `redis`).
+    const NAME: &'static str;
+
+    /// The key of a counter. Limit values (requests per unit, burst) are not part of a counter's
+    /// identity, so editing a limit keeps the counter; a new algorithm or window starts a new one.
+    fn key(&self, id: &CounterId<'_>) -> Self::Key;
+
+    /// Runs `tx` on the current states of its keys, atomically, and keeps the states it leaves.
+    /// Returns its verdicts (none for a refund). A refund may be queued and answered at once.
+    fn transact(
+        &self,
+        tx: Transaction<'_, Self::Key>,
+    ) -> impl Future<Output = Result<Verdicts, StoreError>> + Send;
+
+    /// The stored state of a key, charging nothing (for `/explain`).
+    fn peek(
+        &self,
+        key: &Self::Key,
+    ) -> impl Future<Output = Result<Option<State>, StoreError>> + Send;
+
+    /// Counts for `/metrics`.
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
+    }
+
+    /// Drops idle keys (a backend whose keys expire by themselves does nothing). Returns how many.
+    fn sweep(&self, _now: Nanos) -> usize {
+        0
+    }
+}
+
+/// The store the engine holds: a backend (cheap to clone).
+pub struct Store<B> {
+    backend: Arc<B>,
+}
+
+impl<B> Clone for Store<B> {
+    fn clone(&self) -> Self {
+        Store {
+            backend: self.backend.clone(),
+        }
+    }
+}
+
+impl<B: Backend> Store<B> {
+    pub fn new(backend: B) -> Store<B> {
+        Store {
+            backend: Arc::new(backend),
+        }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The key of a counter.
+    #[inline]
+    pub fn key(&self, id: &CounterId<'_>) -> B::Key {
+        self.backend.key(id)
+    }
+
+    /// Evaluates all `charges` at `now` and, iff every enforced one fits, charges them all.
+    /// Returns one verdict per charge, in order.
+    pub async fn apply(
+        &self,
+        charges: &[Charge<B::Key>],
+        now: Nanos,
+    ) -> Result<Verdicts, StoreError> {
+        if charges.is_empty() {
+            return Ok(Verdicts::new());
+        }
+        self.backend
+            .transact(Transaction::apply(charges, now))
+            .await
+    }
+
+    /// Gives back what `charges` took (they were charged, but their answers were never delivered:
+    /// the caller cancelled while waiting for its turn). Only leaky-bucket queue slots are given
+    /// back; see `limiter::refund`. Called from a drop guard: it never waits (a backend that
+    /// cannot refund at once gets a task of its own).
+    pub fn refund(&self, charges: &[Charge<B::Key>], now: Nanos) {
+        let backend = self.backend.clone();
+        let charges: Vec<Charge<B::Key>> = charges.to_vec();
+        let mut refund = Box::pin(async move {
+            if let Err(e) = backend.transact(Transaction::refund(&charges, now)).await {
+                tracing::warn!(error = %e, "leaky-bucket refund failed");
+            }
+        });
+        if refund.as_mut().now_or_never().is_some() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(refund)),
+            Err(_) => tracing::warn!("leaky-bucket refund dropped: no async runtime"),
+        }
+    }
+
+    /// The stored state of a counter, charging nothing (for `/explain`).
+    pub async fn peek(&self, key: &B::Key) -> Result<Option<State>, StoreError> {
+        self.backend.peek(key).await
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        self.backend.stats()
+    }
+
+    pub fn sweep(&self, now: Nanos) -> usize {
+        self.backend.sweep(now)
+    }
+}

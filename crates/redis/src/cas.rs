@@ -1,0 +1,177 @@
+//! The one Redis script, compare-and-set, and the text of a stored state. The arithmetic is never
+//! in Lua: the caller decides in Rust on the values it expects, and the script writes only if every
+//! key still holds them (else it writes nothing and returns what they hold).
+
+use smallvec::SmallVec;
+
+use crate::TextKey;
+use crate::clock::Nanos;
+use crate::limiter::State;
+
+/// Kept past the instant a state equals no state, so an instance whose clock is up to this much
+/// behind Redis's (or another instance's) still reads it.
+pub const EXPIRY_GRACE_MS: u64 = 1000;
+
+/// KEYS = the keys; ARGV = per key (expected value, '' = absent; new value, '' = leave, '-' =
+/// delete; PXAT in ms). Writes only if every key holds what the caller expected, and returns 1;
+/// else writes nothing and returns the keys' current values (nil for an absent key), so the caller
+/// can decide again without reading them. With no new values it only verifies.
+pub(super) const SCRIPT: &str = r"
+local cur = {}
+local same = true
+for i = 1, #KEYS do
+  cur[i] = redis.call('GET', KEYS[i])
+  local want = ARGV[3*i-2]
+  if want == '' then
+    if cur[i] then same = false end
+  elseif cur[i] ~= want then
+    same = false
+  end
+end
+if not same then return cur end
+for i = 1, #KEYS do
+  local new = ARGV[3*i-1]
+  if new == '-' then
+    redis.call('DEL', KEYS[i])
+  elseif new ~= '' then
+    redis.call('SET', KEYS[i], new, 'PXAT', ARGV[3*i])
+  end
+end
+return 1
+";
+
+/// The script (its hash names it in `EVALSHA`).
+fn script() -> &'static ::redis::Script {
+    static SCRIPT_: std::sync::LazyLock<::redis::Script> =
+        std::sync::LazyLock::new(|| ::redis::Script::new(SCRIPT));
+    &SCRIPT_
+}
+
+/// Raw values of keys, `None` for an absent key.
+pub(super) type Raw = SmallVec<[Option<Vec<u8>>; 4]>;
+
+/// A state as stored.
+pub fn encode(state: &State) -> String {
+    if state.b == 0 {
+        state.a.to_string()
+    } else {
+        format!("{}:{}", state.a, state.b)
+    }
+}
+
+/// A stored value as a state (anything unreadable counts as no state).
+pub fn decode(value: &[u8]) -> Option<State> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (a, b) = text.split_once(':').unwrap_or((text, "0"));
+    Some(State {
+        a: a.parse().ok()?,
+        b: b.parse().ok()?,
+    })
+}
+
+/// When Redis may drop a key holding `state` (ms since the epoch, for PXAT).
+pub(super) fn pxat(state: &State) -> u64 {
+    state.expires_at().div_ceil(1_000_000) + EXPIRY_GRACE_MS
+}
+
+/// What one compare-and-set asks: per key, the value expected and the value to leave.
+pub(super) struct Call<'a> {
+    pub keys: &'a [TextKey],
+    pub expected: &'a [Option<Vec<u8>>],
+    /// `None`: leave the key as it is; a state that has expired by `now`: delete the key.
+    pub new: &'a [Option<State>],
+    pub now: Nanos,
+}
+
+/// What each key holds if a call succeeds (`None` for an absent key), per key.
+pub(super) type Written = Raw;
+
+impl Call<'_> {
+    /// The script call (`EVALSHA`; see [`load`] for a Redis that does not know the script), and
+    /// what each key holds if it succeeds.
+    pub(super) fn command(&self) -> (::redis::Cmd, Written) {
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(script().get_hash()).arg(self.keys.len());
+        for key in self.keys {
+            cmd.arg(key.as_str());
+        }
+        let mut written = Written::new();
+        for (expected, new) in self.expected.iter().zip(self.new) {
+            cmd.arg(expected.as_deref().unwrap_or(b""));
+            match new {
+                None => {
+                    written.push(expected.clone());
+                    cmd.arg("").arg(0)
+                }
+                Some(s) if s.expires_at() <= self.now => {
+                    written.push(None);
+                    cmd.arg("-").arg(0)
+                }
+                Some(s) => {
+                    let text = encode(s);
+                    cmd.arg(&text).arg(pxat(s));
+                    written.push(Some(text.into_bytes()));
+                    &mut cmd
+                }
+            };
+        }
+        (cmd, written)
+    }
+}
+
+/// `SCRIPT LOAD` of the script, for a Redis that answered a call with `NOSCRIPT` (a restarted or
+/// new server, a failed-over replica).
+pub(super) fn load() -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(SCRIPT);
+    cmd
+}
+
+/// Whether a reply says Redis does not know the script.
+pub(super) fn unknown_script(value: &::redis::Value) -> bool {
+    matches!(value, ::redis::Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+/// A reply of the script: `Ok(None)` it wrote, `Ok(Some(current))` it did not (the keys hold
+/// `current`), `Err` a reply the script never gives.
+pub(super) fn reply(value: ::redis::Value, keys: usize) -> Result<Option<Raw>, String> {
+    match value {
+        ::redis::Value::Int(1) => Ok(None),
+        ::redis::Value::Array(current) if current.len() == keys => Ok(Some(
+            current
+                .into_iter()
+                .map(|value| match value {
+                    ::redis::Value::BulkString(v) => Some(v),
+                    _ => None,
+                })
+                .collect(),
+        )),
+        other => Err(format!("unexpected compare-and-set reply: {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_their_text() {
+        for s in [
+            State { a: 0, b: 0 },
+            State {
+                a: 1_767_225_600_000_000_000,
+                b: 0,
+            },
+            State {
+                a: u64::MAX,
+                b: u64::MAX,
+            },
+            State { a: 5, b: 7 },
+        ] {
+            assert_eq!(decode(encode(&s).as_bytes()), Some(s));
+        }
+        assert_eq!(encode(&State { a: 12, b: 3 }), "12:3");
+        assert_eq!(decode(b"junk"), None);
+        assert_eq!(decode(b"1:x"), None);
+    }
+}
