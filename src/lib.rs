@@ -11,10 +11,7 @@
 
 pub mod cli;
 
-pub use ratelimit_app::{
-    app, front, health, http, logging, net, record, reference_env, reload, service, settings,
-    status, telemetry,
-};
+pub use ratelimit_app::{app, front, http, logging, record, reference_env, settings, status};
 pub use ratelimit_core::{
     clock, config, engine, limiter, metrics, policy, redact, rules_dir, testing, wire,
 };

@@ -1,29 +1,29 @@
 //! ratelimit-server's server: the listeners and what they serve, around the core's engine.
 //!
 //! Module map, lowest first (a module names only modules of lower layers):
-//! - [`status`] (draining, the last load), [`health`] (gRPC health), [`telemetry`]
+//! - [`status`] (draining, the last load), `health` (gRPC health), `telemetry`
 //!   (OpenTelemetry spans), [`record`] (`serve --record`: decisions to a file, off the hot path);
 //! - [`front`]: the one front door to a decision (call metrics, span, recorder, engine);
-//! - faces: [`service`] (gRPC `ShouldRateLimit`), [`http`] (the admin port), [`reload`] (rules
+//! - faces: `service` (gRPC `ShouldRateLimit`), [`http`] (the admin port), `reload` (rules
 //!   from files, validated then swapped);
-//! - [`net`]: listeners (accept with backoff, caps, timeouts, TLS);
+//! - `net`: listeners (accept with backoff, caps, timeouts, TLS);
 //! - [`settings`], [`reference_env`] (envoyproxy/ratelimit's environment → ours), [`logging`];
 //! - [`app`]: the wiring (the one place a backend is chosen).
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod front;
-pub mod health;
+mod health;
 pub mod http;
 pub mod logging;
-pub mod net;
+mod net;
 pub mod record;
 pub mod reference_env;
-pub mod reload;
-pub mod service;
+mod reload;
+mod service;
 pub mod settings;
 pub mod status;
-pub mod telemetry;
+mod telemetry;
 
 // The lower crates' modules, by the names this crate's code uses for them.
 use ratelimit_core::{

@@ -1,14 +1,14 @@
 //! The Redis backend: counters shared by every instance, surviving restarts.
 //!
-//! One decision in flight per key and instance ([`queue`]): a request whose keys are idle goes at
+//! One decision in flight per key and instance (`queue`): a request whose keys are idle goes at
 //! once; requests arriving while a call holds one of their keys wait, and are decided together in
-//! the next call, in arrival order, each all-or-nothing ([`batch`]). So a hot key costs one call
+//! the next call, in arrival order, each all-or-nothing (`batch`). So a hot key costs one call
 //! per round trip per instance however many requests are in flight, and instances contend only
 //! with each other.
 //!
 //! One source of truth for the arithmetic: a call runs the same Rust decision as the memory store
-//! (`store::decide`, i.e. `limiter`) on the states this instance last saw in its keys ([`seen`]; a
-//! key not seen is expected absent), and sends one Lua compare-and-set ([`cas`]) straight away:
+//! (`store::decide`, i.e. `limiter`) on the states this instance last saw in its keys (`seen`; a
+//! key not seen is expected absent), and sends one Lua compare-and-set (`cas`) straight away:
 //! every key must hold the expected value, else nothing is written and the script returns the
 //! keys' current values, on which the batch is decided again, with no separate read. A batch that
 //! writes nothing (denied, check-only) is verified by the same script, so no verdict rests on a
@@ -17,7 +17,7 @@
 //!
 //! Keys are hashed whole on a Redis Cluster (no hash tag), so one domain's counters spread over
 //! every master. A request whose keys land in one slot is one script call; one whose keys span
-//! slots is decided by [`spread`]: a compare-and-set per slot, and a charge taken back where
+//! slots is decided by `spread`: a compare-and-set per slot, and a charge taken back where
 //! another slot could not follow.
 //!
 //! Time: the instance's clock (`now` is passed in, as for the memory store); see docs/redis.md for

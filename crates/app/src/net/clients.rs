@@ -69,6 +69,7 @@ impl Clients {
     }
 
     /// Connections `ip`'s client holds now.
+    #[cfg(test)]
     pub fn held_by(&self, ip: IpAddr) -> usize {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.get(&ClientKey::of(ip)).copied().unwrap_or(0)

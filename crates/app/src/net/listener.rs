@@ -3,7 +3,7 @@
 //! IP address for the per-client cap, none on a Unix socket (its peers are all local).
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -19,9 +19,6 @@ pub trait Listener: Send + Sync + 'static {
 
     /// Made ready to serve (TCP: no Nagle delay on answers).
     fn prepare(stream: &Self::Stream, listener: &'static str);
-
-    /// Where it listens, for logs and tests.
-    fn describe(&self) -> String;
 }
 
 impl Listener for TcpListener {
@@ -37,10 +34,6 @@ impl Listener for TcpListener {
         }
     }
 
-    fn describe(&self) -> String {
-        self.local_addr()
-            .map_or_else(|e| format!("(unknown: {e})"), |a: SocketAddr| a.to_string())
-    }
 }
 
 impl Listener for UnixListener {
@@ -52,10 +45,4 @@ impl Listener for UnixListener {
 
     fn prepare(_: &UnixStream, _: &'static str) {}
 
-    fn describe(&self) -> String {
-        self.local_addr()
-            .ok()
-            .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
-            .unwrap_or_else(|| "(unnamed Unix socket)".to_owned())
-    }
 }

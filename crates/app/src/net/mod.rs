@@ -12,7 +12,7 @@ mod serve_http;
 pub mod tls;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-pub use clients::{ClientKey, ClientSlot, Clients};
+pub use clients::Clients;
 pub use guard::{GuardedStream, Slot, Timeouts};
 pub use listener::Listener;
 pub use serve_http::serve_http;
@@ -188,11 +188,6 @@ impl<L: Listener> Acceptor<L> {
         self
     }
 
-    /// The most connections one client may hold.
-    pub fn client_cap(&self) -> usize {
-        self.clients.cap()
-    }
-
     /// Waits for a free connection slot, then for a connection. A client that holds its cap
     /// has the new connection closed at once (counted, logged once a minute) and the slot goes to
     /// the next. Accept errors (EMFILE, ENFILE…) are logged and retried after a growing pause
@@ -263,14 +258,11 @@ impl<L: Listener> Acceptor<L> {
         })
     }
 
-    /// Where it listens.
-    pub fn describe(&self) -> String {
-        self.listener.describe()
-    }
 }
 
 impl Acceptor<TcpListener> {
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    #[cfg(test)]
+    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
         self.listener.local_addr()
     }
 }

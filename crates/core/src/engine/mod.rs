@@ -1,12 +1,15 @@
 //! One ShouldRateLimit decision, transport-free: validate the request, match each descriptor
 //! against the live policy snapshot, drop replaced limits, charge the store all-or-nothing, and
 //! build the reference's response (statuses, overall code, optional headers), then, for leaky
-//! buckets, wait for the request's turn before answering. The gRPC service and the HTTP `/json`
-//! endpoint both call `Engine::should_rate_limit`.
+//! buckets, wait for the request's turn before answering. The server's faces reach it through the
+//! front door (`ratelimit-app`'s `front`: `Engine::decide`); replay through `Engine::decide_at`;
+//! `/explain` through `Engine::explain`.
 
+mod attribution;
 mod explain;
 mod metadata;
 mod observe;
+mod outcome;
 mod plan;
 mod request;
 mod response;
@@ -19,7 +22,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use smallvec::SmallVec;
 
 pub use explain::{Explained, ExplainedLimit};
-pub use observe::Attribution;
+pub use attribution::Attribution;
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 
@@ -249,7 +252,7 @@ impl<B: Backend> Engine<B> {
             );
         }
         if let Some(attribution) = attribution {
-            observe::attribute(attribution, &plans, &tightest, &self.settings);
+            attribution::attribute(attribution, &plans, &tightest, &self.settings);
         }
         if !self.settings.shadow_mode && turns == Turns::Wait {
             turn::wait(&self.store, &*self.clock, now, &charges, &verdicts).await;

@@ -56,11 +56,13 @@ impl TlsMetrics {
         self.expiry.with_label_values(&[listener]).set(not_after);
     }
 
+    #[cfg(test)]
     pub fn expiry(&self, listener: &str) -> i64 {
         self.expiry.with_label_values(&[listener]).get()
     }
 
     /// Counters on a registry of their own, for tests.
+    #[cfg(test)]
     pub fn unregistered() -> TlsMetrics {
         TlsMetrics::register(&Registry::new())
     }
@@ -77,15 +79,14 @@ impl TlsMetrics {
         self.handshake_error.with_label_values(&[listener]).inc();
     }
 
+    #[cfg(test)]
     pub fn reload_errors(&self, listener: &str) -> u64 {
         self.reload_error.with_label_values(&[listener]).get()
     }
 
+    #[cfg(test)]
     pub fn reload_successes(&self, listener: &str) -> u64 {
         self.reload_success.with_label_values(&[listener]).get()
     }
 
-    pub fn handshake_errors(&self, listener: &str) -> u64 {
-        self.handshake_error.with_label_values(&[listener]).get()
-    }
 }

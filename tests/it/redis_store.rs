@@ -1,0 +1,366 @@
+//! The store contract, run against the memory store and the Redis store (a real redis-server
+//! started per test): the same traces give the same verdicts for all four algorithms, with
+//! hits_addend, several limits per descriptor, shadow (unenforced) charges, all-or-nothing and
+//! expiry. Then what only a shared store has: two store instances racing on one Redis admit exactly
+//! the limit, keys expire when their state is gone, clock skew between instances, refunds.
+
+use crate::common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::contract::{charges, key, memory_store, params, redis_store, run, trace};
+use common::redis::RedisServer;
+use ratelimit_server::clock::monotonic;
+use ratelimit_server::clock::{Clock, NANOS_PER_SECOND as S, SystemClock};
+use ratelimit_server::config::Algorithm;
+use ratelimit_server::store::redis::{EXPIRY_GRACE_MS, RedisBackend, RedisConfig};
+use ratelimit_server::store::{Backend, Charge, Store};
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn memory_and_redis_give_the_same_verdicts_for_every_algorithm() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let base = SystemClock.now();
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        for seed in [1u64, 7, 42] {
+            let steps = trace(seed * 1000 + i as u64 + 1, algorithm, 120);
+            let memory = memory_store(10_000);
+            let shared = redis_store(&redis, &format!("t{i}-{seed}:")).await;
+            let expected = run(&memory, base, &steps).await;
+            let got = run(&shared, base, &steps).await;
+            for (n, (e, g)) in expected.iter().zip(&got).enumerate() {
+                assert_eq!(e, g, "{algorithm} seed {seed} step {n}: {:?}", steps[n]);
+            }
+            let admitted = got.iter().flatten().filter(|v| v.charged).count();
+            let denied = got.iter().flatten().filter(|v| !v.allowed).count();
+            assert!(
+                admitted > 10 && denied > 10,
+                "{algorithm}: a trace that says something ({admitted} admitted, {denied} denied)"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn all_or_nothing_shadow_and_hits_addend_on_both_stores() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let now = SystemClock.now();
+    all_or_nothing_on(memory_store(100), now).await;
+    all_or_nothing_on(redis_store(&redis, "aon:").await, now).await;
+}
+
+async fn all_or_nothing_on<B: Backend>(store: Store<B>, now: u64) {
+    let roomy = params(Algorithm::FixedWindow, 10, 3600, 10);
+    let tight = params(Algorithm::FixedWindow, 1, 3600, 1);
+    {
+        let name = B::NAME;
+        let both = [("a", 0, roomy, 1, true), ("b", 0, tight, 1, true)];
+        let v = store.apply(&charges(&store, &both), now).await.unwrap();
+        assert!(v.iter().all(|v| v.charged), "{name}");
+        // b is full: the request is denied and a is not charged.
+        let v = store.apply(&charges(&store, &both), now).await.unwrap();
+        assert!(
+            v[0].allowed && !v[0].charged && !v[1].allowed,
+            "{name}: {v:?}"
+        );
+        assert_eq!(v[0].outlook.remaining, 9, "{name}: a untouched");
+        // A shadow (unenforced) denial does not stop the rest.
+        let shadow = [("a", 0, roomy, 1, true), ("b", 0, tight, 1, false)];
+        let v = store.apply(&charges(&store, &shadow), now).await.unwrap();
+        assert!(v[0].charged && !v[1].allowed, "{name}: {v:?}");
+        assert_eq!(v[0].outlook.remaining, 8, "{name}");
+        // hits_addend: 8 fit exactly, then 1 more does not; 0 only looks.
+        let v = store
+            .apply(&charges(&store, &[("a", 0, roomy, 8, true)]), now)
+            .await
+            .unwrap();
+        assert!(v[0].charged && v[0].outlook.remaining == 0, "{name}: {v:?}");
+        let v = store
+            .apply(&charges(&store, &[("a", 0, roomy, 0, true)]), now)
+            .await
+            .unwrap();
+        assert!(v[0].allowed && v[0].outlook.remaining == 0, "{name}: {v:?}");
+        let v = store
+            .apply(&charges(&store, &[("a", 0, roomy, 1, true)]), now)
+            .await
+            .unwrap();
+        assert!(!v[0].allowed, "{name}");
+        // Several limits on one descriptor: slot 1 is a separate counter.
+        let v = store
+            .apply(&charges(&store, &[("a", 1, roomy, 1, true)]), now)
+            .await
+            .unwrap();
+        assert_eq!(v[0].outlook.remaining, 9, "{name}");
+    }
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn keys_are_readable_and_expire_when_their_state_does() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let store = redis_store(&redis, "rl:").await;
+    let now = SystemClock.now();
+    let window = params(Algorithm::FixedWindow, 5, 2, 5);
+    store
+        .apply(&charges(&store, &[("alice", 0, window, 1, true)]), now)
+        .await
+        .unwrap();
+    let keys = redis.keys("rl:*");
+    assert_eq!(keys, ["rl:contract|user=alice|0.1.2s"]);
+    // The fixed window's state is gone at the window's end: PXAT = end + grace.
+    let expire_ms: u64 = redis
+        .cli(&["PEXPIRETIME", &keys[0]])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let end_ms = (now - now % (2 * S) + 2 * S) / 1_000_000;
+    assert_eq!(expire_ms, end_ms + EXPIRY_GRACE_MS);
+    assert_eq!(
+        redis.cli(&["GET", &keys[0]]).unwrap().trim(),
+        format!("{}:1", end_ms * 1_000_000)
+    );
+    // A token bucket refills in period/rpu per hit: its key lives that long.
+    let bucket = params(Algorithm::TokenBucket, 10, 10, 10);
+    store
+        .apply(&charges(&store, &[("bob", 0, bucket, 3, true)]), now)
+        .await
+        .unwrap();
+    let pttl: i64 = redis
+        .cli(&["PTTL", "rl:contract|user=bob|0.0.10s"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (2_000..=3_000 + EXPIRY_GRACE_MS as i64).contains(&pttl),
+        "3 hits of a 1/s refill: ~3 s + grace, got {pttl} ms"
+    );
+    tokio::time::sleep(Duration::from_millis(4_000 + EXPIRY_GRACE_MS)).await;
+    assert!(redis.keys("rl:*").is_empty(), "idle keys leave Redis");
+}
+
+async fn race(redis: &RedisServer, algorithm: Algorithm, limit: u32, per_instance: usize) -> usize {
+    let mut config = RedisConfig::single(&redis.url()).unwrap();
+    config.prefix = format!("race-{}:", algorithm.code());
+    let a = Arc::new(Store::new(RedisBackend::connect(&config).await.unwrap()));
+    let b = Arc::new(Store::new(RedisBackend::connect(&config).await.unwrap()));
+    let p = params(algorithm, limit, 3600, limit);
+    let mut tasks = Vec::new();
+    for store in [a.clone(), b.clone()] {
+        for _ in 0..per_instance {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = key(&store, "race", [("k", "hot")], 0, &p);
+                let charge = Charge {
+                    key,
+                    params: p,
+                    hits: 1,
+                    enforced: true,
+                    quota: None,
+                };
+                store
+                    .apply(&[charge], SystemClock.now())
+                    .await
+                    .expect("decided")[0]
+                    .charged
+            }));
+        }
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    eprintln!(
+        "{algorithm}: {admitted} admitted; conflicts retried: {} + {}",
+        a.backend().conflicts(),
+        b.backend().conflicts()
+    );
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn two_store_instances_racing_on_one_redis_admit_exactly_the_limit() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    for algorithm in Algorithm::ALL {
+        if algorithm == Algorithm::LeakyBucket {
+            continue; // its turns are delays of up to max_delay: covered by the refund test
+        }
+        assert_eq!(race(&redis, algorithm, 50, 200).await, 50, "{algorithm}");
+    }
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn clock_skew_between_instances_costs_at_most_rate_times_skew() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Two instances whose clocks differ by 300 ms share a 10/s bucket of burst 10: the one ahead
+    // sees up to 3 more tokens than the other (0.3 s × 10/s), never more.
+    let store = redis_store(&redis, "skew:").await;
+    let p = params(Algorithm::TokenBucket, 10, 1, 10);
+    let base = SystemClock.now();
+    let skew = 300_000_000;
+    let mut admitted = 0;
+    for i in 0..40u64 {
+        // Both instances hit the same key within the same real 10 ms.
+        let now = base + i / 2 * 10_000_000 + if i % 2 == 0 { 0 } else { skew };
+        let v = store
+            .apply(&charges(&store, &[("shared", 0, p, 1, true)]), now)
+            .await
+            .unwrap();
+        admitted += usize::from(v[0].charged);
+    }
+    // In 0.2 s of real time an exact bucket admits 10 + 2; the skew adds at most 3.
+    assert!((11..=15).contains(&admitted), "admitted {admitted}");
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn a_leaky_bucket_turn_is_given_back_through_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let store = redis_store(&redis, "leak:").await;
+    let p = params(Algorithm::LeakyBucket, 1, 1, 3);
+    let now = SystemClock.now();
+    let one = charges(&store, &[("q", 0, p, 1, true)]);
+    let delays: Vec<u64> = {
+        let mut d = Vec::new();
+        for _ in 0..3 {
+            d.push(store.apply(&one, now).await.unwrap()[0].delay);
+        }
+        d
+    };
+    assert_eq!(delays, [0, S, 2 * S], "queued turns, one per second");
+    assert!(
+        !store.apply(&one, now).await.unwrap()[0].allowed,
+        "queue full"
+    );
+    store.refund(&one, now);
+    // The refund runs in a task of its own; the freed turn comes back.
+    let started = monotonic();
+    loop {
+        let v = store.apply(&one, now).await.unwrap();
+        if v[0].allowed {
+            assert_eq!(v[0].delay, 2 * S);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "refund never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Calls of `command` since the last `CONFIG RESETSTAT` (INFO commandstats).
+fn calls(redis: &RedisServer, command: &str) -> u64 {
+    let info = redis.info("commandstats");
+    let Some(line) = info
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")))
+    else {
+        return 0;
+    };
+    line.split(['=', ','])
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("calls=N")
+}
+
+/// Round trips (MGET + EVALSHA) since the last `CONFIG RESETSTAT`.
+fn round_trips(redis: &RedisServer) -> u64 {
+    calls(redis, "mget") + calls(redis, "evalsha") + calls(redis, "eval")
+}
+
+async fn decide_one(
+    store: &Store<RedisBackend>,
+    value: &str,
+    p: &ratelimit_server::limiter::LimitParams,
+) -> bool {
+    let key = key(store, "trips", [("k", value)], 0, p);
+    let charge = Charge {
+        key,
+        params: *p,
+        hits: 1,
+        enforced: true,
+        quota: None,
+    };
+    store
+        .apply(&[charge], SystemClock.now())
+        .await
+        .expect("decided")[0]
+        .charged
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn a_repeated_key_costs_one_round_trip_per_decision_and_a_stale_cache_stays_exact() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut config = RedisConfig::single(&redis.url()).unwrap();
+    config.prefix = "trips:".into();
+    let a = Store::new(RedisBackend::connect(&config).await.unwrap());
+    let b = Store::new(RedisBackend::connect(&config).await.unwrap());
+    // Token bucket, 10 per hour: no refill worth a token during the test.
+    let p = params(Algorithm::TokenBucket, 10, 3600, 10);
+    // Loads the script; then counts from zero.
+    let warm = params(Algorithm::TokenBucket, 10, 3600, 11);
+    decide_one(&a, "warm", &warm).await;
+    decide_one(&b, "warm", &warm).await;
+    redis.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+
+    // One instance, one in flight: the first decision on a new key expects it absent (right), the
+    // rest expect what this instance wrote. Admitted or denied, one round trip each.
+    let mut admitted = 0;
+    for _ in 0..6 {
+        admitted += usize::from(decide_one(&a, "hot", &p).await);
+    }
+    assert_eq!(admitted, 6);
+    assert_eq!(
+        round_trips(&redis),
+        6,
+        "one round trip per admitted decision"
+    );
+    assert_eq!(calls(&redis, "mget"), 0);
+
+    // Another instance writes in between: each instance's cache is then stale (b's never saw
+    // the key). Verdicts stay exact: 4 more admitted in all, then denials, whoever asks.
+    let mut verdicts = Vec::new();
+    for i in 0..10 {
+        let store = if i % 3 == 0 { &a } else { &b };
+        verdicts.push(decide_one(store, "hot", &p).await);
+    }
+    assert_eq!(
+        verdicts,
+        [
+            true, true, true, true, false, false, false, false, false, false
+        ]
+    );
+    let stale = round_trips(&redis) - 6;
+    assert!(
+        (10..=20).contains(&stale),
+        "a stale cache costs one more round trip, not more: {stale}"
+    );
+
+    // Denials on a cache that is right cost one round trip too (a check, no write).
+    redis.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    for _ in 0..5 {
+        assert!(!decide_one(&b, "hot", &p).await);
+    }
+    assert_eq!(round_trips(&redis), 5, "one round trip per denied decision");
+}

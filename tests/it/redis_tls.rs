@@ -1,0 +1,268 @@
+//! TLS and passwords to Redis: certificates made with `openssl` by the test, redis-server on a
+//! `--tls-port` with `--requirepass`, and the real server binary connecting with `REDIS_TLS*` and
+//! `REDIS_AUTH` (mutual TLS, a wrong password, a certificate for another host name).
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::redis::{RedisServer, ServerProcess, available, free_port};
+use common::{Code, code, request};
+
+const RULES: &str =
+    "domain: tls\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+const PASSWORD: &str = "s3cret-pass";
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for `san` and a client certificate, all signed by the CA.
+fn certificates(dir: &Path, san: &str) {
+    // Extensions make them X.509 v3 certificates, which rustls requires.
+    std::fs::write(dir.join("server.ext"), format!("subjectAltName={san}\n")).unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test-ca",
+        ],
+    );
+    for name in ["server", "client"] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        let mut args = vec![
+            "x509",
+            "-req",
+            "-in",
+            &*format!("{name}.csr"),
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &*format!("{name}.crt"),
+            "-days",
+            "2",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        args.extend(["-extfile".into(), format!("{name}.ext")]);
+        openssl(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+}
+
+/// redis-server on a TLS port only, with a password; `clients` = require client certificates.
+fn tls_redis(certs: &Path, clients: bool) -> RedisServer {
+    let port = free_port();
+    let p = |f: &str| certs.join(f).display().to_string();
+    let port_s = port.to_string();
+    let (ca, crt, key) = (p("ca.crt"), p("server.crt"), p("server.key"));
+    let args = [
+        "--port",
+        "0",
+        "--tls-port",
+        &port_s,
+        "--tls-cert-file",
+        &crt,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        if clients { "yes" } else { "no" },
+        "--requirepass",
+        PASSWORD,
+    ];
+    let cli = vec![
+        "--tls".into(),
+        "--cacert".into(),
+        ca.clone(),
+        "--cert".into(),
+        p("client.crt"),
+        "--key".into(),
+        p("client.key"),
+        "-a".into(),
+        PASSWORD.into(),
+        "--no-auth-warning".into(),
+    ];
+    RedisServer::spawn(port, &args, cli)
+}
+
+fn rules() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.yaml"), RULES).unwrap();
+    dir
+}
+
+fn env(
+    redis: &RedisServer,
+    certs: &Path,
+    extra: &[(&'static str, String)],
+) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_URL", redis.addr()),
+        ("REDIS_TLS", "true".into()),
+        (
+            "REDIS_TLS_CACERT",
+            certs.join("ca.crt").display().to_string(),
+        ),
+        ("REDIS_AUTH", PASSWORD.into()),
+        ("REDIS_TIMEOUT", "2s".into()),
+        ("CACHE_KEY_PREFIX", "tls:".into()),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+async fn decides(server: &mut ServerProcess) -> Vec<Code> {
+    let mut client = server.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let r = client
+            .should_rate_limit(request("tls", &[&[("k", "v")]]))
+            .await
+            .expect("answered")
+            .into_inner();
+        codes.push(code(r.overall_code));
+    }
+    codes
+}
+
+fn ready() -> bool {
+    available() && Command::new("openssl").arg("version").output().is_ok()
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn tls_with_a_password_and_mutual_tls() {
+    if !ready() {
+        return;
+    }
+    let certs = tempfile::tempdir().unwrap();
+    certificates(certs.path(), "DNS:localhost,IP:127.0.0.1");
+    let rules = rules();
+
+    // Server-authenticated TLS and a password.
+    let redis = tls_redis(certs.path(), false);
+    let mut server = ServerProcess::start(rules.path(), &env(&redis, certs.path(), &[]));
+    assert_eq!(
+        decides(&mut server).await,
+        [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]
+    );
+    assert_eq!(redis.keys("tls:*"), ["tls:tls|k=v|0.0.3600s"]);
+    server.stop();
+
+    // A wrong password stops the server at start-up.
+    let wrong = env(&redis, certs.path(), &[("REDIS_AUTH", "nope".into())]);
+    assert!(
+        !ServerProcess::start(rules.path(), &wrong)
+            .wait_exit()
+            .success()
+    );
+    drop(redis);
+
+    // Mutual TLS: with the client certificate it works; without, Redis refuses the handshake.
+    let redis = tls_redis(certs.path(), true);
+    let p = |f: &str| certs.path().join(f).display().to_string();
+    let mtls = env(
+        &redis,
+        certs.path(),
+        &[
+            ("REDIS_TLS_CLIENT_CERT", p("client.crt")),
+            ("REDIS_TLS_CLIENT_KEY", p("client.key")),
+        ],
+    );
+    let mut server = ServerProcess::start(rules.path(), &mtls);
+    assert_eq!(decides(&mut server).await[0], Code::Ok);
+    server.stop();
+    let no_cert = env(&redis, certs.path(), &[]);
+    assert!(
+        !ServerProcess::start(rules.path(), &no_cert)
+            .wait_exit()
+            .success()
+    );
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
+    if !ready() {
+        return;
+    }
+    let certs = tempfile::tempdir().unwrap();
+    certificates(certs.path(), "DNS:redis.elsewhere.example");
+    let rules = rules();
+    let redis = tls_redis(certs.path(), false);
+    let strict = env(&redis, certs.path(), &[]);
+    assert!(
+        !ServerProcess::start(rules.path(), &strict)
+            .wait_exit()
+            .success(),
+        "127.0.0.1 is not redis.elsewhere.example"
+    );
+    let skip = env(
+        &redis,
+        certs.path(),
+        &[("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true".into())],
+    );
+    let mut server = ServerProcess::start(rules.path(), &skip);
+    assert_eq!(decides(&mut server).await[0], Code::Ok);
+    // The chain is still checked: a CA that did not sign the certificate is refused.
+    let other = tempfile::tempdir().unwrap();
+    certificates(other.path(), "DNS:redis.elsewhere.example");
+    let untrusted = env(
+        &redis,
+        certs.path(),
+        &[
+            ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true".into()),
+            (
+                "REDIS_TLS_CACERT",
+                other.path().join("ca.crt").display().to_string(),
+            ),
+        ],
+    );
+    assert!(
+        !ServerProcess::start(rules.path(), &untrusted)
+            .wait_exit()
+            .success()
+    );
+}

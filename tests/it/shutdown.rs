@@ -1,0 +1,270 @@
+//! Graceful shutdown: gRPC health goes NOT_SERVING first, and the real binary exits 0 on SIGTERM.
+
+use crate::common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{free_port, start};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tokio::time::Instant;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+
+const RULES: &str =
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+
+#[tokio::test]
+async fn health_flips_to_not_serving_before_the_server_stops() {
+    let s = start(&[("d.yaml", RULES)]).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in ["", "ratelimit"] {
+        let r = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status(), ServingStatus::Serving, "service {service:?}");
+    }
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status(),
+        ServingStatus::Serving
+    );
+    let stopping = tokio::spawn(s.server.shutdown());
+    let update = tokio::time::timeout(Duration::from_secs(5), watch.message())
+        .await
+        .expect("a health update")
+        .expect("the watch stream carries the update")
+        .expect("an update before the stream ends");
+    assert_eq!(update.status(), ServingStatus::NotServing);
+    drop(watch);
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("shutdown finishes")
+        .unwrap();
+}
+
+/// An open Watch stream used to hold the shutdown for the whole drain timeout: it must end (after
+/// saying NOT_SERVING) when the server closes its listeners.
+#[tokio::test]
+async fn open_health_watches_end_at_shutdown_instead_of_holding_the_drain() {
+    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.drain_timeout = Duration::from_secs(3600);
+    })
+    .await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest { service: "".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().status(),
+        ServingStatus::Serving
+    );
+    // The guard is far above any real shutdown: before the fix this waited out the hour.
+    tokio::time::timeout(Duration::from_secs(30), s.server.shutdown())
+        .await
+        .expect("shutdown is not held by an open Watch stream");
+    let mut seen = Vec::new();
+    while let Ok(Some(update)) = watch.message().await {
+        seen.push(update.status());
+    }
+    assert_eq!(seen, [ServingStatus::NotServing], "then the stream ended");
+}
+
+async fn client_channel(port: u16) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+/// SIGTERM: health says NOT_SERVING (HTTP 500) while the server keeps answering, new connections
+/// included, for SHUTDOWN_DELAY; then it drains and exits 0.
+async fn sigterm_keeps_serving_with_health_not_serving_for_the_delay_then_exits_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args(["serve", "--config"])
+        .arg(dir.path())
+        .args([
+            "--grpc-addr",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-addr",
+            &format!("127.0.0.1:{http}"),
+        ])
+        // Long enough for the checks below on a loaded machine; they assert what happens within
+        // the delay, not when.
+        .env("SHUTDOWN_DELAY", "5s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut child = Killed(child);
+    let started = Instant::now();
+    loop {
+        let ready = reqwest::get(format!("http://127.0.0.1:{http}/readyz")).await;
+        if ready.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "server not ready"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
+        if health.is_ok_and(|r| r.status() == 500) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "health never said unhealthy");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Unhealthy, but still serving: a new connection gets its answer.
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
+        .await
+        .expect("the gRPC listener is still open during the shutdown delay");
+    let answer = client
+        .should_rate_limit(common::request("d", &[&[("k", "v")]]))
+        .await
+        .expect("calls are still answered during the shutdown delay")
+        .into_inner();
+    assert_eq!(common::code(answer.overall_code), common::Code::Ok);
+    let mut health = HealthClient::new(client_channel(grpc).await);
+    let status = health
+        .check(HealthCheckRequest {
+            service: "ratelimit".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.status(), ServingStatus::NotServing);
+    let exit = loop {
+        if let Some(exit) = child.0.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(exit.code(), Some(0));
+}
+
+#[tokio::test]
+async fn serve_refuses_to_start_on_invalid_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("d.yaml:4:") && stderr.contains("fortnight"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("no rules are in force; refusing to start"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("previous rules"),
+        "there are none: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn in_flight_requests_complete_during_shutdown() {
+    // A leaky bucket draining 2 per second holds the 2nd and 3rd answers until the server's manual
+    // clock reaches their turns (0.5 s and 1 s): until the test moves it, they stay in flight.
+    let rules = "domain: d\ndescriptors:\n  - key: q\n    rate_limit: {unit: second, requests_per_unit: 2, burst: 5, algorithm: leaky_bucket, max_delay: 2s}\n";
+    let s = common::start_with(&[("d.yaml", rules)], |settings| {
+        settings.drain_timeout = Duration::from_secs(3600);
+    })
+    .await;
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let mut client = s.client.clone();
+            tokio::spawn(async move {
+                client
+                    .should_rate_limit(common::request("d", &[&[("q", "x")]]))
+                    .await
+            })
+        })
+        .collect();
+    common::wait_remaining(&s.client, "d", &[("q", "x")], 2).await;
+    let (draining, clock) = (s.server.status.clone(), s.clock.clone());
+    let stopping = tokio::spawn(s.server.shutdown());
+    let started = tokio::time::Instant::now();
+    while !draining.is_draining() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "health never flipped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        !stopping.is_finished() && !calls[1].is_finished() && !calls[2].is_finished(),
+        "shutdown waits for the held answers"
+    );
+    clock.advance(Duration::from_secs(1));
+    for call in calls {
+        let response = call
+            .await
+            .unwrap()
+            .expect("an in-flight call completes")
+            .into_inner();
+        assert_eq!(common::code(response.overall_code), common::Code::Ok);
+    }
+    tokio::time::timeout(Duration::from_secs(30), stopping)
+        .await
+        .expect("shutdown finishes once the held answers are sent")
+        .unwrap();
+}

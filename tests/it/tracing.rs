@@ -1,0 +1,200 @@
+//! OpenTelemetry tracing: the real server exports a span per ShouldRateLimit over OTLP/gRPC to an
+//! in-process collector (opentelemetry-proto's TraceService), with the domain, descriptor count
+//! and overall code, the gRPC code of a refused call, and no descriptor values unless asked.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use common::{Code, code, request, start_with};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// One received span: its name, attributes as text, status code, and the resource's service name.
+#[derive(Debug, Clone)]
+struct Received {
+    name: String,
+    attributes: HashMap<String, String>,
+    error: bool,
+    service_name: String,
+}
+
+#[derive(Clone, Default)]
+struct Collector {
+    spans: Arc<Mutex<Vec<Received>>>,
+    api_keys: Arc<Mutex<Vec<String>>>,
+}
+
+fn text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(Value::StringValue(s)) => s.clone(),
+        Some(Value::IntValue(i)) => i.to_string(),
+        Some(Value::BoolValue(b)) => b.to_string(),
+        Some(Value::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tonic::async_trait]
+impl TraceService for Collector {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        if let Some(key) = request.metadata().get("api-key") {
+            self.api_keys
+                .lock()
+                .unwrap()
+                .push(key.to_str().unwrap().to_owned());
+        }
+        let mut spans = self.spans.lock().unwrap();
+        for resource in &request.get_ref().resource_spans {
+            let service_name = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .map(|a| text(a.value.as_ref()))
+                .unwrap_or_default();
+            for scope in &resource.scope_spans {
+                for span in &scope.spans {
+                    spans.push(Received {
+                        name: span.name.clone(),
+                        attributes: span
+                            .attributes
+                            .iter()
+                            .map(|a| (a.key.clone(), text(a.value.as_ref())))
+                            .collect(),
+                        error: span.status.as_ref().is_some_and(|s| s.code == 2),
+                        service_name: service_name.clone(),
+                    });
+                }
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+async fn collector() -> (Collector, String) {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = TraceServiceServer::new(collector.clone());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    (collector, format!("http://{addr}"))
+}
+
+const RULES: &str =
+    "domain: t\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_span_per_call_with_domain_count_and_code_and_no_values() {
+    let (collector, endpoint) = collector().await;
+    let mut s = start_with(&[("t.yaml", RULES)], move |settings| {
+        settings.tracing.tracing_enabled = true;
+        settings.tracing.tracing_service_name = "rls-test".into();
+        settings.tracing.otel_exporter_otlp_endpoint = endpoint;
+        settings.tracing.otel_exporter_otlp_headers = "api-key=s3cret".into();
+    })
+    .await;
+    let ok = s.call(request("t", &[&[("user", "alice-secret")]])).await;
+    assert_eq!(code(ok.overall_code), Code::Ok);
+    let over = s
+        .call(request(
+            "t",
+            &[&[("user", "alice-secret")], &[("other", "bob")]],
+        ))
+        .await;
+    assert_eq!(code(over.overall_code), Code::OverLimit);
+    let refused = s.call_err(request("", &[&[("user", "x")]])).await;
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    // Shutting down flushes the batch processor: every span has arrived when it returns.
+    s.server.shutdown().await;
+
+    let spans = collector.spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    for span in &spans {
+        assert_eq!(
+            span.name,
+            "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        );
+        assert_eq!(span.service_name, "rls-test");
+        assert_eq!(span.attributes["rpc.method"], "ShouldRateLimit");
+        let all = format!("{:?}", span.attributes);
+        assert!(
+            !all.contains("alice-secret") && !all.contains("bob"),
+            "descriptor values recorded: {all}"
+        );
+    }
+    let a = &spans[0].attributes;
+    assert_eq!(a["ratelimit.domain"], "t");
+    assert_eq!(a["ratelimit.descriptor_count"], "1");
+    assert_eq!(a["ratelimit.overall_code"], "OK");
+    assert_eq!(a["rpc.grpc.status_code"], "0");
+    assert!(!spans[0].error);
+    let b = &spans[1].attributes;
+    assert_eq!(b["ratelimit.descriptor_count"], "2");
+    assert_eq!(b["ratelimit.overall_code"], "OVER_LIMIT");
+    let c = &spans[2].attributes;
+    assert_eq!(c["rpc.grpc.status_code"], "3", "INVALID_ARGUMENT");
+    assert!(!c.contains_key("ratelimit.overall_code"));
+    assert!(spans[2].error);
+    assert!(
+        collector
+            .api_keys
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|k| k == "s3cret")
+            && !collector.api_keys.lock().unwrap().is_empty(),
+        "OTEL_EXPORTER_OTLP_HEADERS sent with each export"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_are_recorded_only_when_asked() {
+    let (collector, endpoint) = collector().await;
+    let mut s = start_with(&[("t.yaml", RULES)], move |settings| {
+        settings.tracing.tracing_enabled = true;
+        settings.tracing.tracing_record_values = true;
+        settings.tracing.otel_exporter_otlp_endpoint = endpoint;
+    })
+    .await;
+    s.call(request(
+        "t",
+        &[&[("user", "alice"), ("plan", "free")], &[("k", "v")]],
+    ))
+    .await;
+    s.server.shutdown().await;
+    let spans = collector.spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 1, "{spans:#?}");
+    let a = &spans[0].attributes;
+    assert_eq!(a["ratelimit.descriptor.0"], "user=alice,plan=free");
+    assert_eq!(a["ratelimit.descriptor.1"], "k=v");
+    assert_eq!(spans[0].service_name, "RateLimit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_rate_zero_exports_nothing() {
+    let (collector, endpoint) = collector().await;
+    let mut s = start_with(&[("t.yaml", RULES)], move |settings| {
+        settings.tracing.tracing_enabled = true;
+        settings.tracing.tracing_sampling_rate = 0.0;
+        settings.tracing.otel_exporter_otlp_endpoint = endpoint;
+    })
+    .await;
+    s.call(request("t", &[&[("user", "a")]])).await;
+    s.server.shutdown().await;
+    assert!(collector.spans.lock().unwrap().is_empty());
+}

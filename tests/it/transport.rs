@@ -1,0 +1,298 @@
+//! The transport from outside, as a hostile or unlucky client sees it: oversized, stalled and
+//! malformed calls are refused with the right gRPC code and counted; silent connections are
+//! closed; a descriptor-limited process survives a connection flood without spinning.
+
+use crate::common;
+
+use common::free_port;
+
+#[path = "../../examples/load/codec.rs"]
+mod raw_codec;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::codegen::http;
+
+const RULES: &str =
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n";
+const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// A raw HTTP/2 connection to the gRPC port.
+async fn h2_client(server: &common::TestServer) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(server.server.grpc_addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    client.ready().await.unwrap()
+}
+
+/// Starts a ShouldRateLimit call whose gRPC frame declares `declared` bytes, and sends `sent` of
+/// them without ending the stream.
+async fn partial_call(
+    client: &mut h2::client::SendRequest<Bytes>,
+    declared: u32,
+    sent: usize,
+) -> h2::client::ResponseFuture {
+    let request = http::Request::post(format!("http://localhost{PATH}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&declared.to_be_bytes());
+    frame.resize(5 + sent, 0x0a);
+    body.send_data(Bytes::from(frame), false).unwrap();
+    // Keep the stream open (neither ended nor reset) for the rest of the test.
+    std::mem::forget(body);
+    response
+}
+
+/// The grpc-status of a trailers-only answer.
+async fn grpc_status(response: h2::client::ResponseFuture) -> i32 {
+    let response = tokio::time::timeout(Duration::from_secs(20), response)
+        .await
+        .expect("the server answers the call")
+        .unwrap();
+    response
+        .headers()
+        .get("grpc-status")
+        .expect("a trailers-only error answer")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn error_count(server: &common::TestServer, kind: &str) -> u64 {
+    let text = reqwest::get(server.http("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = format!("ratelimit_service_should_rate_limit_error{{err_type=\"{kind}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .map_or(0, |v| v.parse().unwrap())
+}
+
+#[tokio::test]
+async fn oversized_calls_are_refused_from_their_length_prefix_without_waiting_for_the_bytes() {
+    let s = common::start(&[("d.yaml", RULES)]).await;
+    let mut client = h2_client(&s).await;
+    // 200 streams on one connection, each announcing a 4 MiB message and sending 1 KiB of it: each
+    // is refused at once (OUT_OF_RANGE, tonic's code for it), none is buffered toward its 4 MiB.
+    let mut calls = Vec::new();
+    for _ in 0..200 {
+        calls.push(partial_call(&mut client, 4 << 20, 1024).await);
+    }
+    for call in calls {
+        assert_eq!(grpc_status(call).await, tonic::Code::OutOfRange as i32);
+    }
+    assert_eq!(error_count(&s, "request_too_large").await, 200);
+}
+
+#[tokio::test]
+async fn a_call_that_stops_sending_is_ended_after_the_request_timeout() {
+    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.request_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let mut client = h2_client(&s).await;
+    let stalled = partial_call(&mut client, 100, 10).await;
+    assert_eq!(
+        grpc_status(stalled).await,
+        tonic::Code::DeadlineExceeded as i32
+    );
+    assert_eq!(error_count(&s, "stalled_request").await, 1);
+}
+
+#[tokio::test]
+async fn bytes_past_the_buffer_budget_are_refused_while_small_calls_still_pass() {
+    let mut s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.max_buffered_request_bytes = 1000;
+    })
+    .await;
+    let mut client = h2_client(&s).await;
+    // The first stalled call holds 505 bytes of the 1000; a second one cannot add its 505.
+    let first = partial_call(&mut client, 600, 500).await;
+    let second = partial_call(&mut client, 600, 500).await;
+    assert_eq!(
+        grpc_status(second).await,
+        tonic::Code::ResourceExhausted as i32
+    );
+    // A real call is small and fits beside the stalled one.
+    assert_eq!(s.hit("d", &[("k", "v")]).await.0, common::Code::Ok);
+    drop(first);
+}
+
+async fn raw_call(s: &common::TestServer, bytes: Vec<u8>) -> tonic::Status {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    grpc.unary(
+        tonic::Request::new(Bytes::from(bytes)),
+        http::uri::PathAndQuery::from_static(PATH),
+        raw_codec::RawCodec,
+    )
+    .await
+    .expect_err("the call is refused")
+}
+
+#[tokio::test]
+async fn malformed_protobuf_is_invalid_argument_and_counted() {
+    let s = common::start(&[("d.yaml", RULES)]).await;
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("not protobuf", vec![0xff, 0xff, 0xff]),
+        ("truncated", vec![0x12, 0x10, 0x01]),
+        ("domain not UTF-8", vec![0x0a, 0x02, 0xc3, 0x28]),
+        ("wrong wire type for descriptors", vec![0x10, 0x01]),
+    ];
+    for (what, bytes) in cases {
+        let status = raw_call(&s, bytes).await;
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{what}: {status:?}"
+        );
+        assert!(
+            status.message().contains("malformed RateLimitRequest"),
+            "{what}: {}",
+            status.message()
+        );
+    }
+    assert_eq!(error_count(&s, "invalid_argument").await, 4);
+}
+
+#[tokio::test]
+async fn descriptor_floods_are_refused_before_they_are_decoded() {
+    let s = common::start(&[("d.yaml", RULES)]).await;
+    // Two million empty descriptors (4 MB): over the request size bound.
+    let huge = [0x12u8, 0x00].repeat(2_000_000);
+    assert_eq!(raw_call(&s, huge).await.code(), tonic::Code::OutOfRange);
+    // Thirty thousand (60 KB, under the size bound): refused by the wire scan, with the engine's
+    // own message.
+    let mut many = vec![0x0a, 0x01, b'd'];
+    many.extend([0x12u8, 0x00].repeat(30_000));
+    let status = raw_call(&s, many).await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(status.message(), "too many descriptors: 30000 (at most 64)");
+}
+
+/// Reads until the server closes the connection; fails the test if it stays open for 20 s.
+async fn closed_by_server(stream: &mut TcpStream) {
+    let mut buf = [0u8; 256];
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {} // the server's SETTINGS frame or error response
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the server kept a silent connection open");
+}
+
+#[tokio::test]
+async fn silent_and_half_open_connections_are_closed_on_both_ports() {
+    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.handshake_timeout = Duration::from_millis(200);
+        settings.transport.grpc_keepalive_interval = Duration::from_millis(200);
+        settings.transport.grpc_keepalive_timeout = Duration::from_millis(200);
+    })
+    .await;
+    // A complete handshake (preface and an empty SETTINGS frame), then a peer that answers
+    // nothing, not even the keepalive pings: half-open.
+    let mut half_open = TcpStream::connect(s.server.grpc_addr).await.unwrap();
+    half_open
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    let mut silent_grpc = TcpStream::connect(s.server.grpc_addr).await.unwrap();
+    let mut half_preface = TcpStream::connect(s.server.grpc_addr).await.unwrap();
+    half_preface.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    // The whole connection preface, then no SETTINGS frame: the HTTP/2 handshake never completes.
+    let mut preface_only = TcpStream::connect(s.server.grpc_addr).await.unwrap();
+    preface_only
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await
+        .unwrap();
+    let mut partial_headers = TcpStream::connect(s.server.http_addr).await.unwrap();
+    partial_headers
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    closed_by_server(&mut silent_grpc).await;
+    closed_by_server(&mut half_preface).await;
+    closed_by_server(&mut preface_only).await;
+    closed_by_server(&mut half_open).await;
+    closed_by_server(&mut partial_headers).await;
+}
+
+/// The real binary with 256 file descriptors, flooded with 300 silent connections: it must not
+/// spin, must keep answering health and the connections it already has, and must take new
+/// connections again once the silent ones are closed.
+#[tokio::test]
+async fn a_connection_flood_past_the_descriptor_limit_neither_spins_nor_starves_health() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    let (grpc, http) = (free_port(), free_port());
+    let Some(child) = common::process::under_prlimit("--nofile=256:256", |c| {
+        c.args(["serve", "--config"])
+            .arg(dir.path())
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--http-addr", &format!("127.0.0.1:{http}")])
+            .env("HANDSHAKE_TIMEOUT", "2s")
+            .env("LOG_LEVEL", "error");
+    }) else {
+        return;
+    };
+    let health = format!("http://127.0.0.1:{http}/healthcheck");
+    common::process::wait_healthy(&health).await;
+    let url = format!("http://127.0.0.1:{grpc}");
+    let mut client =
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(url.clone())
+            .await
+            .unwrap();
+    let call = || common::request("d", &[&[("k", "v")]]);
+    client.should_rate_limit(call()).await.unwrap();
+
+    let mut flood = Vec::new();
+    for _ in 0..300 {
+        flood.push(TcpStream::connect(("127.0.0.1", grpc)).await.unwrap());
+    }
+    let before = common::process::cpu_ticks(child.0.id());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let used = common::process::cpu_ticks(child.0.id()) - before;
+    // 1.5 s is 150 ticks of one core; a spinning accept loop used all of them (and more).
+    assert!(
+        used < 75,
+        "the server burned {used} ticks in 150 while flooded"
+    );
+    let answer = reqwest::get(&health)
+        .await
+        .expect("health answers during the flood");
+    assert_eq!(answer.status(), 200);
+    client
+        .should_rate_limit(call())
+        .await
+        .expect("an existing connection is served during the flood");
+    drop(flood);
+    // Once the silent connections are closed, new ones are taken again.
+    let mut fresh = tokio::time::timeout(
+        Duration::from_secs(20),
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(url),
+    )
+    .await
+    .expect("a new connection is accepted after the flood")
+    .unwrap();
+    fresh.should_rate_limit(call()).await.unwrap();
+}
