@@ -35,7 +35,10 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     ),
     (
         "replay",
-        &[&["chart", "envoy_log", "tally"], &["input", "report", "plot"]],
+        &[
+            &["chart", "envoy_log", "tally"],
+            &["input", "report", "plot"],
+        ],
     ),
     (
         "app",

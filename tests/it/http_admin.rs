@@ -3,6 +3,7 @@
 
 use crate::common;
 
+use common::metrics::{labelled, value};
 use common::{Code, code, request, start, start_with};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use ratelimit_server::http::response_json;
@@ -24,14 +25,6 @@ descriptors:
 async fn get(url: String) -> (u16, String) {
     let r = reqwest::get(url).await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
-}
-
-/// The value of one sample line `name{labels} value` in the exposition, 0 when absent.
-fn sample(text: &str, name: &str, labels: &str) -> u64 {
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.parse::<f64>().unwrap() as u64)
 }
 
 #[tokio::test]
@@ -59,36 +52,36 @@ async fn rule_counters_move_by_exactly_the_hits_sent() {
     assert_eq!(status, 200);
     let user = r#"domain="web",rule="user""#;
     assert_eq!(
-        sample(&text, "ratelimit_service_rate_limit_total_hits", user),
+        labelled(&text, "ratelimit_service_rate_limit_total_hits", user),
         12
     );
     assert_eq!(
-        sample(&text, "ratelimit_service_rate_limit_within_limit", user),
+        labelled(&text, "ratelimit_service_rate_limit_within_limit", user),
         9
     );
     assert_eq!(
-        sample(&text, "ratelimit_service_rate_limit_near_limit", user),
+        labelled(&text, "ratelimit_service_rate_limit_near_limit", user),
         3
     );
     assert_eq!(
-        sample(&text, "ratelimit_service_rate_limit_over_limit", user),
+        labelled(&text, "ratelimit_service_rate_limit_over_limit", user),
         3
     );
     let shadowed = r#"domain="web",rule="shadowed""#;
     assert_eq!(
-        sample(&text, "ratelimit_service_rate_limit_total_hits", shadowed),
+        labelled(&text, "ratelimit_service_rate_limit_total_hits", shadowed),
         2
     );
     assert_eq!(
-        sample(&text, "ratelimit_service_rate_limit_shadow_mode", shadowed),
+        labelled(&text, "ratelimit_service_rate_limit_shadow_mode", shadowed),
         1
     );
     assert_eq!(
-        sample(&text, "ratelimit_service_rate_limit_over_limit", shadowed),
+        labelled(&text, "ratelimit_service_rate_limit_over_limit", shadowed),
         1
     );
     assert_eq!(
-        sample(
+        labelled(
             &text,
             "ratelimit_service_total_requests",
             r#"grpc_method="ShouldRateLimit""#
@@ -102,21 +95,16 @@ async fn rule_counters_move_by_exactly_the_hits_sent() {
     );
 }
 
-/// The value of a sample line without labels, `name value`.
-fn unlabelled(text: &str, name: &str) -> Option<u64> {
-    let prefix = format!("{name} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map(|v| v.parse::<f64>().unwrap() as u64)
-}
-
 #[tokio::test]
 async fn store_keys_and_evictions_are_the_stores_own_counts() {
     // One key per shard (the memory store has 128): of 300 distinct users none of whose windows
     // ends (the clock stands still), every one is either held or evicted.
     let mut s = start_with(&[("web.yaml", RULES)], |st| st.max_keys = 1).await;
     let text = get(s.http("/metrics")).await.1;
-    assert_eq!(unlabelled(&text, "ratelimit_store_evictions"), Some(0));
+    assert_eq!(
+        value(&text, "ratelimit_store_evictions").map(|v| v as u64),
+        Some(0)
+    );
     for i in 0..300 {
         s.call(request("web", &[&[("user", &format!("u{i}"))]]))
             .await;
@@ -124,14 +112,18 @@ async fn store_keys_and_evictions_are_the_stores_own_counts() {
     let text = get(s.http("/metrics")).await.1;
     assert!(text.contains("# TYPE ratelimit_store_evictions counter"));
     assert!(text.contains("# TYPE ratelimit_store_keys gauge"));
-    let keys = unlabelled(&text, "ratelimit_store_keys").unwrap();
-    let evictions = unlabelled(&text, "ratelimit_store_evictions").unwrap();
+    let keys = value(&text, "ratelimit_store_keys")
+        .map(|v| v as u64)
+        .unwrap();
+    let evictions = value(&text, "ratelimit_store_evictions")
+        .map(|v| v as u64)
+        .unwrap();
     assert!(keys <= 128, "{keys} keys held");
     assert_eq!(keys + evictions, 300);
     // A scrape reads the count; it does not add to it.
     let again = get(s.http("/metrics")).await.1;
     assert_eq!(
-        unlabelled(&again, "ratelimit_store_evictions"),
+        value(&again, "ratelimit_store_evictions").map(|v| v as u64),
         Some(evictions)
     );
 }
@@ -144,11 +136,11 @@ async fn detailed_metrics_carry_values_under_a_cap() {
     }
     let text = get(s.http("/metrics")).await.1;
     let total = "ratelimit_service_rate_limit_total_hits";
-    assert_eq!(sample(&text, total, r#"domain="web",rule="tenant_a""#), 1);
-    assert_eq!(sample(&text, total, r#"domain="web",rule="tenant_b""#), 1);
-    assert_eq!(sample(&text, total, r#"domain="web",rule="tenant_c""#), 0);
+    assert_eq!(labelled(&text, total, r#"domain="web",rule="tenant_a""#), 1);
+    assert_eq!(labelled(&text, total, r#"domain="web",rule="tenant_b""#), 1);
+    assert_eq!(labelled(&text, total, r#"domain="web",rule="tenant_c""#), 0);
     assert_eq!(
-        sample(&text, total, r#"domain="web",rule="tenant_overflow""#),
+        labelled(&text, total, r#"domain="web",rule="tenant_overflow""#),
         2
     );
 }
@@ -159,7 +151,7 @@ async fn invalid_requests_are_counted_by_type() {
     s.call_err(request("", &[&[("user", "x")]])).await;
     let text = get(s.http("/metrics")).await.1;
     assert_eq!(
-        sample(
+        labelled(
             &text,
             "ratelimit_service_should_rate_limit_error",
             r#"err_type="invalid_argument""#
@@ -327,10 +319,10 @@ async fn per_rule_series_follow_the_live_rules() {
     assert!(!text.contains(r#"rule="user""#), "{text}");
     let shadowed = r#"domain="web",rule="shadowed""#;
     let total = "ratelimit_service_rate_limit_total_hits";
-    assert_eq!(sample(&text, total, shadowed), 1);
+    assert_eq!(labelled(&text, total, shadowed), 1);
     s.call(request("web", &[&[("shadowed", "a")]])).await;
     let text = get(s.http("/metrics")).await.1;
-    assert_eq!(sample(&text, total, shadowed), 2, "counted on, no reset");
+    assert_eq!(labelled(&text, total, shadowed), 2, "counted on, no reset");
     assert_eq!(rule_lines(&text).len(), 5);
 }
 
@@ -348,7 +340,7 @@ async fn huge_hits_addend_is_over_the_limit_and_never_turns_counters_down() {
         assert_eq!(code(response.overall_code), Code::OverLimit, "{hits} hits");
         assert_eq!(response.statuses[0].limit_remaining, 0);
         let text = get(s.http("/metrics")).await.1;
-        let now = (sample(&text, total, user), sample(&text, over, user));
+        let now = (labelled(&text, total, user), labelled(&text, over, user));
         assert!(
             now.0 > last.0 && now.1 > last.1,
             "{hits}: {now:?} after {last:?}"
@@ -556,12 +548,12 @@ async fn json_decisions_come_through_the_front_door_as_grpc_ones_do() {
     assert_eq!(refused.status(), 400);
     let (_, metrics) = get(s.http("/metrics")).await;
     assert_eq!(
-        sample(&metrics, "ratelimit_service_total_requests", calls),
+        labelled(&metrics, "ratelimit_service_total_requests", calls),
         4,
         "three decisions and one refusal"
     );
     assert_eq!(
-        sample(
+        labelled(
             &metrics,
             "ratelimit_service_should_rate_limit_error",
             r#"err_type="invalid_argument""#
@@ -569,7 +561,7 @@ async fn json_decisions_come_through_the_front_door_as_grpc_ones_do() {
         1
     );
     assert_eq!(
-        sample(
+        labelled(
             &metrics,
             "ratelimit_service_rate_limit_total_hits",
             r#"domain="web",rule="user""#

@@ -6,7 +6,8 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{Code, START, TestServer, request, scrape_metric, start_with};
+use common::metrics::scrape_count;
+use common::{Code, START, TestServer, request, start_with};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::google::protobuf::UInt64Value;
@@ -42,7 +43,7 @@ fn ip(n: usize) -> RateLimitRequest {
 
 /// Value of a labelled series from `/metrics`.
 async fn metric(server: &TestServer, series: &str) -> u64 {
-    scrape_metric(&server.http("/metrics"), series).await
+    scrape_count(&server.http("/metrics"), series).await
 }
 
 #[tokio::test]
@@ -377,21 +378,16 @@ async fn a_record_file_that_cannot_be_opened_stops_the_start() {
 }
 
 trait Eventually {
-    /// Polls `/metrics` until `series` reaches `at_least` (or 60 s pass: a bound for a stuck
-    /// writer, not a timing assertion); returns its value.
+    /// Waits until `series` reaches `at_least` on `/metrics`; returns its value.
     async fn eventually_metric(&self, series: &str, at_least: u64) -> u64;
 }
 
 impl Eventually for TestServer {
     async fn eventually_metric(&self, series: &str, at_least: u64) -> u64 {
-        let started = ratelimit_server::clock::monotonic();
-        loop {
-            let value = metric(self, series).await;
-            if value >= at_least || started.elapsed() > std::time::Duration::from_secs(60) {
-                return value;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        let url = self.http("/metrics");
+        let reached = || async { scrape_count(&url, series).await >= at_least };
+        common::wait::eventually(&format!("{series} >= {at_least}"), reached).await;
+        scrape_count(&url, series).await
     }
 }
 
@@ -583,7 +579,7 @@ async fn a_write_cut_short_leaves_only_whole_lines_and_counts_the_rest() {
     }
     let started = ratelimit_server::clock::monotonic();
     let (written, dropped) = loop {
-        let written = scrape_metric(&metrics, "ratelimit_record_lines_total").await;
+        let written = scrape_count(&metrics, "ratelimit_record_lines_total").await;
         let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
         let dropped = text
             .lines()

@@ -9,8 +9,9 @@ use crate::common;
 use std::time::Duration;
 
 use common::contract::{Redis, charges, guarded, key, memory_store, params, run, trace};
+use common::process::Served;
 use common::race::{SHARED_LIMITS, fire, shared_rules};
-use common::redis::{RedisServer, ServerProcess, available, free_port};
+use common::redis::{RedisServer, available, free_port};
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, SystemClock};
 use ratelimit_server::config::Algorithm;
@@ -99,7 +100,10 @@ impl Cluster {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn the_store_contract_holds_on_a_cluster() {
     // The traces' requests of two and three descriptors mostly span slots: decided by a
     // compare-and-set per slot, they must still give the memory store's verdicts, step by step.
@@ -143,7 +147,10 @@ fn script_calls(node: &RedisServer) -> u64 {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn one_domains_keys_and_calls_spread_over_every_master() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -192,7 +199,10 @@ async fn one_domains_keys_and_calls_spread_over_every_master() {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn a_request_across_slots_that_cannot_fit_charges_neither_descriptor() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -224,7 +234,10 @@ async fn a_request_across_slots_that_cannot_fit_charges_neither_descriptor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_charge() {
     // Each request: the hot key (50 per hour, raced by every request of two store instances)
     // and a key of its own (10 per hour) in another slot. Exactly 50 pass; every denied request's
@@ -290,7 +303,10 @@ async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -303,8 +319,8 @@ async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
         ("REDIS_URL", cluster.seeds()),
         ("CACHE_KEY_PREFIX", "it:".into()),
     ];
-    let mut a = ServerProcess::start(rules.path(), &env);
-    let mut b = ServerProcess::start(rules.path(), &env);
+    let mut a = Served::with_env(rules.path(), &env);
+    let mut b = Served::with_env(rules.path(), &env);
     let (ca, cb) = (a.client().await, b.client().await);
     for (key, limit) in SHARED_LIMITS {
         let (oa, ob) = tokio::join!(

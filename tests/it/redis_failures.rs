@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use common::metrics::{scrape, value};
 use common::redis::{RedisServer, free_port};
 use common::{Code, TestServer, code, request, start_with};
 use ratelimit_server::clock::{Clock, SystemClock, monotonic};
@@ -58,29 +59,12 @@ async fn server_with(redis_addr: &str, mode: FailureMode, cache_bytes: usize) ->
     s
 }
 
-async fn metrics(s: &TestServer) -> String {
-    reqwest::get(s.http("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// A sample's value (first line starting with `series `).
-fn sample(text: &str, series: &str) -> f64 {
-    let prefix = format!("{series} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(f64::NAN, |v| v.parse().unwrap())
-}
-
 /// Waits until `ratelimit_store_up` is `up`; returns how long that took.
 async fn store_up_becomes(s: &TestServer, up: bool) -> Duration {
     let started = monotonic();
     let want = if up { 1.0 } else { 0.0 };
     loop {
-        if sample(&metrics(s).await, "ratelimit_store_up") == want {
+        if present(&scrape(&s.http("/metrics")).await, "ratelimit_store_up") == want {
             return started.elapsed();
         }
         assert!(
@@ -180,7 +164,10 @@ fn load(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -196,21 +183,21 @@ async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis
     // back) before the freeze: count the freeze's switches from here, with the store up.
     store_up_becomes(&s, true).await;
     let switched = "ratelimit_store_switches{to=\"failure_mode\"}";
-    let switches_before = sample(&metrics(&s).await, switched);
+    let switches_before = present(&scrape(&s.http("/metrics")).await, switched);
     redis.freeze();
     store_up_becomes(&s, false).await;
     let frozen_at = tally.answered();
     answered_past(&tally, frozen_at + 50, "answered while frozen").await;
-    let text = metrics(&s).await;
-    assert!(sample(&text, "ratelimit_redis_errors{kind=\"timeout\"}") >= 1.0);
+    let text = scrape(&s.http("/metrics")).await;
+    assert!(present(&text, "ratelimit_redis_errors{kind=\"timeout\"}") >= 1.0);
     assert!(
-        sample(
+        present(
             &text,
             "ratelimit_store_failure_mode_decisions{mode=\"local\"}"
         ) >= 1.0
     );
     assert_eq!(
-        sample(&text, switched) - switches_before,
+        present(&text, switched) - switches_before,
         1.0,
         "one switch for the freeze, not one per failed call"
     );
@@ -229,16 +216,16 @@ async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis
         "no gRPC error, no hang"
     );
     assert_eq!(tally.over.load(Ordering::Relaxed), 0);
-    let text = metrics(&s).await;
+    let text = scrape(&s.http("/metrics")).await;
     // One switch each way (a slow machine may time out on the backlog Redis works through after
     // SIGCONT and switch again: then as many back as away).
-    let away = sample(&text, "ratelimit_store_switches{to=\"failure_mode\"}");
+    let away = present(&text, "ratelimit_store_switches{to=\"failure_mode\"}");
     assert_eq!(
-        sample(&text, "ratelimit_store_switches{to=\"redis\"}"),
+        present(&text, "ratelimit_store_switches{to=\"redis\"}"),
         away
     );
-    assert_eq!(sample(&text, "ratelimit_redis_breaker_state"), 0.0);
-    assert!(sample(&text, "ratelimit_store_errors") >= 1.0);
+    assert_eq!(present(&text, "ratelimit_redis_breaker_state"), 0.0);
+    assert!(present(&text, "ratelimit_store_errors") >= 1.0);
     eprintln!(
         "answered {} ({} while frozen); store up again {back:?} after SIGCONT",
         tally.answered(),
@@ -247,7 +234,10 @@ async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn frozen_redis_in_deny_mode_answers_over_limit() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -267,7 +257,10 @@ async fn frozen_redis_in_deny_mode_answers_over_limit() {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn frozen_redis_in_error_mode_answers_unavailable() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -286,7 +279,10 @@ async fn frozen_redis_in_error_mode_answers_unavailable() {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn allow_mode_answers_ok_even_over_the_limit() {
     let Some(mut redis) = RedisServer::start() else {
         return;
@@ -303,7 +299,10 @@ async fn allow_mode_answers_ok_even_over_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn redis_killed_and_restarted_on_the_same_port_is_used_again_without_a_restart() {
     let Some(mut redis) = RedisServer::start() else {
         return;
@@ -333,7 +332,10 @@ async fn redis_killed_and_restarted_on_the_same_port_is_used_again_without_a_res
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn redis_down_at_start_up_the_server_starts_then_uses_redis_once_it_appears() {
     if !common::redis::available() {
         return;
@@ -341,13 +343,19 @@ async fn redis_down_at_start_up_the_server_starts_then_uses_redis_once_it_appear
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let s = server(&addr, FailureMode::Deny).await;
-    assert_eq!(sample(&metrics(&s).await, "ratelimit_store_up"), 0.0);
+    assert_eq!(
+        present(&scrape(&s.http("/metrics")).await, "ratelimit_store_up"),
+        0.0
+    );
     assert_eq!(decide(&s, "k", "early").await, Ok(Code::OverLimit));
     let redis = RedisServer::spawn(port, &[], Vec::new());
     store_up_becomes(&s, true).await;
     decisions_reach(&s, &redis, "appeared").await;
     assert_eq!(
-        sample(&metrics(&s).await, "ratelimit_store_switches{to=\"redis\"}"),
+        present(
+            &scrape(&s.http("/metrics")).await,
+            "ratelimit_store_switches{to=\"redis\"}"
+        ),
         1.0
     );
 }
@@ -388,7 +396,10 @@ fn command_calls(redis: &RedisServer, command: &str) -> u64 {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn the_local_cache_saves_redis_calls_and_a_raised_limit_is_admitted_at_once() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -404,8 +415,11 @@ async fn the_local_cache_saves_redis_calls_and_a_raised_limit_is_admitted_at_onc
     // Two admitted and the first denial went to Redis (one round trip each); the other 19
     // denials did not.
     assert_eq!(decisions_at_redis(&redis) - trips, 3);
-    let text = metrics(&s).await;
-    assert_eq!(sample(&text, "ratelimit_over_limit_with_local_cache"), 19.0);
+    let text = scrape(&s.http("/metrics")).await;
+    assert_eq!(
+        present(&text, "ratelimit_over_limit_with_local_cache"),
+        19.0
+    );
     // Other keys still go to Redis.
     assert_eq!(decide(&s, "tight", "other").await, Ok(Code::Ok));
     // A reload raising the limit: the cached denial no longer applies.
@@ -416,4 +430,9 @@ async fn the_local_cache_saves_redis_calls_and_a_raised_limit_is_admitted_at_onc
     .unwrap();
     s.server.reloader.reload().expect("valid rules");
     assert_eq!(decide(&s, "tight", "c").await, Ok(Code::Ok));
+}
+
+/// A series that must be on the page.
+fn present(page: &str, series: &str) -> f64 {
+    value(page, series).unwrap_or_else(|| panic!("{series} is not on /metrics"))
 }

@@ -7,7 +7,9 @@ use crate::common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::redis::{RedisServer, ServerProcess, free_port};
+use common::process::Served;
+use common::redis::{RedisServer, free_port};
+use common::wait::eventually_blocking;
 use common::{Code, code, request};
 use ratelimit_server::clock::monotonic;
 
@@ -31,15 +33,6 @@ fn cli(port: u16, args: &[&str]) -> String {
         .output()
         .expect("redis-cli");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Polls `done` every 20 ms for at most `limit`; fails saying `what` never happened.
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let started = monotonic();
-    while !done() {
-        assert!(started.elapsed() < limit, "{what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A master, its replica and a sentinel watching them, and a rules directory with `rules`.
@@ -91,19 +84,18 @@ fn sentinel(master_port: u16) -> Sentinel {
         child,
         _dir: dir,
     };
-    wait_until(
-        "sentinel never knew the master",
-        Duration::from_secs(10),
-        || {
-            cli(port, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
-                .contains(&master_port.to_string())
-        },
-    );
+    eventually_blocking("sentinel never knew the master", || {
+        cli(port, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
+            .contains(&master_port.to_string())
+    });
     s
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn the_server_finds_the_master_through_the_sentinel() {
     let Some(Topology {
         master,
@@ -122,7 +114,7 @@ async fn the_server_finds_the_master_through_the_sentinel() {
         ("REDIS_URL", format!("mymaster,127.0.0.1:{}", sentinel.port)),
         ("CACHE_KEY_PREFIX", "sn:".into()),
     ];
-    let mut server = ServerProcess::start(rules.path(), &env);
+    let mut server = Served::with_env(rules.path(), &env);
     let mut client = server.client().await;
     let mut codes = Vec::new();
     for _ in 0..3 {
@@ -139,13 +131,14 @@ async fn the_server_finds_the_master_through_the_sentinel() {
         ["sn:s|k=v|0.0.3600s"],
         "written on the master"
     );
-    wait_until("never replicated", Duration::from_secs(10), || {
-        !replica.keys("sn:*").is_empty()
-    });
+    eventually_blocking("never replicated", || !replica.keys("sn:*").is_empty());
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting() {
     let Some(Topology {
         master,
@@ -164,7 +157,7 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
         ("REDIS_URL", format!("mymaster,127.0.0.1:{}", sentinel.port)),
         ("REDIS_TIMEOUT", "500ms".into()),
     ];
-    let mut server = ServerProcess::start(rules.path(), &env);
+    let mut server = Served::with_env(rules.path(), &env);
     let mut client = server.client().await;
     let mut call = async || {
         client
@@ -179,7 +172,7 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
     };
     assert_eq!(call().await.unwrap(), (Code::Ok, 4));
     assert_eq!(call().await.unwrap(), (Code::Ok, 3));
-    wait_until("never replicated", Duration::from_secs(10), || {
+    eventually_blocking("never replicated", || {
         !replica
             .cli(&["GET", "s|k=v|0.1.3600s"])
             .unwrap_or_default()
@@ -187,7 +180,7 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
             .is_empty()
     });
     assert!(cli(sentinel.port, &["SENTINEL", "FAILOVER", "mymaster"]).contains("OK"));
-    wait_until("failover never happened", Duration::from_secs(20), || {
+    eventually_blocking("failover never happened", || {
         cli(
             sentinel.port,
             &["SENTINEL", "get-master-addr-by-name", "mymaster"],
@@ -198,7 +191,7 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
     // client can lose those); from then on the server must follow to the new master.
     // While Sentinel reconfigures it, the old master may close the connection of an INFO: that
     // is "not yet", not a failure (seen once in 10 runs with both cores busy).
-    wait_until("old master never demoted", Duration::from_secs(20), || {
+    eventually_blocking("old master never demoted", || {
         master
             .cli(&["INFO", "replication"])
             .is_ok_and(|info| info.contains("role:slave"))

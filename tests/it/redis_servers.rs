@@ -6,8 +6,10 @@ use crate::common;
 
 use std::path::Path;
 
-use common::race::{BusyLoops, SHARED_LIMITS, fire, metric_sum, shared_rules};
-use common::redis::{RedisServer, ServerProcess};
+use common::metrics;
+use common::process::Served;
+use common::race::{BusyLoops, SHARED_LIMITS, fire, shared_rules};
+use common::redis::RedisServer;
 use common::request;
 
 /// The Redis settings of these tests: everything else (REDIS_TIMEOUT 100 ms, REDIS_FAILURE_MODE
@@ -21,8 +23,8 @@ pub fn redis_env(url: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn instance(rules: &Path, redis: &RedisServer) -> ServerProcess {
-    ServerProcess::start(rules, &redis_env(&redis.addr()))
+fn instance(rules: &Path, redis: &RedisServer) -> Served {
+    Served::with_env(rules, &redis_env(&redis.addr()))
 }
 
 async fn race(instances: usize) {
@@ -41,7 +43,7 @@ async fn race_with<T>(instances: usize, during: impl FnOnce() -> T) {
     };
     let _during = during();
     let rules = shared_rules();
-    let mut servers: Vec<ServerProcess> = (0..instances)
+    let mut servers: Vec<Served> = (0..instances)
         .map(|_| instance(rules.path(), &redis))
         .collect();
     let mut clients = Vec::new();
@@ -59,12 +61,7 @@ async fn race_with<T>(instances: usize, during: impl FnOnce() -> T) {
         eprintln!("{key}: admitted per instance {admitted:?}");
         if admitted.iter().sum::<usize>() != limit {
             for s in &servers {
-                let page = reqwest::get(format!("http://127.0.0.1:{}/metrics", s.http))
-                    .await
-                    .unwrap()
-                    .text()
-                    .await
-                    .unwrap();
+                let page = metrics::scrape(&format!("{}/metrics", s.http)).await;
                 for l in page.lines().filter(|l| {
                     l.starts_with("ratelimit_redis") || l.starts_with("ratelimit_store")
                 }) {
@@ -79,23 +76,18 @@ async fn race_with<T>(instances: usize, during: impl FnOnce() -> T) {
         );
     }
     for s in &servers {
-        let page = reqwest::get(format!("http://127.0.0.1:{}/metrics", s.http))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = metrics::scrape(&format!("{}/metrics", s.http)).await;
         for name in [
             "ratelimit_store_failure_mode_decisions",
             "ratelimit_store_errors",
             "ratelimit_redis_errors",
             "ratelimit_redis_decisions_over_budget",
         ] {
-            assert_eq!(metric_sum(&page, name), 0.0, "{name}");
+            assert_eq!(metrics::sum(&page, name), 0.0, "{name}");
         }
         assert!(
-            metric_sum(&page, "ratelimit_redis_batch_requests_count")
-                < metric_sum(&page, "ratelimit_redis_batch_requests_sum"),
+            metrics::sum(&page, "ratelimit_redis_batch_requests_count")
+                < metrics::sum(&page, "ratelimit_redis_batch_requests_sum"),
             "requests on the hot key were decided together"
         );
     }
@@ -123,14 +115,20 @@ async fn three_instances_racing_admit_exactly_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn two_instances_racing_while_busy_loops_hold_every_core_admit_exactly_the_limit() {
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     race_with(2, || BusyLoops::start(cores)).await;
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn a_restarted_instance_keeps_its_counters() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -183,7 +181,10 @@ async fn a_bad_redis_setting_stops_the_server_naming_it() {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn a_unix_socket_with_redis_socket_type_unix() {
     if !common::redis::available() {
         return;
@@ -202,7 +203,7 @@ async fn a_unix_socket_with_redis_socket_type_unix() {
         ("REDIS_URL", socket.clone()),
         ("CACHE_KEY_PREFIX", "sock:".into()),
     ];
-    let mut server = ServerProcess::start(rules.path(), &env);
+    let mut server = Served::with_env(rules.path(), &env);
     assert_eq!(fire(server.client().await, "tb", "u".into(), 3, 1).await, 3);
     assert_eq!(redis.keys("sock:*"), ["sock:shared|tb=u|0.0.3600s"]);
 }

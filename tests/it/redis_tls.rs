@@ -7,7 +7,8 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 
-use common::redis::{RedisServer, ServerProcess, available, free_port};
+use common::process::Served;
+use common::redis::{RedisServer, available, free_port};
 use common::{Code, code, request};
 
 const RULES: &str =
@@ -153,7 +154,7 @@ fn env(
     env
 }
 
-async fn decides(server: &mut ServerProcess) -> Vec<Code> {
+async fn decides(server: &mut Served) -> Vec<Code> {
     let mut client = server.client().await;
     let mut codes = Vec::new();
     for _ in 0..4 {
@@ -172,7 +173,10 @@ fn ready() -> bool {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn tls_with_a_password_and_mutual_tls() {
     if !ready() {
         return;
@@ -183,7 +187,7 @@ async fn tls_with_a_password_and_mutual_tls() {
 
     // Server-authenticated TLS and a password.
     let redis = tls_redis(certs.path(), false);
-    let mut server = ServerProcess::start(rules.path(), &env(&redis, certs.path(), &[]));
+    let mut server = Served::with_env(rules.path(), &env(&redis, certs.path(), &[]));
     assert_eq!(
         decides(&mut server).await,
         [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]
@@ -193,11 +197,7 @@ async fn tls_with_a_password_and_mutual_tls() {
 
     // A wrong password stops the server at start-up.
     let wrong = env(&redis, certs.path(), &[("REDIS_AUTH", "nope".into())]);
-    assert!(
-        !ServerProcess::start(rules.path(), &wrong)
-            .wait_exit()
-            .success()
-    );
+    assert!(!Served::with_env(rules.path(), &wrong).wait_exit().success());
     drop(redis);
 
     // Mutual TLS: with the client certificate it works; without, Redis refuses the handshake.
@@ -211,19 +211,22 @@ async fn tls_with_a_password_and_mutual_tls() {
             ("REDIS_TLS_CLIENT_KEY", p("client.key")),
         ],
     );
-    let mut server = ServerProcess::start(rules.path(), &mtls);
+    let mut server = Served::with_env(rules.path(), &mtls);
     assert_eq!(decides(&mut server).await[0], Code::Ok);
     server.stop();
     let no_cert = env(&redis, certs.path(), &[]);
     assert!(
-        !ServerProcess::start(rules.path(), &no_cert)
+        !Served::with_env(rules.path(), &no_cert)
             .wait_exit()
             .success()
     );
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
     if !ready() {
         return;
@@ -234,7 +237,7 @@ async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
     let redis = tls_redis(certs.path(), false);
     let strict = env(&redis, certs.path(), &[]);
     assert!(
-        !ServerProcess::start(rules.path(), &strict)
+        !Served::with_env(rules.path(), &strict)
             .wait_exit()
             .success(),
         "127.0.0.1 is not redis.elsewhere.example"
@@ -244,7 +247,7 @@ async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
         certs.path(),
         &[("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "true".into())],
     );
-    let mut server = ServerProcess::start(rules.path(), &skip);
+    let mut server = Served::with_env(rules.path(), &skip);
     assert_eq!(decides(&mut server).await[0], Code::Ok);
     // The chain is still checked: a CA that did not sign the certificate is refused.
     let other = tempfile::tempdir().unwrap();
@@ -261,7 +264,7 @@ async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
         ],
     );
     assert!(
-        !ServerProcess::start(rules.path(), &untrusted)
+        !Served::with_env(rules.path(), &untrusted)
             .wait_exit()
             .success()
     );

@@ -8,17 +8,9 @@ use crate::common;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{Code, code, request};
+use common::{Code, code, free_port, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use ratelimit_server::clock::monotonic;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn rules(rpu: u32) -> String {
     format!(

@@ -3,8 +3,8 @@
 //! refused; certificates rotated on disk are served to new connections while old ones keep
 //! working; a broken rotation is refused, counted, and the old certificate keeps serving.
 
-use crate::support::certs;
 use crate::common;
+use crate::support::certs;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use certs::{Ca, Leaf, client_config};
+use common::metrics::{labelled, scrape};
+use common::wait::eventually;
 use common::{Code, code, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use hyper_util::rt::TokioIo;
@@ -126,38 +128,6 @@ async fn served_cert(addr: SocketAddr, config: Arc<ClientConfig>) -> Certificate
     tls.get_ref().1.peer_certificates().unwrap()[0].clone()
 }
 
-async fn metrics(server: &Server) -> String {
-    reqwest::get(format!("http://{}/metrics", server.http_addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-fn sample(text: &str, name: &str, listener: &str) -> u64 {
-    let prefix = format!("{name}{{listener=\"{listener}\"}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .map_or(0, |v| v.trim().parse().unwrap())
-}
-
-/// Polls `probe` every 20 ms for up to 5 s.
-async fn eventually<F, Fut>(what: &str, mut probe: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = monotonic();
-    while !probe().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{what}: not after 5 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_tls_client_gets_answers_and_a_plaintext_one_does_not() {
     let f = tls_server(false, |s| {
@@ -198,9 +168,9 @@ async fn mtls_refuses_no_certificate_another_ca_and_the_wrong_san() {
         let result = call_once(addr, config(identity)).await;
         assert!(result.is_err(), "{who}: answered {result:?}");
     }
-    let text = metrics(&f.server).await;
+    let text = page(&f.server).await;
     assert!(
-        sample(&text, "ratelimit_tls_handshake_errors_total", "gRPC") >= 3,
+        on_listener(&text, "ratelimit_tls_handshake_errors_total", "gRPC") >= 3,
         "{text}"
     );
     // The good client still works after the refusals.
@@ -235,14 +205,14 @@ async fn a_rotated_certificate_goes_to_new_connections_while_old_ones_keep_worki
     for _ in 0..3 {
         assert_eq!(call(&mut old).await, Ok(Code::Ok));
     }
-    let text = metrics(&f.server).await;
+    let text = page(&f.server).await;
     assert_eq!(
-        sample(&text, "ratelimit_tls_reload_success_total", "gRPC"),
+        on_listener(&text, "ratelimit_tls_reload_success_total", "gRPC"),
         1,
         "one reload, none of the half-written states: {text}"
     );
     assert_eq!(
-        sample(&text, "ratelimit_tls_reload_errors_total", "gRPC"),
+        on_listener(&text, "ratelimit_tls_reload_errors_total", "gRPC"),
         0
     );
     f.server.shutdown().await;
@@ -261,18 +231,18 @@ async fn a_broken_rotation_is_refused_counted_and_the_old_certificate_keeps_serv
     .unwrap();
     let server = &f.server;
     eventually("the broken certificate is counted", || async {
-        sample(
-            &metrics(server).await,
+        on_listener(
+            &page(server).await,
             "ratelimit_tls_reload_errors_total",
             "gRPC",
         ) == 1
     })
     .await;
     // Refused once, not once per poll.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let text = metrics(server).await;
+    polled_twice_more(server).await;
+    let text = page(server).await;
     assert_eq!(
-        sample(&text, "ratelimit_tls_reload_errors_total", "gRPC"),
+        on_listener(&text, "ratelimit_tls_reload_errors_total", "gRPC"),
         1
     );
     assert_eq!(served_cert(addr, config.clone()).await, original);
@@ -282,8 +252,8 @@ async fn a_broken_rotation_is_refused_counted_and_the_old_certificate_keeps_serv
     let other = f.ca.server("server-3");
     std::fs::write(&f.cert, &other.cert_pem).unwrap();
     eventually("the mismatched pair is counted", || async {
-        sample(
-            &metrics(server).await,
+        on_listener(
+            &page(server).await,
             "ratelimit_tls_reload_errors_total",
             "gRPC",
         ) == 2
@@ -482,9 +452,9 @@ async fn an_expired_certificate_on_rotation_is_refused_and_the_old_one_serves_on
     let ca_pem = std::fs::read_to_string(dir.join("ca.pem")).unwrap();
     let config = client_config(&ca_pem, None, &[b"h2"]);
     let original = served_cert(addr, config.clone()).await;
-    let text = metrics(&f.server).await;
+    let text = page(&f.server).await;
     assert_eq!(
-        sample(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
+        on_listener(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
         NOW + 3650 * DAY
     );
     // The rotation writes a certificate that expired yesterday (a renewal job gone wrong).
@@ -495,8 +465,8 @@ async fn an_expired_certificate_on_rotation_is_refused_and_the_old_one_serves_on
     std::fs::write(&cert, &expired.cert_pem).unwrap();
     let server = &f.server;
     eventually("the expired certificate is refused and counted", || async {
-        sample(
-            &metrics(server).await,
+        on_listener(
+            &page(server).await,
             "ratelimit_tls_reload_errors_total",
             "gRPC",
         ) == 1
@@ -504,13 +474,13 @@ async fn an_expired_certificate_on_rotation_is_refused_and_the_old_one_serves_on
     .await;
     assert_eq!(served_cert(addr, config.clone()).await, original);
     assert_eq!(call_once(addr, config).await, Ok(Code::Ok));
-    let text = metrics(server).await;
+    let text = page(server).await;
     assert_eq!(
-        sample(&text, "ratelimit_tls_reload_success_total", "gRPC"),
+        on_listener(&text, "ratelimit_tls_reload_success_total", "gRPC"),
         0
     );
     assert_eq!(
-        sample(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
+        on_listener(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
         NOW + 3650 * DAY,
         "the served certificate's expiry"
     );
@@ -552,9 +522,9 @@ async fn a_client_that_stalls_handshakes_does_not_starve_the_others() {
         }
     }
     assert_eq!(closed, 30);
-    let text = metrics(&f.server).await;
+    let text = page(&f.server).await;
     assert_eq!(
-        sample(&text, "ratelimit_connections_refused_total", "gRPC"),
+        on_listener(&text, "ratelimit_connections_refused_total", "gRPC"),
         30
     );
     drop(stalled);
@@ -584,14 +554,10 @@ async fn a_certificate_near_its_end_is_warned_about_and_its_expiry_exported() {
         ],
     );
     served.wait_ready().await;
-    let text = reqwest::get(format!("{}/metrics", served.http))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = format!("{}/metrics", served.http);
+    let text = scrape(&metrics).await;
     assert_eq!(
-        sample(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
+        on_listener(&text, "ratelimit_tls_certificate_expiry_seconds", "gRPC") as i64,
         now + 3 * DAY
     );
     let log = served.log();
@@ -604,6 +570,30 @@ async fn a_certificate_near_its_end_is_warned_about_and_its_expiry_exported() {
         "{warning}"
     );
     // Said once at start, not at every poll (every second): the next is an hour away.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let polls = on_listener(&text, "ratelimit_tls_polls_total", "gRPC");
+    eventually("two more polls of the certificate files", || async {
+        on_listener(&scrape(&metrics).await, "ratelimit_tls_polls_total", "gRPC") >= polls + 2
+    })
+    .await;
     assert_eq!(served.log_lines("the TLS certificate served expires in"), 1);
+}
+
+/// A TLS metric's count on one listener.
+fn on_listener(page: &str, name: &str, listener: &str) -> u64 {
+    labelled(page, name, &format!("listener=\"{listener}\""))
+}
+
+/// The server's `/metrics` page.
+async fn page(server: &Server) -> String {
+    scrape(&format!("http://{}/metrics", server.http_addr)).await
+}
+
+/// Waits until the gRPC listener has read its certificate files twice more: whatever those files
+/// would make it do has then been done.
+async fn polled_twice_more(server: &Server) {
+    let polls = on_listener(&page(server).await, "ratelimit_tls_polls_total", "gRPC");
+    eventually("two more polls of the certificate files", || async {
+        on_listener(&page(server).await, "ratelimit_tls_polls_total", "gRPC") >= polls + 2
+    })
+    .await;
 }

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub global_shadow_mode: IntCounter,
     pub config_load_success: IntCounter,
     pub config_load_error: IntCounter,
+    /// Reads of the rules files (a file event's burst or a reload request), changed or not.
+    pub rules_checks: IntCounter,
     pub should_rate_limit_error: IntCounterVec,
     pub total_requests: IntCounterVec,
     pub response_time: HistogramVec,
@@ -106,6 +108,11 @@ impl Metrics {
                 &r,
                 "ratelimit_service_config_load_error",
                 "Rules loads that failed",
+            ),
+            rules_checks: counter(
+                &r,
+                "ratelimit_rules_checks",
+                "Times the rules files were read (after file events or a reload request), whether or not they had changed",
             ),
             should_rate_limit_error: counter_vec(
                 &r,

@@ -5,11 +5,13 @@
 )]
 
 pub mod contract;
+pub mod metrics;
 pub mod ports;
 pub mod process;
 pub mod race;
 pub mod redis;
 pub mod replay;
+pub mod wait;
 
 pub use ports::free_port;
 
@@ -131,26 +133,16 @@ impl TestServer {
         format!("http://{}{path}", self.server.http_addr)
     }
 
-    /// Polls `probe` until it returns true; returns how long it took. Fails after 30 s, far above
-    /// the normal time, so a loaded machine does not fail it.
+    /// Polls `probe` (given a client) until it returns true; returns how long it took.
     pub async fn eventually<F, Fut>(&mut self, what: &str, mut probe: F) -> Duration
     where
         F: FnMut(RateLimitServiceClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let started = tokio::time::Instant::now();
-        loop {
-            if probe(self.client.clone()).await {
-                let took = started.elapsed();
-                eprintln!("{what}: in force after {took:?}");
-                return took;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{what}: not in force after 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let client = self.client.clone();
+        let took = wait::eventually(what, || probe(client.clone())).await;
+        eprintln!("{what}: in force after {took:?}");
+        took
     }
 
     pub fn advance(&self, seconds: u64) {
@@ -205,19 +197,4 @@ pub async fn wait_remaining(
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-/// A counter or gauge without labels from the `/metrics` page at `metrics_url` (0 when absent).
-pub async fn scrape_metric(metrics_url: &str, name: &str) -> u64 {
-    let text = reqwest::get(metrics_url)
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
 }

@@ -2,32 +2,51 @@
 //! tests that count log lines or need a second, independent process.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use tempfile::NamedTempFile;
 
 use super::free_port;
+use super::wait::BOUND;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use ratelimit_server::clock::monotonic;
+use tonic::transport::Channel;
 
-/// A `ratelimit-server serve` child, killed when dropped.
+/// A `ratelimit-server serve` child on free loopback ports, its log (stderr) in a temp file,
+/// killed when dropped. The one launcher of the real binary for every test.
 pub struct Served {
     child: Child,
+    /// The gRPC port.
+    pub grpc: u16,
+    /// The admin port's base URL, `http://127.0.0.1:PORT`.
     pub http: String,
     log: NamedTempFile,
 }
 
 impl Served {
-    /// Starts `serve --config dir` with extra arguments; stderr (the log) goes to a temp file.
+    /// Starts `serve --config dir` with extra arguments.
     pub fn start(dir: &Path, args: &[&str]) -> Served {
-        Served::start_in(Path::new("."), dir, args)
+        Served::spawn(Path::new("."), dir, args, &[])
     }
 
     /// Same, run in `cwd` (so a relative `dir` is relative to it).
     pub fn start_in(cwd: &Path, dir: &Path, args: &[&str]) -> Served {
+        Served::spawn(cwd, dir, args, &[])
+    }
+
+    /// Starts `serve --config dir` with extra environment (`SHUTDOWN_DELAY` 0 unless `env` says).
+    pub fn with_env(dir: &Path, env: &[(&str, String)]) -> Served {
+        let mut all = vec![("SHUTDOWN_DELAY", "0s".to_owned())];
+        all.extend(env.iter().cloned());
+        Served::spawn(Path::new("."), dir, &[], &all)
+    }
+
+    fn spawn(cwd: &Path, dir: &Path, args: &[&str], env: &[(&str, String)]) -> Served {
         let log = NamedTempFile::new().unwrap();
         let (grpc, http) = (free_port(), free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+        command
             .current_dir(cwd)
             .args(["serve", "--config"])
             .arg(dir)
@@ -36,16 +55,54 @@ impl Served {
             .args(args)
             .env("LOG_LEVEL", "info")
             .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log.reopen().unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(log.reopen().unwrap());
+        for (name, value) in env {
+            command.env(name, value);
+        }
         Served {
-            child,
+            child: command.spawn().expect("the server binary runs"),
+            grpc,
             http: format!("http://127.0.0.1:{http}"),
             log,
         }
     }
+
+    /// A gRPC client, once the server accepts (fails if it exits first).
+    pub async fn client(&mut self) -> RateLimitServiceClient<Channel> {
+        let url = format!("http://127.0.0.1:{}", self.grpc);
+        let started = monotonic();
+        loop {
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                panic!("server exited ({exit}):\n{}", self.log());
+            }
+            if let Ok(client) = RateLimitServiceClient::connect(url.clone()).await {
+                return client;
+            }
+            assert!(
+                started.elapsed() < BOUND,
+                "server never listened:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits for the process to exit (it is expected to fail at start-up); returns its status.
+    pub fn wait_exit(mut self) -> ExitStatus {
+        let started = monotonic();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(started.elapsed() < BOUND, "server did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills the server now.
+    pub fn stop(self) {}
 
     pub async fn wait_ready(&mut self) {
         let started = monotonic();
@@ -68,7 +125,7 @@ impl Served {
 
     /// A counter or gauge from `/metrics` (0 when absent).
     pub async fn metric(&self, name: &str) -> u64 {
-        super::scrape_metric(&format!("{}/metrics", self.http), name).await
+        super::metrics::scrape_count(&format!("{}/metrics", self.http), name).await
     }
 
     /// Waits (at most 30 s) until `name` reaches `value`.

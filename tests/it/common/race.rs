@@ -67,18 +67,6 @@ pub async fn fire(
     ok
 }
 
-/// The sum of a metric's samples over all its label sets in a Prometheus text page (0 if absent).
-pub fn metric_sum(page: &str, name: &str) -> f64 {
-    page.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?;
-            (rest.starts_with(' ') || rest.starts_with('{')).then_some(l)
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
-}
-
 /// Two `while :; do :; done` loops holding both cores of a CI machine, stopped on drop.
 pub struct BusyLoops(Vec<Child>);
 

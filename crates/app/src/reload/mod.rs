@@ -135,6 +135,7 @@ impl Reloader {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let at = self.clock.now() / NANOS_PER_SECOND;
+        self.metrics.rules_checks.inc();
         let files = read_rules_dir(&self.dir, self.caps);
         let fingerprint = files.as_ref().ok().map(fingerprint);
         if fingerprint.is_some() && fingerprint == state.fingerprint {

@@ -21,8 +21,8 @@ use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
 
-pub use explain::{Explained, ExplainedLimit};
 pub use attribution::Attribution;
+pub use explain::{Explained, ExplainedLimit};
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 

@@ -7,6 +7,7 @@ pub struct TlsMetrics {
     reload_success: IntCounterVec,
     reload_error: IntCounterVec,
     handshake_error: IntCounterVec,
+    polls: IntCounterVec,
     expiry: IntGaugeVec,
 }
 
@@ -34,6 +35,11 @@ impl TlsMetrics {
                 registry,
                 "ratelimit_tls_handshake_errors_total",
                 "Connections closed because their TLS handshake failed or timed out",
+            ),
+            polls: counter_vec(
+                registry,
+                "ratelimit_tls_polls_total",
+                "Times the listener's certificate files were read to look for a change",
             ),
             expiry: {
                 let g = IntGaugeVec::new(
@@ -75,6 +81,10 @@ impl TlsMetrics {
         self.reload_error.with_label_values(&[listener]).inc();
     }
 
+    pub fn polled(&self, listener: &str) {
+        self.polls.with_label_values(&[listener]).inc();
+    }
+
     pub fn handshake_error(&self, listener: &str) {
         self.handshake_error.with_label_values(&[listener]).inc();
     }
@@ -88,5 +98,4 @@ impl TlsMetrics {
     pub fn reload_successes(&self, listener: &str) -> u64 {
         self.reload_success.with_label_values(&[listener]).get()
     }
-
 }

@@ -105,7 +105,6 @@ impl TlsSource {
         Ok(source)
     }
 
-
     pub fn listener(&self) -> &'static str {
         self.spec.names.listener
     }
@@ -134,6 +133,7 @@ impl TlsSource {
     pub fn poll(&self) -> Polled {
         let polled = self.poll_files();
         self.warn_of_expiry();
+        self.metrics.polled(self.spec.names.listener);
         polled
     }
 
