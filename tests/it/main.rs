@@ -42,6 +42,7 @@ mod query_cli;
 mod recording;
 mod redis_cluster;
 mod redis_failures;
+mod redis_faults;
 mod redis_sentinel;
 mod redis_servers;
 mod redis_store;

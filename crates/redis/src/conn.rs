@@ -269,21 +269,37 @@ fn client(info: ConnectionInfo, config: &RedisConfig) -> RedisResult<Client> {
     Client::open(info.set_addr(addr))
 }
 
+/// Round trips a new connection may take before it can carry a call: TCP's handshake, TLS's two,
+/// and the client's set-up commands (authentication, client name). Each is a call bounded by
+/// `REDIS_TIMEOUT`, so a connection is given that many; a Redis 25 ms away with a 100 ms timeout
+/// is then reached (the whole set-up used to have to fit in one timeout, and never did).
+pub(super) const CONNECT_ROUND_TRIPS: u32 = 4;
+
+/// The bound on setting up one connection.
+pub(super) fn connect_bound(config: &RedisConfig) -> Duration {
+    config.timeout * CONNECT_ROUND_TRIPS
+}
+
+/// The bound on the whole set-up (asking the sentinels, then the pool, connected side by side):
+/// a safety net above the per-connection bounds.
+pub fn set_up_bound(config: &RedisConfig) -> Duration {
+    connect_bound(config) * 3
+}
+
 fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.timeout))
+        .set_connection_timeout(Some(connect_bound(config)))
         .set_response_timeout(Some(config.timeout))
         .set_number_of_retries(2)
         .set_max_delay(Duration::from_secs(1))
 }
 
+/// The pool's connections, made side by side (one after the other, `REDIS_POOL_SIZE` set-ups
+/// added up).
 async fn pool(client: Client, config: &RedisConfig) -> RedisResult<Conns> {
-    let mut pool = Vec::with_capacity(config.pool_size.max(1));
-    for _ in 0..config.pool_size.max(1) {
-        pool.push(
-            ConnectionManager::new_with_config(client.clone(), manager_config(config)).await?,
-        );
-    }
+    let connections = (0..config.pool_size.max(1))
+        .map(|_| ConnectionManager::new_with_config(client.clone(), manager_config(config)));
+    let pool = futures_util::future::try_join_all(connections).await?;
     Ok(Conns::Single {
         pool,
         next: AtomicUsize::new(0),
@@ -303,7 +319,7 @@ impl Conns {
                     .iter()
                     .any(|s| matches!(s.addr(), ConnectionAddr::TcpTls { .. }));
                 let mut builder = ClusterClientBuilder::new(seeds)
-                    .connection_timeout(config.timeout)
+                    .connection_timeout(connect_bound(config))
                     .response_timeout(config.timeout);
                 if let Some((user, password)) = &config.auth {
                     builder = builder.password(password);

@@ -60,7 +60,7 @@ use config::Algorithm;
 use limiter::State;
 use queue::{Arrival, Batch, Group, Queues, Ticket};
 use seen::Seen;
-use store::guard::{Connect, Remote, RemoteKey};
+use store::guard::{Connect, Every, Remote, RemoteKey};
 use store::transaction::Kind;
 use store::{Backend, Charge, CounterId, StoreError, StoreMetrics, Transaction, Verdicts};
 
@@ -104,7 +104,16 @@ struct Inner {
     answered: AtomicU64,
     epoch: Instant,
     metrics: StoreMetrics,
+    /// When the last "Redis is slower than Envoy waits" warning was said.
+    slow_warning: Every,
 }
+
+/// The default `timeout` of Envoy's ratelimit filter (20 ms): a call slower than this fails
+/// behind an Envoy that keeps the default.
+pub const ENVOY_FILTER_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// How often a slow Redis is said again while it stays slow.
+const SLOW_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 impl Inner {
     /// Counts one call's outcome (`Err(())`: no answer within `REDIS_TIMEOUT`) and turns a
@@ -115,13 +124,17 @@ impl Inner {
         result: Result<::redis::RedisResult<T>, ()>,
     ) -> Result<T, StoreError> {
         let m = &self.metrics;
+        let took = started.elapsed();
         m.redis_calls.inc();
-        m.redis_latency.observe(started.elapsed().as_secs_f64());
+        m.redis_latency.observe(took.as_secs_f64());
         let error = match result {
             Ok(Ok(value)) => {
                 let at = monotonic().saturating_duration_since(self.epoch);
                 self.answered
                     .fetch_max(at.as_nanos() as u64, Ordering::Relaxed);
+                if took > ENVOY_FILTER_TIMEOUT {
+                    self.slow(took, at);
+                }
                 return Ok(value);
             }
             Ok(Err(e)) => {
@@ -137,6 +150,20 @@ impl Inner {
             }
         };
         Err(error)
+    }
+
+    /// A call answered, but later than Envoy's filter would have waited: counted, and said at
+    /// most every [`SLOW_WARNING_EVERY`] (a Redis slow but within `REDIS_TIMEOUT` is otherwise
+    /// invisible, while behind Envoy every such call fails by the filter's `failure_mode_deny`).
+    fn slow(&self, took: Duration, at: Duration) {
+        self.metrics.redis_slow_calls.inc();
+        if self.slow_warning.due(at.as_nanos() as u64) {
+            tracing::warn!(
+                ?took,
+                envoy_timeout = ?ENVOY_FILTER_TIMEOUT,
+                "Redis calls take longer than Envoy's default ratelimit filter timeout: behind such an Envoy these decisions time out (and fail open unless failure_mode_deny); raise the filter's timeout or move Redis closer (ratelimit_redis_slow_calls counts them)"
+            );
+        }
     }
 
     /// Tells the connections a call failed (with Sentinel, the master may have moved), on the
@@ -198,14 +225,35 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-/// A connection error as a store error: `Unreachable` when nobody answered (refused, timed out),
-/// else `Unavailable` (Redis or TLS answered, with an error: wrong password, bad certificate).
+/// A connection error as a store error: `Unavailable` when Redis or its TLS answered and refused
+/// us (a wrong password or user, a certificate refused either way) — an operator's mistake that
+/// waiting will not mend — else `Unreachable` (refused connection, reset, no answer in time).
 fn classify(e: &::redis::RedisError) -> StoreError {
-    if e.is_connection_refusal() || e.is_timeout() {
-        StoreError::Unreachable(e.to_string())
-    } else {
+    if refuses_us(e) {
         StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Unreachable(e.to_string())
     }
+}
+
+/// Whether Redis (or TLS) refused us: authentication (`WRONGPASS`, `NOAUTH`, `NOPERM`), or a TLS
+/// failure (rustls' errors reach us as I/O errors of kind `InvalidData`).
+fn refuses_us(e: &::redis::RedisError) -> bool {
+    use ::redis::ErrorKind;
+    if e.kind() == ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+    {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::InvalidData;
+        }
+        source = cause.source();
+    }
+    let text = e.to_string();
+    text.contains("certificate") || text.contains("fatal alert")
 }
 
 /// The `ratelimit_redis_errors` kind of a failed call.
@@ -278,16 +326,20 @@ impl RedisBackend {
     ) -> Result<RedisBackend, StoreError> {
         // rustls needs a process-wide crypto provider; ours is ring. (Err: one is installed.)
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // Each connection's set-up is bounded by its round trips (`conn::connect_bound`), not the
+        // whole pool by one REDIS_TIMEOUT; the outer bound is a safety net.
+        let bound = conn::set_up_bound(config);
         let connecting = {
             let config = config.clone();
-            async move { tokio::time::timeout(config.timeout, conn::Conns::connect(&config)).await }
+            async move { tokio::time::timeout(bound, conn::Conns::connect(&config)).await }
         };
         let conns = io::run(connecting)
             .await
             .ok_or_else(|| StoreError::Unavailable("the Redis I/O thread is gone".into()))?
             .map_err(|_| {
                 StoreError::Unreachable(format!(
-                    "no answer from Redis within {:?} (REDIS_TIMEOUT)",
+                    "no connection to Redis within {bound:?} ({} round trips of REDIS_TIMEOUT={:?} per connection)",
+                    conn::CONNECT_ROUND_TRIPS,
                     config.timeout
                 ))
             })?
@@ -312,6 +364,7 @@ impl RedisBackend {
                 answered: AtomicU64::new(0),
                 epoch: monotonic(),
                 metrics,
+                slow_warning: Every::new(SLOW_WARNING_EVERY),
             }),
         };
         store.ping().await?;

@@ -8,6 +8,7 @@ pub mod contract;
 pub mod metrics;
 pub mod ports;
 pub mod process;
+pub mod proxy;
 pub mod race;
 pub mod redis;
 pub mod replay;

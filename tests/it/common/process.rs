@@ -90,7 +90,7 @@ impl Served {
     }
 
     /// Waits for the process to exit (it is expected to fail at start-up); returns its status.
-    pub fn wait_exit(mut self) -> ExitStatus {
+    pub fn wait_exit(&mut self) -> ExitStatus {
         let started = monotonic();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

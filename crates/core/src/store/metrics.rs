@@ -9,6 +9,10 @@ use prometheus::{
 /// Kinds of failed Redis calls (`ratelimit_redis_errors{kind}`).
 pub const ERROR_KINDS: [&str; 4] = ["timeout", "connection", "script", "conflict_exhausted"];
 
+/// Outcomes of connecting to Redis (`ratelimit_redis_connects{outcome}`): connected; nobody
+/// answered (refused, no answer in time); Redis or its TLS refused us (password, certificate).
+pub const CONNECT_OUTCOMES: [&str; 3] = ["connected", "unreachable", "refused"];
+
 /// Failure modes, as labels of `ratelimit_store_failure_mode_decisions{mode}`.
 pub const MODES: [&str; 4] = ["local", "allow", "deny", "error"];
 
@@ -33,6 +37,11 @@ pub struct StoreMetrics {
     /// Decisions that did not finish within their budget while Redis was answering: answered
     /// UNAVAILABLE, never by the failure mode.
     pub redis_over_budget: IntCounter,
+    /// Attempts to connect, at start-up and in the background while disconnected, by outcome.
+    pub redis_connects: IntCounterVec,
+    /// Redis calls slower than the Envoy filter's default timeout (20 ms), which Envoy would
+    /// have given up on.
+    pub redis_slow_calls: IntCounter,
 }
 
 fn counter_vec(name: &str, help: &str, label: &str, values: &[&str]) -> IntCounterVec {
@@ -121,6 +130,17 @@ impl StoreMetrics {
                 "Decisions that did not finish within 64 x REDIS_TIMEOUT (as many calls as a decision may make) while Redis was answering: answered UNAVAILABLE (not admitted), never by REDIS_FAILURE_MODE",
             )
             .expect("valid metric definition"),
+            redis_connects: counter_vec(
+                "ratelimit_redis_connects",
+                "Attempts to connect to Redis (at start-up and in the background while disconnected) by outcome: connected, unreachable (refused or no answer in time), refused (Redis or TLS refused us: password, certificate)",
+                "outcome",
+                &CONNECT_OUTCOMES,
+            ),
+            redis_slow_calls: IntCounter::new(
+                "ratelimit_redis_slow_calls",
+                "Redis calls that took longer than Envoy's default ratelimit filter timeout (20 ms): behind such an Envoy the call would have failed",
+            )
+            .expect("valid metric definition"),
             over_limit_with_local_cache: IntCounter::new(
                 "ratelimit_over_limit_with_local_cache",
                 "Requests answered OVER_LIMIT from the local over-limit cache, without a Redis call",
@@ -131,7 +151,9 @@ impl StoreMetrics {
 
     /// Registers every series in `registry`.
     pub fn register(&self, registry: &Registry) {
-        let all: [Box<dyn Collector>; 13] = [
+        let all: [Box<dyn Collector>; 15] = [
+            Box::new(self.redis_connects.clone()),
+            Box::new(self.redis_slow_calls.clone()),
             Box::new(self.redis_batch_requests.clone()),
             Box::new(self.redis_queue_wait.clone()),
             Box::new(self.redis_conflicts.clone()),

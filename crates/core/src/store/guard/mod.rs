@@ -7,7 +7,10 @@
 //! backend that implements [`Remote`] (and says how to reach it, [`Connect`]) can be guarded.
 
 pub mod breaker;
+mod every;
 mod over_limit_cache;
+
+pub use every::Every;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -158,7 +161,9 @@ impl<C: Connect> Guarded<C> {
         } = settings;
         let timeout = connect.timeout();
         let probe_timeout = timeout * 2 + Duration::from_millis(50);
-        let connected = match connect.connect(metrics.clone()).await {
+        let attempt = connect.connect(metrics.clone()).await;
+        count_connect(&metrics, &attempt);
+        let connected = match attempt {
             Ok(store) => Some(store),
             Err(StoreError::Unreachable(e)) => {
                 tracing::warn!(
@@ -374,9 +379,28 @@ async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
 /// How often the prober looks at the breaker.
 const PROBE_TICK: Duration = Duration::from_millis(20);
 
-/// Connects in the background with backoff until it succeeds or the store is dropped.
+/// Counts one connection attempt by outcome (`ratelimit_redis_connects`).
+fn count_connect<T>(metrics: &StoreMetrics, attempt: &Result<T, StoreError>) {
+    let outcome = match attempt {
+        Ok(_) => "connected",
+        Err(StoreError::Unreachable(_)) => "unreachable",
+        Err(_) => "refused",
+    };
+    metrics.redis_connects.with_label_values(&[outcome]).inc();
+}
+
+/// How often the background connection says it is still failing.
+const STILL_FAILING_EVERY: Duration = Duration::from_secs(30);
+
+/// Connects in the background with backoff until it succeeds or the store is dropped. While it
+/// fails it says so at most every [`STILL_FAILING_EVERY`] (a warning while nobody answers, an error
+/// while Redis refuses us: a password or certificate that waiting will not mend), with the count
+/// of attempts, which `ratelimit_redis_connects` also counts.
 async fn reconnect<C: Connect>(shared: Weak<Shared<C>>) {
     let mut wait = RECONNECT_BASE;
+    let since = monotonic();
+    let say = Every::new(STILL_FAILING_EVERY);
+    let mut attempts = 0u64;
     loop {
         tokio::time::sleep(wait).await;
         let Some((metrics, connect)) = shared
@@ -385,7 +409,10 @@ async fn reconnect<C: Connect>(shared: Weak<Shared<C>>) {
         else {
             return;
         };
-        match connect.connect(metrics).await {
+        let attempt = connect.connect(metrics.clone()).await;
+        count_connect(&metrics, &attempt);
+        attempts += 1;
+        match attempt {
             Ok(store) => {
                 let Some(shared) = shared.upgrade() else {
                     return;
@@ -407,7 +434,28 @@ async fn reconnect<C: Connect>(shared: Weak<Shared<C>>) {
                 return;
             }
             Err(e) => {
-                tracing::debug!(error = %e, ?wait, "Redis still unreachable");
+                let failing_for = since.elapsed();
+                let due = say.due(failing_for.as_nanos() as u64);
+                match &e {
+                    StoreError::Unreachable(_) if due => tracing::warn!(
+                        error = %e,
+                        redis = %connect.describe(),
+                        attempts,
+                        ?failing_for,
+                        "Redis still unreachable; decisions by REDIS_FAILURE_MODE until it answers"
+                    ),
+                    StoreError::Unreachable(_) => {
+                        tracing::debug!(error = %e, ?wait, "Redis still unreachable");
+                    }
+                    _ if due => tracing::error!(
+                        error = %e,
+                        redis = %connect.describe(),
+                        attempts,
+                        ?failing_for,
+                        "REDIS REFUSES THIS SERVER (password, user or certificate): decisions by REDIS_FAILURE_MODE until the settings are fixed"
+                    ),
+                    _ => tracing::debug!(error = %e, ?wait, "Redis still refuses us"),
+                }
                 wait = (wait * 2).min(RECONNECT_MAX);
             }
         }

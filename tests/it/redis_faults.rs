@@ -1,0 +1,157 @@
+//! Redis far away, refusing us, or gone: a real redis-server behind a latency proxy
+//! (`common::proxy`), and the real server binary. Issue 23, findings 1 and 14: connecting is
+//! bounded per call, not the whole pool by one `REDIS_TIMEOUT`; a refusal stops start-up however
+//! far Redis is; while disconnected the server keeps saying so (rate-limited) and counts its
+//! attempts; a Redis slower than Envoy's filter waits is counted and warned about.
+
+use crate::common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::metrics::{labelled, scrape};
+use common::process::Served;
+use common::proxy::LatencyProxy;
+use common::redis::{RedisServer, free_port};
+use common::wait::eventually;
+use common::{Code, code, request};
+
+const RULES: &str =
+    "domain: far\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+
+/// One way, so a round trip is 300 ms: within a 500 ms `REDIS_TIMEOUT`, but a connection's
+/// set-up (TCP, then the client's set-up commands) is not, nor a pool of four made one by one.
+const ONE_WAY: Duration = Duration::from_millis(150);
+const TIMEOUT: &str = "500ms";
+
+fn rules() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("far.yaml"), RULES).unwrap();
+    dir
+}
+
+fn env(redis: &str, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("BACKEND_TYPE", "redis".into()),
+        ("REDIS_URL", redis.into()),
+        ("REDIS_TIMEOUT", TIMEOUT.into()),
+        ("CACHE_KEY_PREFIX", "far:".into()),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+fn upstream(redis: &RedisServer) -> SocketAddr {
+    redis.addr().parse().unwrap()
+}
+
+#[tokio::test]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
+async fn a_redis_a_round_trip_of_most_of_the_timeout_away_is_connected_and_decides() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let proxy = LatencyProxy::start(upstream(&redis), ONE_WAY);
+    let rules = rules();
+    let mut server = Served::with_env(rules.path(), &env(&proxy.addr(), &[]));
+    let mut client = server.client().await;
+    let mut codes = Vec::new();
+    for _ in 0..4 {
+        let r = client
+            .should_rate_limit(request("far", &[&[("k", "v")]]))
+            .await
+            .expect("answered")
+            .into_inner();
+        codes.push(code(r.overall_code));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]);
+    let page = scrape(&format!("{}/metrics", server.http)).await;
+    assert_eq!(
+        common::metrics::count(&page, "ratelimit_store_up"),
+        1,
+        "decided on Redis"
+    );
+    assert_eq!(
+        common::metrics::sum(&page, "ratelimit_store_failure_mode_decisions"),
+        0.0
+    );
+    assert_eq!(
+        labelled(&page, "ratelimit_redis_connects", "outcome=\"connected\""),
+        1
+    );
+    assert_eq!(redis.keys("far:*"), ["far:far|k=v|0.0.3600s"]);
+    // 300 ms calls are far past Envoy's default 20 ms filter timeout: counted, and said once.
+    assert!(common::metrics::count(&page, "ratelimit_redis_slow_calls") >= 4);
+    assert_eq!(
+        server.log_lines("longer than Envoy's default ratelimit filter timeout"),
+        1,
+        "{}",
+        server.log()
+    );
+}
+
+#[tokio::test]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
+async fn a_wrong_password_stops_start_up_however_far_redis_is() {
+    assert!(common::redis::available());
+    let redis = RedisServer::spawn(
+        free_port(),
+        &["--requirepass", "right-pass"],
+        ["-a", "right-pass", "--no-auth-warning"]
+            .map(String::from)
+            .to_vec(),
+    );
+    let proxy = LatencyProxy::start(upstream(&redis), ONE_WAY);
+    let rules = rules();
+    let mut server = Served::with_env(
+        rules.path(),
+        &env(&proxy.addr(), &[("REDIS_AUTH", "wrong-pass".into())]),
+    );
+    assert!(!server.wait_exit().success(), "the server must not start");
+    let log = server.log();
+    assert!(log.contains("uthentication"), "{log}");
+}
+
+#[tokio::test]
+async fn while_redis_is_unreachable_the_server_counts_its_attempts_and_keeps_saying_so() {
+    // Nothing listens on the port: every attempt is refused at once.
+    let port = free_port();
+    let rules = rules();
+    let mut server = Served::with_env(
+        rules.path(),
+        &env(
+            &format!("127.0.0.1:{port}"),
+            &[("REDIS_FAILURE_MODE", "deny".into())],
+        ),
+    );
+    let mut client = server.client().await;
+    let r = client
+        .should_rate_limit(request("far", &[&[("k", "v")]]))
+        .await
+        .expect("answered by the failure mode")
+        .into_inner();
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    let metrics = format!("{}/metrics", server.http);
+    eventually("four attempts to connect", || async {
+        labelled(
+            &scrape(&metrics).await,
+            "ratelimit_redis_connects",
+            "outcome=\"unreachable\"",
+        ) >= 4
+    })
+    .await;
+    assert_eq!(server.log_lines("REDIS IS UNREACHABLE AT START-UP"), 1);
+    // Said again in the background (at once, then every 30 s), not once per attempt.
+    assert_eq!(
+        server.log_lines("Redis still unreachable"),
+        1,
+        "{}",
+        server.log()
+    );
+}
