@@ -5,6 +5,9 @@
 //! (`ratelimit_store_up`, polled every 5 ms).
 //!
 //! `cargo run --release --example outage -- --mode local --in-flight 64 --freeze-ms 2000`
+//!
+//! With `--fault restart` Redis is killed (SIGKILL) instead, and started again on the same port
+//! (empty) after `--freeze-ms`: "back on Redis" is then counted from the restart.
 
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -36,7 +39,10 @@ struct Args {
     /// REDIS_TIMEOUT in ms.
     #[arg(long, default_value_t = 100)]
     timeout_ms: u64,
-    /// How long Redis stays frozen.
+    /// `freeze` (SIGSTOP, then SIGCONT) or `restart` (SIGKILL, then a new redis-server).
+    #[arg(long, default_value = "freeze")]
+    fault: String,
+    /// How long Redis stays frozen (or down).
     #[arg(long, default_value_t = 2000)]
     freeze_ms: u64,
     /// Steady load before the freeze and after the thaw.
@@ -113,17 +119,24 @@ async fn main() {
     let mode = FailureMode::parse(&args.mode).expect("local, allow, deny or error");
     let port = free_port();
     let redis_dir = tempfile::tempdir().unwrap();
-    let mut redis = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .args(["--dir", &redis_dir.path().display().to_string()])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server on PATH");
-    let pid = redis.id().to_string();
-    let signal = |sig: &str| {
+    let spawn_redis = || {
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", &redis_dir.path().display().to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server on PATH")
+    };
+    let restart = match args.fault.as_str() {
+        "freeze" => false,
+        "restart" => true,
+        other => panic!("--fault freeze or restart, not {other}"),
+    };
+    let mut redis = spawn_redis();
+    let signal = |redis: &std::process::Child, sig: &str| {
         Command::new("kill")
-            .args([sig, &pid])
+            .args([sig, &redis.id().to_string()])
             .status()
             .expect("kill");
     };
@@ -175,7 +188,12 @@ async fn main() {
 
     tokio::time::sleep(Duration::from_millis(args.steady_ms)).await;
     let stop_at = start.elapsed().as_secs_f64() * 1000.0;
-    signal("-STOP");
+    if restart {
+        let _ = redis.kill();
+        let _ = redis.wait();
+    } else {
+        signal(&redis, "-STOP");
+    }
     let mut down_after = None;
     while start.elapsed().as_secs_f64() * 1000.0 < stop_at + args.freeze_ms as f64 {
         if down_after.is_none() && store_up(&metrics_url).await == Some(false) {
@@ -184,7 +202,11 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let cont_at = start.elapsed().as_secs_f64() * 1000.0;
-    signal("-CONT");
+    if restart {
+        redis = spawn_redis();
+    } else {
+        signal(&redis, "-CONT");
+    }
     let mut up_after = None;
     while start.elapsed().as_secs_f64() * 1000.0 < cont_at + args.steady_ms as f64 {
         if up_after.is_none() && store_up(&metrics_url).await == Some(true) {
@@ -205,15 +227,20 @@ async fn main() {
             .filter(|s| s.end_ms >= from && s.end_ms < to)
             .collect()
     };
+    let (fault, end) = if restart {
+        ("killed", "the restart")
+    } else {
+        ("frozen", "SIGCONT")
+    };
     println!(
-        "REDIS_FAILURE_MODE={} REDIS_TIMEOUT={}ms, {} in flight, Redis frozen {} ms",
+        "REDIS_FAILURE_MODE={} REDIS_TIMEOUT={}ms, {} in flight, Redis {fault} {} ms",
         mode.name(),
         args.timeout_ms,
         args.in_flight,
         args.freeze_ms
     );
     println!(
-        "store down (ratelimit_store_up 0) {:.0} ms after SIGSTOP; back on Redis (ratelimit_store_up 1) {:.0} ms after SIGCONT",
+        "store down (ratelimit_store_up 0) {:.0} ms after the fault; back on Redis (ratelimit_store_up 1) {:.0} ms after {end}",
         down_after.unwrap_or(f64::NAN),
         up_after.unwrap_or(f64::NAN)
     );

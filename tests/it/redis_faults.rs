@@ -16,8 +16,7 @@ use common::redis::{RedisServer, free_port};
 use common::wait::eventually;
 use common::{Code, code, request};
 
-const RULES: &str =
-    "domain: far\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+const RULES: &str = "domain: far\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n  - key: load\n    rate_limit: {unit: hour, requests_per_unit: 100000000}\n";
 
 /// One way, so a round trip is 300 ms: within a 500 ms `REDIS_TIMEOUT`, but a connection's
 /// set-up (TCP, then the client's set-up commands) is not, nor a pool of four made one by one.
@@ -154,4 +153,59 @@ async fn while_redis_is_unreachable_the_server_counts_its_attempts_and_keeps_say
         "{}",
         server.log()
     );
+}
+
+#[tokio::test]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
+async fn connections_cut_now_and_then_do_not_open_the_breaker() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    // Each connection is cut after 25 replies: its calls in flight fail at once, while the
+    // pool's other connections keep answering.
+    let proxy = LatencyProxy::cutting(upstream(&redis), 25);
+    let rules = rules();
+    let mut server = Served::with_env(
+        rules.path(),
+        &env(&proxy.addr(), &[("REDIS_TIMEOUT", "100ms".into())]),
+    );
+    let client = server.client().await;
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                for i in 0..150 {
+                    let value = format!("{}", (t * 150 + i) % 40);
+                    let _ = client
+                        .should_rate_limit(request("far", &[&[("load", value.as_str())]]))
+                        .await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let page = scrape(&format!("{}/metrics", server.http)).await;
+    eprintln!(
+        "cuts {}, connection errors {}, failure-mode answers {}",
+        proxy.cuts(),
+        labelled(&page, "ratelimit_redis_errors", "kind=\"connection\""),
+        common::metrics::sum(&page, "ratelimit_store_failure_mode_decisions")
+    );
+    assert!(
+        proxy.cuts() >= 3,
+        "the proxy cut {} connections",
+        proxy.cuts()
+    );
+    assert_eq!(
+        labelled(&page, "ratelimit_store_switches", "to=\"failure_mode\""),
+        0,
+        "the breaker opened:\n{}",
+        server.log()
+    );
+    assert_eq!(common::metrics::count(&page, "ratelimit_store_up"), 1);
 }

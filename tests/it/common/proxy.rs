@@ -1,8 +1,11 @@
 //! A TCP proxy for fault tests: between the server and a real redis-server, it delays every byte
-//! by a fixed time each way (a Redis that far away), on a runtime thread of its own so it keeps
-//! time whatever the test's runtime is doing. Dropped, it stops accepting.
+//! by a fixed time each way (a Redis that far away), or cuts each connection after so many
+//! replies (a flaky network); on a runtime thread of its own so it keeps time whatever the test's
+//! runtime is doing. Dropped, it stops accepting.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,14 +14,53 @@ use tokio::sync::mpsc;
 
 use super::free_port;
 
-/// A proxy on 127.0.0.1 in front of `upstream`, adding `delay` to each direction.
+/// A proxy on 127.0.0.1 in front of `upstream`.
 pub struct LatencyProxy {
     pub port: u16,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    cuts: Arc<AtomicU64>,
+}
+
+/// What the proxy does to the traffic.
+#[derive(Clone, Copy)]
+struct Fault {
+    /// Added to each direction.
+    delay: Duration,
+    /// Cut the connection after this many reads from upstream (replies), if set.
+    cut_after: Option<u64>,
 }
 
 impl LatencyProxy {
+    /// Adds `delay` to each direction.
     pub fn start(upstream: SocketAddr, delay: Duration) -> LatencyProxy {
+        Self::run(
+            upstream,
+            Fault {
+                delay,
+                cut_after: None,
+            },
+        )
+    }
+
+    /// Cuts each connection (both ways, at once) after `replies` reads from upstream.
+    pub fn cutting(upstream: SocketAddr, replies: u64) -> LatencyProxy {
+        Self::run(
+            upstream,
+            Fault {
+                delay: Duration::ZERO,
+                cut_after: Some(replies),
+            },
+        )
+    }
+
+    /// Connections cut so far.
+    pub fn cuts(&self) -> u64 {
+        self.cuts.load(Ordering::Relaxed)
+    }
+
+    fn run(upstream: SocketAddr, fault: Fault) -> LatencyProxy {
+        let cuts = Arc::new(AtomicU64::new(0));
+        let counted = cuts.clone();
         let port = free_port();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, listening) = std::sync::mpsc::channel();
@@ -32,7 +74,7 @@ impl LatencyProxy {
                 ready.send(()).unwrap();
                 let accepting = async {
                     while let Ok((client, _)) = listener.accept().await {
-                        tokio::spawn(relay(client, upstream, delay));
+                        tokio::spawn(relay(client, upstream, fault, counted.clone()));
                     }
                 };
                 tokio::select! {
@@ -45,6 +87,7 @@ impl LatencyProxy {
         LatencyProxy {
             port,
             stop: Some(stop),
+            cuts,
         }
     }
 
@@ -62,7 +105,7 @@ impl Drop for LatencyProxy {
     }
 }
 
-async fn relay(client: TcpStream, upstream: SocketAddr, delay: Duration) {
+async fn relay(client: TcpStream, upstream: SocketAddr, fault: Fault, cuts: Arc<AtomicU64>) {
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
@@ -70,19 +113,26 @@ async fn relay(client: TcpStream, upstream: SocketAddr, delay: Duration) {
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
-    tokio::join!(
-        pump(client_read, server_write, delay),
-        pump(server_read, client_write, delay)
-    );
+    // Either direction ending ends the relay: every half is dropped, so a cut connection is cut
+    // both ways at once (and requests sent after it are lost, as on a real network).
+    let cut = tokio::select! {
+        _ = pump(client_read, server_write, fault.delay, None) => false,
+        cut = pump(server_read, client_write, fault.delay, fault.cut_after) => cut,
+    };
+    if cut {
+        cuts.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// Copies `from` to `to`, each chunk written `delay` after it was read (chunks keep their order
-/// and are not held up by each other's delays).
+/// and are not held up by each other's delays). With `cut_after`, stops after that many chunks
+/// and returns true.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     delay: Duration,
-) {
+    cut_after: Option<u64>,
+) -> bool {
     let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
     let writer = async move {
         while let Some((read_at, bytes)) = rx.recv().await {
@@ -91,23 +141,31 @@ async fn pump(
                 return;
             }
         }
-        let _ = to.shutdown().await;
+        if cut_after.is_none() {
+            let _ = to.shutdown().await;
+        }
     };
     let reader = async move {
         let mut buf = vec![0u8; 16 * 1024];
+        let mut chunks = 0u64;
         loop {
             match from.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => return false,
                 Ok(n) => {
                     if tx
                         .send((tokio::time::Instant::now(), buf[..n].to_vec()))
                         .is_err()
                     {
-                        return;
+                        return false;
+                    }
+                    chunks += 1;
+                    if cut_after.is_some_and(|after| chunks >= after) {
+                        return true;
                     }
                 }
             }
         }
     };
-    tokio::join!(reader, writer);
+    let (cut, ()) = tokio::join!(reader, writer);
+    cut
 }

@@ -1,9 +1,13 @@
 //! The circuit breaker in front of Redis, as a pure state machine: time comes in as an argument
-//! (`now`), so it is tested without sleeping. After [`Breaker::THRESHOLD`] consecutive failed
-//! calls it opens: no call goes to Redis for an interval that starts at `base` and doubles after
-//! each failed probe up to `max`; when the interval ends one call (the probe) goes through, and
-//! its success closes the breaker. A hung Redis therefore costs one timeout per probe, not one
-//! per request. It owns no clock, no I/O and no metrics: the caller reports what changed.
+//! (`now`), so it is tested without sleeping. It opens on a failure *rate*: at least
+//! [`Breaker::THRESHOLD`] failed calls that are at least half of the recent calls (counts halve
+//! every [`Breaker::DECAY`], so "recent" is the last second or so). One dropped connection fails
+//! all of its calls in flight at once; with the pool's other connections answering, that is a
+//! small share and does not open it (it used to: three failures in a row did). Open, no call goes
+//! to Redis for an interval that starts at `base` and doubles after each failed probe up to `max`;
+//! when the interval ends one call (the probe) goes through, and its success closes the breaker.
+//! A hung Redis therefore costs one timeout per probe, not one per request. It owns no clock, no
+//! I/O and no metrics: the caller reports what changed.
 
 use std::time::{Duration, Instant};
 
@@ -37,9 +41,45 @@ pub enum BreakerState {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    Closed { failures: u32 },
+    Closed { recent: Recent },
     Open { until: Instant },
     HalfOpen { since: Instant },
+}
+
+/// Recent calls and failures while closed, halved every [`Breaker::DECAY`] since `since`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Recent {
+    calls: u32,
+    failures: u32,
+    since: Option<Instant>,
+}
+
+impl Recent {
+    const NONE: Recent = Recent {
+        calls: 0,
+        failures: 0,
+        since: None,
+    };
+
+    /// The counts at `now`: halved once per whole `DECAY` elapsed.
+    fn at(self, now: Instant) -> Recent {
+        let Some(since) = self.since else {
+            return Recent {
+                since: Some(now),
+                ..self
+            };
+        };
+        let halvings = now.saturating_duration_since(since).as_nanos() / Breaker::DECAY.as_nanos();
+        if halvings == 0 {
+            return self;
+        }
+        let shift = halvings.min(31) as u32;
+        Recent {
+            calls: self.calls >> shift,
+            failures: self.failures >> shift,
+            since: Some(since + Breaker::DECAY * halvings.min(u32::MAX as u128) as u32),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -55,13 +95,17 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    /// Consecutive failures that open the breaker.
+    /// Recent failures that open the breaker, if they are at least half of the recent calls.
     pub const THRESHOLD: u32 = 3;
+    /// Recent counts halve this often.
+    pub const DECAY: Duration = Duration::from_millis(250);
 
     /// A closed breaker whose openings last `base`, doubling up to `max`.
     pub fn new(base: Duration, max: Duration, probe_timeout: Duration) -> Breaker {
         Breaker {
-            phase: Phase::Closed { failures: 0 },
+            phase: Phase::Closed {
+                recent: Recent::NONE,
+            },
             interval: base,
             base,
             max: max.max(base),
@@ -111,14 +155,18 @@ impl Breaker {
     /// Records how a call made with `permit` ended at `now`; returns the switch it caused.
     pub fn record(&mut self, permit: Permit, ok: bool, now: Instant) -> Option<Change> {
         match (self.phase, permit) {
-            (Phase::Closed { .. }, Permit::Call) if ok => {
-                self.phase = Phase::Closed { failures: 0 };
-                None
-            }
-            (Phase::Closed { failures }, Permit::Call) => {
-                let failures = failures + 1;
-                if failures < Self::THRESHOLD {
-                    self.phase = Phase::Closed { failures };
+            (Phase::Closed { recent }, Permit::Call) => {
+                let mut recent = recent.at(now);
+                recent.calls = recent.calls.saturating_add(1);
+                if ok {
+                    self.phase = Phase::Closed { recent };
+                    return None;
+                }
+                recent.failures = recent.failures.saturating_add(1);
+                let tripped = recent.failures >= Self::THRESHOLD
+                    && u64::from(recent.failures) * 2 >= u64::from(recent.calls);
+                if !tripped {
+                    self.phase = Phase::Closed { recent };
                     return None;
                 }
                 self.interval = self.base;
@@ -149,7 +197,9 @@ impl Breaker {
     }
 
     fn close(&mut self) -> Change {
-        self.phase = Phase::Closed { failures: 0 };
+        self.phase = Phase::Closed {
+            recent: Recent::NONE,
+        };
         self.interval = self.base;
         Change::Up
     }
@@ -175,21 +225,50 @@ mod tests {
             .collect()
     }
 
+    /// Answers `n` calls at `now`.
+    fn succeed(b: &mut Breaker, n: u32, now: Instant) {
+        for _ in 0..n {
+            let p = b.permit(now);
+            assert_eq!(b.record(p, true, now), None);
+        }
+    }
+
     #[test]
-    fn opens_after_consecutive_failures_only() {
+    fn opens_when_most_recent_calls_fail() {
         let t = crate::clock::monotonic();
         let mut b = breaker();
         assert_eq!(fail(&mut b, 2, t), [None, None]);
-        assert_eq!(
-            b.record(Permit::Call, true, t),
-            None,
-            "a success resets the count"
-        );
-        assert_eq!(fail(&mut b, 2, t), [None, None]);
-        assert!(b.is_up());
+        succeed(&mut b, 1, t);
+        // 3 of 4 recent calls failed.
         assert_eq!(fail(&mut b, 1, t), [Some(Change::Down)]);
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(b.permit(t + 99 * MS), Permit::Reject);
+    }
+
+    #[test]
+    fn one_dropped_connection_among_answering_ones_does_not_open_it() {
+        let t = crate::clock::monotonic();
+        let mut b = breaker();
+        succeed(&mut b, 100, t);
+        // A connection with 16 calls in flight drops: all 16 fail at once.
+        assert!(fail(&mut b, 16, t + MS).iter().all(Option::is_none));
+        assert!(b.is_up());
+        // ... and again a second later, after more answers.
+        succeed(&mut b, 100, t + 1000 * MS);
+        assert!(fail(&mut b, 16, t + 1001 * MS).iter().all(Option::is_none));
+        assert!(b.is_up());
+    }
+
+    #[test]
+    fn old_answers_fade_so_an_outage_still_opens_it() {
+        let t = crate::clock::monotonic();
+        let mut b = breaker();
+        succeed(&mut b, 1000, t);
+        // Two seconds later (8 halvings: 1000 → 3 calls) Redis stops answering.
+        let later = t + 2000 * MS;
+        let changes = fail(&mut b, 6, later);
+        assert_eq!(changes.iter().flatten().count(), 1, "{changes:?}");
+        assert!(!b.is_up());
     }
 
     #[test]

@@ -120,7 +120,15 @@ struct Shared<C: Connect> {
     metrics: StoreMetrics,
     /// `LOCAL_CACHE_SIZE_IN_BYTES`: keys known over their limit, answered without a call.
     cache: Option<OverLimitCache<<C::Backend as Backend>::Key>>,
+    /// Switches are logged at most once per [`SWITCH_LOG_EVERY`] each way (all are counted).
+    down_log: Every,
+    up_log: Every,
+    epoch: std::time::Instant,
 }
+
+/// A flapping Redis (62 switches in 8 s were 62 WARN lines) is said once per this long each way;
+/// `ratelimit_store_switches` counts every switch.
+const SWITCH_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// A remote backend behind a breaker and a failure mode (cheap to clone).
 pub struct Guarded<C: Connect> {
@@ -194,6 +202,9 @@ impl<C: Connect> Guarded<C> {
             deadline,
             metrics,
             cache: OverLimitCache::new(local_cache_bytes),
+            down_log: Every::new(SWITCH_LOG_EVERY),
+            up_log: Every::new(SWITCH_LOG_EVERY),
+            epoch: monotonic(),
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
@@ -246,6 +257,28 @@ impl<C: Connect> Guarded<C> {
             metrics_switch(&self.shared, change, true);
             if change == Change::Down {
                 tokio::spawn(probe(Arc::downgrade(&self.shared)));
+            }
+        }
+    }
+
+    /// A probe's `PING` failed: tries a fresh connection at once, since the old one may be
+    /// waiting out its own reconnection backoff (after a Redis restart that alone kept decisions
+    /// off Redis for ~3 s). On success the fresh backend replaces the old one.
+    async fn reconnect_now(&self) -> bool {
+        let attempt = self
+            .shared
+            .connect
+            .connect(self.shared.metrics.clone())
+            .await;
+        count_connect(&self.shared.metrics, &attempt);
+        match attempt {
+            Ok(fresh) => {
+                self.shared.remote.store(Some(Arc::new(fresh)));
+                true
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "the probe's fresh connection failed too");
+                false
             }
         }
     }
@@ -325,14 +358,18 @@ impl<C: Connect> Guarded<C> {
 /// Counts, logs and shows one switch.
 fn metrics_switch<C: Connect>(shared: &Shared<C>, change: Change, log: bool) {
     let m = &shared.metrics;
+    let now = monotonic()
+        .saturating_duration_since(shared.epoch)
+        .as_nanos() as u64;
     match change {
         Change::Down => {
             m.store_up.set(0);
             m.switches.with_label_values(&["failure_mode"]).inc();
-            if log {
+            if log && shared.down_log.due(now) {
                 tracing::warn!(
                     mode = shared.mode.name(),
-                    "Redis stopped answering: decisions by REDIS_FAILURE_MODE={} until it answers again",
+                    switches = m.switches.with_label_values(&["failure_mode"]).get(),
+                    "Redis stopped answering: decisions by REDIS_FAILURE_MODE={} until it answers again (said at most every 10 s; ratelimit_store_switches counts each switch)",
                     shared.mode.name()
                 );
             }
@@ -344,7 +381,9 @@ fn metrics_switch<C: Connect>(shared: &Shared<C>, change: Change, log: bool) {
             }
             m.store_up.set(1);
             m.switches.with_label_values(&["redis"]).inc();
-            tracing::warn!("Redis answers again: decisions are back on Redis");
+            if shared.up_log.due(now) {
+                tracing::warn!("Redis answers again: decisions are back on Redis");
+            }
         }
     }
 }
@@ -366,7 +405,7 @@ async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
             Permit::Call => return,
             Permit::Reject => {}
             Permit::Probe => {
-                let ok = redis.ping().await.is_ok();
+                let ok = redis.ping().await.is_ok() || store.reconnect_now().await;
                 store.record(Permit::Probe, ok);
                 if ok {
                     return;
