@@ -331,3 +331,103 @@ async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
         assert_eq!(oa + ob, limit, "{key}");
     }
 }
+
+/// One request on `k=v` of domain `m`: its code and what remains.
+async fn hit(
+    client: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>,
+) -> (common::Code, u32) {
+    let r = client
+        .should_rate_limit(common::request("m", &[&[("k", "v")]]))
+        .await
+        .expect("answered")
+        .into_inner();
+    (common::code(r.overall_code), r.statuses[0].limit_remaining)
+}
+
+/// The id of a cluster node.
+fn node_id(node: &RedisServer) -> String {
+    node.cli(&["CLUSTER", "MYID"]).unwrap().trim().to_owned()
+}
+
+#[tokio::test]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
+async fn a_key_in_a_slot_being_migrated_is_followed_through_ask_then_moved() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("m.yaml"),
+        "domain: m\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    )
+    .unwrap();
+    // REDIS_TIMEOUT and REDIS_FAILURE_MODE (local) at the defaults a user gets.
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "cluster".into()),
+        ("REDIS_URL", cluster.seeds()),
+        ("CACHE_KEY_PREFIX", "mig:".into()),
+    ];
+    let mut server = Served::with_env(rules.path(), &env);
+    let mut client = server.client().await;
+    let mut remaining = Vec::new();
+    remaining.push(hit(&mut client).await);
+    remaining.push(hit(&mut client).await);
+    let key = "mig:m|k=v|0.0.3600s";
+    let source = cluster
+        .nodes
+        .iter()
+        .position(|n| n.cli(&["EXISTS", key]).is_ok_and(|v| v.trim() == "1"))
+        .expect("the key is on a master");
+    let target = (source + 1) % cluster.nodes.len();
+    let (from, to) = (&cluster.nodes[source], &cluster.nodes[target]);
+    let slot = from
+        .cli(&["CLUSTER", "KEYSLOT", key])
+        .unwrap()
+        .trim()
+        .to_owned();
+    // Migration under way: the key has moved, the slot not yet: the source answers ASK.
+    to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &node_id(from)])
+        .unwrap();
+    from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &node_id(to)])
+        .unwrap();
+    let port = to.addr().rsplit(':').next().unwrap().to_owned();
+    let moved = from
+        .cli(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key])
+        .unwrap();
+    assert_eq!(moved.trim(), "OK", "MIGRATE: {moved}");
+    remaining.push(hit(&mut client).await);
+    remaining.push(hit(&mut client).await);
+    // Migration done: every master now says the slot is the target's, and the source MOVED.
+    for node in &cluster.nodes {
+        node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &node_id(to)])
+            .unwrap();
+    }
+    remaining.push(hit(&mut client).await);
+    remaining.push(hit(&mut client).await);
+    use common::Code::{Ok as Admitted, OverLimit};
+    assert_eq!(
+        remaining,
+        [
+            (Admitted, 4),
+            (Admitted, 3),
+            (Admitted, 2),
+            (Admitted, 1),
+            (Admitted, 0),
+            (OverLimit, 0)
+        ],
+        "{}",
+        server.log()
+    );
+    let page = common::metrics::scrape(&format!("{}/metrics", server.http)).await;
+    assert_eq!(
+        common::metrics::sum(&page, "ratelimit_store_failure_mode_decisions"),
+        0.0,
+        "{}",
+        server.log()
+    );
+    assert_eq!(to.cli(&["EXISTS", key]).unwrap().trim(), "1");
+}
