@@ -1,9 +1,9 @@
 //! The circuit breaker in front of Redis, as a pure state machine: time comes in as an argument
-//! (`now`), so it is tested without sleeping. It opens on a failure *rate*: at least
-//! [`Breaker::THRESHOLD`] failed calls that are at least half of the recent calls (counts halve
-//! every [`Breaker::DECAY`], so "recent" is the last second or so). One dropped connection fails
-//! all of its calls in flight at once; with the pool's other connections answering, that is a
-//! small share and does not open it (it used to: three failures in a row did). Open, no call goes
+//! (`now`), so it is tested without sleeping. It opens when Redis has stopped answering: at least
+//! [`Breaker::THRESHOLD`] failed calls since the last answered one, and that answer at least
+//! [`Breaker::QUIET`] ago. One dropped connection fails all of its calls in flight at once, but
+//! the pool's other connections go on answering, so it does not open it (it used to: three
+//! failures in a row did, and sent decisions to the failure mode). Open, no call goes
 //! to Redis for an interval that starts at `base` and doubles after each failed probe up to `max`;
 //! when the interval ends one call (the probe) goes through, and its success closes the breaker.
 //! A hung Redis therefore costs one timeout per probe, not one per request. It owns no clock, no
@@ -46,40 +46,18 @@ enum Phase {
     HalfOpen { since: Instant },
 }
 
-/// Recent calls and failures while closed, halved every [`Breaker::DECAY`] since `since`.
+/// While closed: failed calls since the last answered one, and when that was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Recent {
-    calls: u32,
     failures: u32,
-    since: Option<Instant>,
+    last_answer: Option<Instant>,
 }
 
 impl Recent {
     const NONE: Recent = Recent {
-        calls: 0,
         failures: 0,
-        since: None,
+        last_answer: None,
     };
-
-    /// The counts at `now`: halved once per whole `DECAY` elapsed.
-    fn at(self, now: Instant) -> Recent {
-        let Some(since) = self.since else {
-            return Recent {
-                since: Some(now),
-                ..self
-            };
-        };
-        let halvings = now.saturating_duration_since(since).as_nanos() / Breaker::DECAY.as_nanos();
-        if halvings == 0 {
-            return self;
-        }
-        let shift = halvings.min(31) as u32;
-        Recent {
-            calls: self.calls >> shift,
-            failures: self.failures >> shift,
-            since: Some(since + Breaker::DECAY * halvings.min(u32::MAX as u128) as u32),
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -95,10 +73,11 @@ pub struct Breaker {
 }
 
 impl Breaker {
-    /// Recent failures that open the breaker, if they are at least half of the recent calls.
+    /// Failed calls since the last answered one that open the breaker...
     pub const THRESHOLD: u32 = 3;
-    /// Recent counts halve this often.
-    pub const DECAY: Duration = Duration::from_millis(250);
+    /// ... once that answer is at least this old (other connections answering meanwhile keep it
+    /// closed).
+    pub const QUIET: Duration = Duration::from_millis(50);
 
     /// A closed breaker whose openings last `base`, doubling up to `max`.
     pub fn new(base: Duration, max: Duration, probe_timeout: Duration) -> Breaker {
@@ -129,6 +108,12 @@ impl Breaker {
         }
     }
 
+    /// Closed, with enough failures to open but an answer too recent: the caller should check
+    /// again (a `PING`) once [`Breaker::QUIET`] has passed, in case no more calls come to tell.
+    pub fn suspects(&self) -> bool {
+        matches!(self.phase, Phase::Closed { recent } if recent.failures >= Self::THRESHOLD)
+    }
+
     /// Whether decisions go to Redis (the breaker is closed).
     pub fn is_up(&self) -> bool {
         matches!(self.phase, Phase::Closed { .. })
@@ -156,17 +141,23 @@ impl Breaker {
     pub fn record(&mut self, permit: Permit, ok: bool, now: Instant) -> Option<Change> {
         match (self.phase, permit) {
             (Phase::Closed { recent }, Permit::Call) => {
-                let mut recent = recent.at(now);
-                recent.calls = recent.calls.saturating_add(1);
                 if ok {
-                    self.phase = Phase::Closed { recent };
+                    self.phase = Phase::Closed {
+                        recent: Recent {
+                            failures: 0,
+                            last_answer: Some(now),
+                        },
+                    };
                     return None;
                 }
-                recent.failures = recent.failures.saturating_add(1);
-                let tripped = recent.failures >= Self::THRESHOLD
-                    && u64::from(recent.failures) * 2 >= u64::from(recent.calls);
-                if !tripped {
-                    self.phase = Phase::Closed { recent };
+                let failures = recent.failures.saturating_add(1);
+                let quiet = recent
+                    .last_answer
+                    .is_none_or(|at| now.saturating_duration_since(at) >= Self::QUIET);
+                if failures < Self::THRESHOLD || !quiet {
+                    self.phase = Phase::Closed {
+                        recent: Recent { failures, ..recent },
+                    };
                     return None;
                 }
                 self.interval = self.base;
@@ -234,41 +225,47 @@ mod tests {
     }
 
     #[test]
-    fn opens_when_most_recent_calls_fail() {
+    fn opens_after_failures_with_no_answer_between_them() {
         let t = crate::clock::monotonic();
         let mut b = breaker();
         assert_eq!(fail(&mut b, 2, t), [None, None]);
         succeed(&mut b, 1, t);
-        // 3 of 4 recent calls failed.
-        assert_eq!(fail(&mut b, 1, t), [Some(Change::Down)]);
+        assert_eq!(
+            fail(&mut b, 2, t),
+            [None, None],
+            "an answer starts the count again"
+        );
+        assert!(b.is_up());
+        assert_eq!(fail(&mut b, 1, t + Breaker::QUIET), [Some(Change::Down)]);
         assert_eq!(b.state(), BreakerState::Open);
-        assert_eq!(b.permit(t + 99 * MS), Permit::Reject);
+        assert_eq!(b.permit(t + Breaker::QUIET + 99 * MS), Permit::Reject);
     }
 
     #[test]
-    fn one_dropped_connection_among_answering_ones_does_not_open_it() {
+    fn a_dropped_connection_while_others_answer_does_not_open_it() {
         let t = crate::clock::monotonic();
         let mut b = breaker();
-        succeed(&mut b, 100, t);
-        // A connection with 16 calls in flight drops: all 16 fail at once.
+        succeed(&mut b, 1, t);
+        // A connection with 16 calls in flight drops: all 16 fail at once...
         assert!(fail(&mut b, 16, t + MS).iter().all(Option::is_none));
-        assert!(b.is_up());
-        // ... and again a second later, after more answers.
-        succeed(&mut b, 100, t + 1000 * MS);
-        assert!(fail(&mut b, 16, t + 1001 * MS).iter().all(Option::is_none));
+        // ... while the other connections go on answering.
+        succeed(&mut b, 1, t + 2 * MS);
+        assert!(fail(&mut b, 16, t + 20 * MS).iter().all(Option::is_none));
         assert!(b.is_up());
     }
 
     #[test]
-    fn old_answers_fade_so_an_outage_still_opens_it() {
+    fn failures_right_after_an_answer_open_it_once_redis_stays_quiet() {
         let t = crate::clock::monotonic();
         let mut b = breaker();
         succeed(&mut b, 1000, t);
-        // Two seconds later (8 halvings: 1000 → 3 calls) Redis stops answering.
-        let later = t + 2000 * MS;
-        let changes = fail(&mut b, 6, later);
-        assert_eq!(changes.iter().flatten().count(), 1, "{changes:?}");
-        assert!(!b.is_up());
+        assert!(fail(&mut b, 10, t + MS).iter().all(Option::is_none));
+        assert!(b.suspects(), "the caller is told to check again");
+        assert_eq!(
+            fail(&mut b, 1, t + MS + Breaker::QUIET),
+            [Some(Change::Down)]
+        );
+        assert!(!b.suspects());
     }
 
     #[test]

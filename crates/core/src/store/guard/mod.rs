@@ -12,6 +12,7 @@ mod over_limit_cache;
 
 pub use every::Every;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -124,6 +125,8 @@ struct Shared<C: Connect> {
     down_log: Every,
     up_log: Every,
     epoch: std::time::Instant,
+    /// A `check_again` is pending.
+    checking: AtomicBool,
 }
 
 /// A flapping Redis (62 switches in 8 s were 62 WARN lines) is said once per this long each way;
@@ -205,6 +208,7 @@ impl<C: Connect> Guarded<C> {
             down_log: Every::new(SWITCH_LOG_EVERY),
             up_log: Every::new(SWITCH_LOG_EVERY),
             epoch: monotonic(),
+            checking: AtomicBool::new(false),
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
@@ -247,12 +251,15 @@ impl<C: Connect> Guarded<C> {
     }
 
     fn record(&self, permit: Permit, ok: bool) {
-        let change = {
+        let (change, suspects) = {
             let mut b = self.breaker();
             let change = b.record(permit, ok, monotonic());
             self.shared.metrics.breaker_state.set(b.state() as i64);
-            change
+            (change, b.suspects())
         };
+        if suspects && !self.shared.checking.swap(true, Ordering::AcqRel) {
+            tokio::spawn(check_again(Arc::downgrade(&self.shared)));
+        }
         if let Some(change) = change {
             metrics_switch(&self.shared, change, true);
             if change == Change::Down {
@@ -313,10 +320,14 @@ impl<C: Connect> Guarded<C> {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Option<Result<T, StoreError>> {
-        let permit = self.permit();
-        if permit == Permit::Reject {
+        // Requests call only while the breaker is closed; while it is open the background prober
+        // alone probes (with a fresh connection if the old ones fail: a request's probe on the
+        // old connections, waiting out their own reconnection backoff, kept failing and
+        // doubling the breaker's interval, ~3 s after a Redis restart).
+        if !self.breaker().is_up() {
             return None;
         }
+        let permit = Permit::Call;
         let started = monotonic();
         match tokio::time::timeout(self.shared.deadline, call).await {
             Ok(Ok(value)) => {
@@ -412,6 +423,26 @@ async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
                 }
             }
         }
+    }
+}
+
+/// Failures came right after an answer (a dropped connection, or the start of an outage): once
+/// [`Breaker::QUIET`] has passed, a `PING` tells which, so the breaker opens on a dead Redis even
+/// if no more requests come to fail.
+async fn check_again<C: Connect>(shared: Weak<Shared<C>>) {
+    tokio::time::sleep(Breaker::QUIET).await;
+    let Some(shared) = shared.upgrade() else {
+        return;
+    };
+    let store = Guarded { shared };
+    if let Some(redis) = store.shared.remote.load_full()
+        && store.permit() == Permit::Call
+    {
+        let ok = redis.ping().await.is_ok();
+        store.shared.checking.store(false, Ordering::Release);
+        store.record(Permit::Call, ok);
+    } else {
+        store.shared.checking.store(false, Ordering::Release);
     }
 }
 
