@@ -70,7 +70,8 @@ fn decision(c: &mut Criterion) {
                     now += 1;
                     let mut buf = [0u8; 15];
                     let value = client_address(i, &mut buf);
-                    let key = keys.key(&CounterId::new("edge", [("remote_address", value)], 0, &p));
+                    let key =
+                        keys.key(&CounterId::new("edge", &[("remote_address", value)], 0, &p));
                     let charge = Charge {
                         key,
                         params: p,
@@ -99,7 +100,7 @@ fn decision_two_threads(c: &mut Criterion) {
                     .map(|i| Charge {
                         key: keys.key(&CounterId::new(
                             "edge",
-                            [(
+                            &[(
                                 "remote_address",
                                 format!("10.0.{}.{}", i / 256, i % 256).as_str(),
                             )],
@@ -158,7 +159,7 @@ fn key(c: &mut Criterion) {
             let value = client_address(i, &mut buf);
             black_box(keys.key(&CounterId::new(
                 black_box("edge"),
-                [("remote_address", value)],
+                &[("remote_address", value)],
                 0,
                 &p,
             )))

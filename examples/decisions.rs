@@ -50,7 +50,7 @@ fn main() {
         let value = values[i % values.len()].as_str();
         let key = keys.key(&CounterId::new(
             "edge",
-            [("remote_address", black_box(value))],
+            &[("remote_address", black_box(value))],
             0,
             &params,
         ));

@@ -43,7 +43,7 @@ fn fill(store: &MemoryBackend, keys: &KeyBuilder, count: usize, now: u64, algori
         let _ = write!(value, "10.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
         let key = keys.key(&CounterId::new(
             "edge",
-            [("remote_address", value.as_str())],
+            &[("remote_address", value.as_str())],
             0,
             &params,
         ));

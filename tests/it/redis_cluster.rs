@@ -49,6 +49,9 @@ impl Cluster {
                         "nodes.conf",
                         "--cluster-node-timeout",
                         "5000",
+                        // A dead master leaves its slots unserved, not the whole cluster.
+                        "--cluster-require-full-coverage",
+                        "no",
                     ],
                     Vec::new(),
                 )
@@ -430,4 +433,84 @@ async fn a_key_in_a_slot_being_migrated_is_followed_through_ask_then_moved() {
         server.log()
     );
     assert_eq!(to.cli(&["EXISTS", key]).unwrap().trim(), "1");
+}
+
+#[tokio::test]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
+async fn a_dead_master_sends_only_its_own_keys_to_the_failure_mode() {
+    let Some(mut cluster) = Cluster::start() else {
+        return;
+    };
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("d.yaml"),
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n",
+    )
+    .unwrap();
+    // REDIS_TIMEOUT and REDIS_FAILURE_MODE at the defaults a user gets, but `deny`, so that an
+    // answer from the failure mode shows in the code.
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "cluster".into()),
+        ("REDIS_URL", cluster.seeds()),
+        ("REDIS_FAILURE_MODE", "deny".into()),
+        ("CACHE_KEY_PREFIX", "dead:".into()),
+    ];
+    let mut server = Served::with_env(rules.path(), &env);
+    let mut client = server.client().await;
+    let decide = async |client: &mut envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>, value: &str| {
+        let r = client
+            .should_rate_limit(common::request("d", &[&[("k", value)]]))
+            .await
+            .expect("answered")
+            .into_inner();
+        common::code(r.overall_code)
+    };
+    let values: Vec<String> = (0..30).map(|i| format!("v{i}")).collect();
+    for v in &values {
+        assert_eq!(decide(&mut client, v).await, common::Code::Ok);
+    }
+    let on_dead: Vec<bool> = values
+        .iter()
+        .map(|v| {
+            let key = format!("dead:d|k={v}|0.0.3600s");
+            cluster.nodes[0]
+                .cli(&["EXISTS", &key])
+                .is_ok_and(|e| e.trim() == "1")
+        })
+        .collect();
+    let dead = on_dead.iter().filter(|d| **d).count();
+    assert!(
+        dead > 0 && dead < values.len(),
+        "{dead} of the keys on master 0"
+    );
+    cluster.nodes[0].kill_now();
+    // Twice over: the first calls to the dead master find its connection gone.
+    for _ in 0..2 {
+        for (v, on_dead) in values.iter().zip(&on_dead) {
+            let answer = decide(&mut client, v).await;
+            if !on_dead {
+                assert_eq!(
+                    answer,
+                    common::Code::Ok,
+                    "{v} lives on a master that answers"
+                );
+            }
+        }
+    }
+    let page = common::metrics::scrape(&format!("{}/metrics", server.http)).await;
+    assert_eq!(
+        common::metrics::labelled(&page, "ratelimit_store_switches", "to=\"failure_mode\""),
+        0,
+        "the breaker opened: {}",
+        server.log()
+    );
+    assert_eq!(
+        common::metrics::sum(&page, "ratelimit_store_failure_mode_decisions") as usize,
+        2 * dead,
+        "only the dead master's keys were answered by the failure mode"
+    );
 }

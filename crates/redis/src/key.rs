@@ -109,7 +109,7 @@ impl TextKeyBuilder {
             key.push_str(&name);
         }
         let mut body = String::new();
-        for (k, v) in &id.entries {
+        for (k, v) in id.entries.iter() {
             body.push('|');
             encode(&mut body, k);
             body.push('=');
@@ -149,7 +149,8 @@ mod tests {
         slot: usize,
         params: &LimitParams,
     ) -> TextKey {
-        b.key(&CounterId::new(domain, entries, slot, params))
+        let entries: Vec<(&str, &str)> = entries.into_iter().collect();
+        b.key(&CounterId::new(domain, &entries[..], slot, params))
     }
     use crate::config::Algorithm;
 

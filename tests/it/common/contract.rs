@@ -62,7 +62,8 @@ pub fn key<'e, B: Backend>(
     slot: usize,
     params: &LimitParams,
 ) -> B::Key {
-    store.key(&CounterId::new(domain, entries, slot, params))
+    let entries: Vec<(&str, &str)> = entries.into_iter().collect();
+    store.key(&CounterId::new(domain, &entries[..], slot, params))
 }
 
 /// One charge of a trace step: (descriptor value, limit slot, params, hits, enforced).

@@ -70,7 +70,7 @@ impl<B: Backend> Engine<B> {
         let mut explained = Vec::with_capacity(limits.len());
         for (slot, limit) in limits.iter().enumerate() {
             let params = limit.params(&defaults);
-            let counter = plan::counter(domain, pairs(), Some(rule), slot, &params);
+            let counter = plan::counter(domain, entries, Some(rule), slot, &params);
             let state = self.look(&counter).await?;
             explained.push(ExplainedLimit {
                 slot,

@@ -220,7 +220,7 @@ impl<B: Backend> Engine<B> {
             for limit in plan.limits() {
                 let counter = plan::counter(
                     &request.domain,
-                    plan::pairs(&descriptor.entries),
+                    &descriptor.entries[..],
                     plan.rule,
                     limit.slot,
                     &limit.params,

@@ -3,7 +3,6 @@
 
 use std::collections::HashSet;
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use smallvec::{SmallVec, smallvec};
@@ -12,7 +11,7 @@ use super::{EngineSettings, InvalidRequest};
 use crate::config::Unit;
 use crate::limiter::LimitParams;
 use crate::policy::{Policy, Rule, RuleKind};
-use crate::store::CounterId;
+use crate::store::{CounterId, Entries};
 
 /// One limit a descriptor is checked against.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,29 +157,13 @@ pub(super) fn plan<'p>(
 /// both take it from here.
 pub(super) fn counter<'a>(
     domain: &'a str,
-    entries: impl IntoIterator<Item = (&'a str, &'a str)>,
+    entries: impl Into<Entries<'a>>,
     rule: Option<&'a Rule>,
     slot: usize,
     params: &LimitParams,
 ) -> CounterId<'a> {
     let shared = rule.map_or(&[][..], |r| &r.shared[..]);
-    CounterId::new(
-        domain,
-        entries.into_iter().enumerate().map(|(i, (key, value))| {
-            let value = shared
-                .iter()
-                .find(|(at, _)| *at == i)
-                .map_or(value, |(_, p)| p.as_str());
-            (key, value)
-        }),
-        slot,
-        params,
-    )
-}
-
-/// The entries of a request's descriptor as (key, value) pairs.
-pub(super) fn pairs(entries: &[Entry]) -> impl Iterator<Item = (&str, &str)> {
-    entries.iter().map(|e| (e.key.as_str(), e.value.as_str()))
+    CounterId::new(domain, entries.into().sharing(shared), slot, params)
 }
 
 /// Removes every matched limit named in some matched rule's `replaces`.

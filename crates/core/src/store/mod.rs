@@ -23,7 +23,7 @@ use std::sync::Arc;
 use futures_util::FutureExt;
 use smallvec::SmallVec;
 
-pub use counter::CounterId;
+pub use counter::{CounterId, Entries};
 pub use metrics::StoreMetrics;
 pub use transaction::{Decision, Transaction, decide};
 

@@ -36,7 +36,7 @@ impl KeyBuilder {
     pub fn key(&self, id: &CounterId<'_>) -> StoreKey {
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
         write_str(&mut h, id.domain);
-        for (key, value) in &id.entries {
+        for (key, value) in id.entries.iter() {
             write_str(&mut h, key);
             write_str(&mut h, value);
         }
@@ -67,7 +67,8 @@ mod tests {
         slot: usize,
         params: &LimitParams,
     ) -> StoreKey {
-        b.key(&CounterId::new(domain, entries, slot, params))
+        let entries: Vec<(&str, &str)> = entries.into_iter().collect();
+        b.key(&CounterId::new(domain, &entries[..], slot, params))
     }
     use crate::config::Algorithm;
 
