@@ -1,5 +1,6 @@
-//! Wiring: load the rules, build the store and engine, start the gRPC and HTTP servers and the
-//! sweeper, and shut them down gracefully (health NOT_SERVING first, then drain in-flight calls).
+//! Wiring: load the rules (from files, or subscribe to them over xDS), build the store and
+//! engine, start the gRPC and HTTP servers and the sweeper, and shut them down gracefully (health
+//! NOT_SERVING first, then drain in-flight calls).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ use crate::store::guard::{GuardSettings, Guarded};
 use crate::store::memory::MemoryBackend;
 use crate::store::{Backend, Store};
 use crate::telemetry::Tracing;
+use crate::xds::{XdsClient, XdsConfig};
 use ratelimit_redis::RedisConnect;
 
 /// At shutdown, how long the record writer may take to write what is queued.
@@ -49,6 +51,8 @@ pub enum StartError {
     Watch(#[from] notify::Error),
     #[error("invalid setting {0}")]
     Setting(#[from] crate::settings::SettingError),
+    #[error("invalid xDS setting {0}")]
+    Xds(String),
     #[error("cannot use the store: {0}")]
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
@@ -229,7 +233,11 @@ async fn start_on<B: Backend>(
     );
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
     let reloader = rules_reloader(settings, engine.clone(), &metrics, &status, &clock);
-    let summary = load_first_rules(settings, &reloader)?;
+    let xds = settings.xds.config().map_err(StartError::Xds)?;
+    let summary = match &xds {
+        None => load_first_rules(settings, &reloader)?,
+        Some(xds) => xds_first_rules(settings, xds, &status),
+    };
     let recorder = recorder(settings, &engine, &metrics)?;
     let tls_metrics = TlsMetrics::register(metrics.registry());
     let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics, &clock)?;
@@ -238,7 +246,13 @@ async fn start_on<B: Backend>(
     let (grpc_addr, http_addr, debug_addr) = listeners.addrs();
     let tracing = start_tracing(settings)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
+    let watcher = match xds {
+        None => Some(reload::spawn_watcher(
+            reloader.clone(),
+            shutdown_rx.clone(),
+        )?),
+        Some(_) => None,
+    };
     let mut tasks = Tasks {
         caps: connection_caps(&settings.transport, settings.grpc_uds.is_some()),
         client_cap: settings
@@ -252,6 +266,18 @@ async fn start_on<B: Backend>(
     };
     tasks.watch_tls_files(settings, [&grpc_tls, &admin_tls]);
     let (health, health_service) = HealthReporter::new();
+    if status.is_awaiting_rules() {
+        health.set(ServingStatus::NotServing);
+    }
+    if let Some(config) = xds {
+        let client = XdsClient {
+            config,
+            reloader: reloader.clone(),
+            status: status.clone(),
+            health: health.clone(),
+        };
+        tasks.handles.push(client.spawn(tasks.shutdown.clone()));
+    }
     let front = Arc::new(FrontDoor::new(
         engine.clone(),
         tracing.clone(),
@@ -277,7 +303,7 @@ async fn start_on<B: Backend>(
     tasks.serve_grpc(listeners.grpc, grpc_router, grpc_tls);
     tasks.serve_admin(settings, listeners.http, http::router(admin), admin_tls);
     tasks.spawn(sweep(store, clock, tasks.shutdown.clone()));
-    tasks.handles.push(watcher);
+    tasks.handles.extend(watcher);
     tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
     Ok(Server {
         grpc_addr,
@@ -379,6 +405,24 @@ fn load_first_rules(settings: &ServeSettings, reloader: &Reloader) -> Result<Str
             dir: settings.config.display().to_string(),
             errors,
         }),
+    }
+}
+
+/// With rules from xDS: nothing is read now (the client task subscribes once the listeners are
+/// up); without `FORCE_START_WITHOUT_INITIAL_CONFIG`, health fails until the first valid
+/// response. Returns the summary to log.
+fn xds_first_rules(settings: &ServeSettings, xds: &XdsConfig, status: &ServerStatus) -> String {
+    if settings.force_start_without_initial_config {
+        format!(
+            "none yet: from the xDS server {} (serving before the first response:              FORCE_START_WITHOUT_INITIAL_CONFIG)",
+            xds.authority
+        )
+    } else {
+        status.set_awaiting_rules(true);
+        format!(
+            "none yet: from the xDS server {} (health NOT_SERVING until the first valid response)",
+            xds.authority
+        )
     }
 }
 

@@ -7,6 +7,7 @@
 //! - faces: `service` (gRPC `ShouldRateLimit`), [`http`] (the admin port), `reload` (rules
 //!   from files, validated then swapped);
 //! - `net`: listeners (accept with backoff, caps, timeouts, TLS);
+//! - [`xds`]: rules from an xDS management server (`CONFIG_TYPE=GRPC_XDS_SOTW`);
 //! - [`settings`], [`reference_env`] (envoyproxy/ratelimit's environment → ours), [`logging`];
 //! - [`app`]: the wiring (the one place a backend is chosen).
 #![forbid(unsafe_code)]
@@ -24,6 +25,7 @@ mod service;
 pub mod settings;
 pub mod status;
 mod telemetry;
+pub mod xds;
 
 // The lower crates' modules, by the names this crate's code uses for them.
 use ratelimit_core::{

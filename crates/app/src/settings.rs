@@ -12,6 +12,7 @@ use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
 use crate::limiter::LimitDefaults;
 use crate::net::tls::TlsArgs;
 use crate::rules_dir::SizeCaps;
+pub use crate::xds::{ConfigType, XdsArgs};
 pub use transport_args::{TransportArgs, byte_size};
 
 /// Caps on the rules files read, checked from each file's size before reading it; shared by
@@ -113,7 +114,7 @@ fn parse_max_delay(text: &str) -> Result<Duration, String> {
 /// `ratelimit-server serve` flags; each also reads the environment variable named.
 #[derive(Debug, Clone, Args)]
 pub struct ServeSettings {
-    /// Directory of rules files (*.yaml, *.yml, searched recursively).
+    /// Directory of rules files (*.yaml, *.yml, searched recursively); with CONFIG_TYPE=FILE.
     #[arg(long, env = "CONFIG_DIR", default_value = "config")]
     pub config: PathBuf,
     /// gRPC listen address (RateLimitService and grpc.health.v1).
@@ -141,7 +142,8 @@ pub struct ServeSettings {
     pub grpc_max_connection_age_grace: Duration,
     /// Start even when the rules are invalid, with none in force, until a reload brings valid
     /// ones (the reference's FORCE_START_WITHOUT_INITIAL_CONFIG); by default invalid rules stop
-    /// the start.
+    /// the start. With rules from xDS: serve (and report healthy) before the first response;
+    /// by default health fails until the first valid one.
     #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub force_start_without_initial_config: bool,
     /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
@@ -211,6 +213,8 @@ pub struct ServeSettings {
     pub tracing: TracingArgs,
     #[command(flatten)]
     pub record: RecordArgs,
+    #[command(flatten)]
+    pub xds: XdsArgs,
 }
 
 impl ServeSettings {
