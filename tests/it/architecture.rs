@@ -48,6 +48,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             &["front"],
             &["service", "http", "reload"],
             &["net"],
+            &["xds"],
             &["settings", "reference_env"],
             &["app", "logging"],
         ],

@@ -56,3 +56,4 @@ mod shutdown;
 mod tls;
 mod tracing;
 mod transport;
+mod xds;
