@@ -414,7 +414,8 @@ fn load_first_rules(settings: &ServeSettings, reloader: &Reloader) -> Result<Str
 fn xds_first_rules(settings: &ServeSettings, xds: &XdsConfig, status: &ServerStatus) -> String {
     if settings.force_start_without_initial_config {
         format!(
-            "none yet: from the xDS server {} (serving before the first response:              FORCE_START_WITHOUT_INITIAL_CONFIG)",
+            "none yet: from the xDS server {} (serving before the first response: \
+             FORCE_START_WITHOUT_INITIAL_CONFIG)",
             xds.authority
         )
     } else {

@@ -22,14 +22,10 @@ pub struct Translation {
 /// Reference settings that are set but not supported: (name, why). Warned about unless their
 /// value is empty or `false`.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("CONFIG_TYPE", "rules come from files only (no xDS)"),
     (
-        "CONFIG_GRPC_XDS_SERVER_URL",
-        "rules come from files only (no xDS)",
-    ),
-    (
-        "CONFIG_GRPC_XDS_NODE_ID",
-        "rules come from files only (no xDS)",
+        "GRPC_SERVER_TLS_CA_CERT",
+        "not read, as by the reference (Envoy Gateway sets this name; the reference reads \
+         GRPC_CLIENT_TLS_CACERT): clients are not asked for certificates",
     ),
     (
         "USE_STATSD",
@@ -132,7 +128,17 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
         "RUNTIME_SUBDIRECTORY",
         "RUNTIME_APPDIRECTORY",
     ];
-    if runtime.iter().any(|n| lookup(n).is_some()) {
+    let from_xds = lookup("CONFIG_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("GRPC_XDS_SOTW"));
+    if from_xds {
+        // Envoy Gateway sets the runtime directory and its watch settings with xDS: unused.
+        if runtime.iter().any(|n| lookup(n).is_some()) {
+            t.notes.push(
+                "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY: not read: the rules come from xDS \
+                 (CONFIG_TYPE=GRPC_XDS_SOTW)"
+                    .into(),
+            );
+        }
+    } else if runtime.iter().any(|n| lookup(n).is_some()) {
         let mut dir = PathBuf::from(
             lookup("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
         );
@@ -159,6 +165,11 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
             addr => set(ours, addr),
         }
     }
+    // The reference keeps counters in Redis unless told otherwise; our default is memory. A
+    // deployment that names its Redis (Envoy Gateway's does) means Redis.
+    if lookup("REDIS_URL").is_some_and(|u| !u.is_empty()) && lookup("BACKEND_TYPE").is_none() {
+        set("BACKEND_TYPE", Some("redis".into()));
+    }
     t.warnings.extend(bad_addresses);
     // The reference's own exporter switch; ours exports over OTLP/gRPC only.
     if let Some(p) = lookup("TRACING_EXPORTER_PROTOCOL")
@@ -179,7 +190,10 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
         }
     }
     for (name, what) in ACCEPTED {
-        if let Some(v) = lookup(name) {
+        let about_files = name.starts_with("RUNTIME_");
+        if let Some(v) = lookup(name)
+            && !(from_xds && about_files)
+        {
             t.notes.push(format!("{name}={v}: {what}"));
         }
     }
@@ -286,6 +300,25 @@ mod tests {
                 "MEMCACHE_HOST_PORT=m:11211 is not supported: no memcached backend",
             ]
         );
+    }
+
+    #[test]
+    fn envoy_gateway_s_environment_means_xds_rules_redis_and_one_warning_for_its_ca_name() {
+        let t = run(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.redis-system.svc.cluster.local:6379"),
+        ]);
+        assert_eq!(t.set, [("BACKEND_TYPE", "redis".to_owned())]);
+        assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
+        assert!(
+            t.warnings[0].starts_with("GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt is not supported")
+        );
+        let t = run(&[("REDIS_URL", "r:6379"), ("BACKEND_TYPE", "memory")]);
+        assert!(t.set.is_empty());
     }
 
     #[test]
