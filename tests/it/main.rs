@@ -27,6 +27,7 @@ mod rules;
 mod architecture;
 mod check_cli;
 mod envoy_e2e;
+mod envoy_gateway;
 mod explain_agrees;
 mod explain_cli;
 mod fuzz_corpus;

@@ -6,24 +6,19 @@
 //! reconnects and resubscribes with the version it holds); FORCE_START_WITHOUT_INITIAL_CONFIG
 //! both ways; MERGE_DOMAIN_CONFIG across resources. Each test prints the exchange it saw.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 use ratelimit_server::settings::{ConfigType, ServeSettings};
-use rustls::ServerConfig;
-use rustls::pki_types::PrivateKeyDer;
-use rustls::pki_types::pem::PemObject;
-use rustls::server::WebPkiClientVerifier;
 use serde_json::Value;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::common::{self, Code, TestServer};
-use crate::support::ads::{Ads, Received};
+use crate::support::ads::{Ads, Received, tls13_requiring_client_certs};
 use crate::support::certs::Ca;
 
 /// Envoy Gateway's node id.
@@ -45,7 +40,7 @@ fn user_limit(name: &str, domain: &str, rpu: u32, unit: RateLimitUnit) -> RateLi
     }
 }
 
-fn limits(rpu: u32) -> RateLimitConfig {
+pub fn limits(rpu: u32) -> RateLimitConfig {
     user_limit("default/eg", "eg", rpu, RateLimitUnit::Minute)
 }
 
@@ -310,30 +305,6 @@ async fn merge_domain_config_applies_to_resources() {
     merged.server.shutdown().await;
 }
 
-/// Envoy Gateway's management server: TLS 1.3 only, client certificates required.
-fn tls13_requiring_client_certs(ca: &Ca) -> Arc<ServerConfig> {
-    let leaf = ca.server("envoy-gateway");
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).unwrap())
-        .unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .unwrap();
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(
-            vec![leaf.cert_der()],
-            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    Arc::new(config)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rules_over_mutual_tls_1_3_as_envoy_gateway_serves_them() {
     let ca = Ca::new("envoy-gateway CA");
@@ -341,7 +312,8 @@ async fn rules_over_mutual_tls_1_3_as_envoy_gateway_serves_them() {
     let ca_file = dir.path().join("ca.crt");
     std::fs::write(&ca_file, ca.cert_pem()).unwrap();
     let (cert, key) = ca.client(&["envoy-ratelimit"]).write(dir.path(), "tls");
-    let mut ads = Ads::start(Some(tls13_requiring_client_certs(&ca))).await;
+    let leaf = ca.server("envoy-gateway");
+    let mut ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
     ads.set("1", &[limits(2)]);
     let mut t = server(&ads, |s| {
         s.xds.xds_server_use_tls = true;

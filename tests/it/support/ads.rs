@@ -24,6 +24,11 @@ use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitConfig;
 use prost::Message;
 use rustls::ServerConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+
+use super::certs::Leaf;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -58,7 +63,7 @@ impl Received {
     pub fn line(&self) -> String {
         let r = &self.request;
         let mut line = format!(
-            "stream {} <- node={:?} version_info={:?} response_nonce={:?}",
+            "stream {} <- DiscoveryRequest node={:?} version_info={:?} response_nonce={:?}",
             self.stream,
             r.node.as_ref().map(|n| n.id.as_str()).unwrap_or(""),
             r.version_info,
@@ -78,6 +83,8 @@ struct Shared {
     received: Mutex<Vec<Received>>,
     /// Every response sent: (stream, version, nonce).
     sent: Mutex<Vec<(u64, String, String)>>,
+    /// Requests received and responses sent, one line each, in order.
+    events: Mutex<Vec<String>>,
     streams: AtomicU64,
     nonces: AtomicU64,
 }
@@ -96,6 +103,11 @@ impl Shared {
             .lock()
             .unwrap()
             .push((stream, snapshot.version.clone(), nonce.clone()));
+        self.events.lock().unwrap().push(format!(
+            "stream {stream} -> DiscoveryResponse version_info={:?} nonce={nonce:?} resources={}",
+            snapshot.version,
+            snapshot.resources.len()
+        ));
         DiscoveryResponse {
             version_info: snapshot.version.clone(),
             resources: snapshot.resources.clone(),
@@ -123,7 +135,9 @@ async fn serve_stream(
                 let first = !subscribed;
                 subscribed = true;
                 let held = request.version_info.clone();
-                shared.received.lock().unwrap().push(Received { stream, request });
+                let received = Received { stream, request };
+                shared.events.lock().unwrap().push(received.line());
+                shared.received.lock().unwrap().push(received);
                 if first {
                     let current = snapshot.borrow_and_update().clone();
                     if let Some(s) = current.filter(|s| s.version != held) {
@@ -226,6 +240,30 @@ pub struct Ads {
     running: Option<Running>,
 }
 
+/// Envoy Gateway's management server TLS: TLS 1.3 only, client certificates signed by `ca_pem`
+/// required, `leaf` as the server's certificate.
+pub fn tls13_requiring_client_certs(ca_pem: &str, leaf: &Leaf) -> Arc<ServerConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .unwrap();
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![leaf.cert_der()],
+            PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Arc::new(config)
+}
+
 /// A RateLimitConfig as a resource.
 pub fn resource(config: &RateLimitConfig) -> Any {
     Any {
@@ -244,6 +282,7 @@ impl Ads {
             kill: watch::channel(0).0,
             received: Mutex::new(Vec::new()),
             sent: Mutex::new(Vec::new()),
+            events: Mutex::new(Vec::new()),
             streams: AtomicU64::new(0),
             nonces: AtomicU64::new(0),
         });
@@ -346,20 +385,10 @@ impl Ads {
         self.shared.sent.lock().unwrap().clone()
     }
 
-    /// The requests received so far, one line each.
+    /// The exchange so far, one line per request or response, in order.
     pub fn log(&self) -> String {
-        let mut out = String::new();
-        let sent = self.sent();
-        let received = self.received();
-        for r in &received {
-            out.push_str(&r.line());
-            out.push('\n');
-        }
-        for (stream, version, nonce) in sent {
-            out.push_str(&format!(
-                "stream {stream} -> version_info={version:?} nonce={nonce:?}\n"
-            ));
-        }
+        let mut out = self.shared.events.lock().unwrap().join("\n");
+        out.push('\n');
         out
     }
 
