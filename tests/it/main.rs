@@ -28,6 +28,7 @@ mod architecture;
 mod check_cli;
 mod envoy_e2e;
 mod envoy_gateway;
+mod envoy_gateway_shapes;
 mod explain_agrees;
 mod explain_cli;
 mod fuzz_corpus;
