@@ -189,6 +189,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
+    register_process_metrics(&metrics);
     // The one place a backend is chosen: everything after runs on it, statically dispatched.
     match settings.store.backend {
         BackendType::Memory => {
@@ -211,6 +212,21 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             start_on(settings, clock, metrics, backend).await
         }
     }
+}
+
+/// The standard process metrics (`process_resident_memory_bytes`, `process_cpu_seconds_total`,
+/// `process_open_fds`, `process_max_fds`, `process_start_time_seconds`, …), read from /proc at
+/// scrape time. Linux only; elsewhere there are none.
+fn register_process_metrics(metrics: &Metrics) {
+    #[cfg(target_os = "linux")]
+    {
+        let collector = prometheus::process_collector::ProcessCollector::for_self();
+        if let Err(e) = metrics.registry().register(Box::new(collector)) {
+            tracing::warn!(error = %e, "process metrics are not exported");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = metrics;
 }
 
 /// Starts serving on `backend`.
