@@ -4,8 +4,9 @@
 //! and addresses substituted: `/certs` → a directory of certificates made here, the management
 //! server `envoy-gateway:18001` → an ADS server in the test requiring client certificates and
 //! TLS 1.3 as Envoy Gateway's does, the Redis URL → a redis-server, and the listeners
-//! (defaults 8080/8081) → free loopback ports. It must start, say what it does differently, take
-//! its rules over xDS, and decide over TLS.
+//! (defaults 8080/8081, Prometheus `:19001`) → free ports. It must start, say what it does
+//! differently, take its rules over xDS, decide over TLS, answer `/healthcheck` on the admin port
+//! and serve the metrics on the Prometheus port.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -73,7 +74,7 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     let leaf = ca.server("envoy-gateway");
     let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
     ads.set("1", &[limits(2)]);
-    let (http, grpc) = (free_port(), free_port());
+    let (http, grpc, prometheus) = (free_port(), free_port(), free_port());
     let certs_dir = format!("{}/", certs.path().display());
     let log = tempfile::NamedTempFile::new().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
@@ -82,6 +83,7 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
         let value = match *name {
             "CONFIG_GRPC_XDS_SERVER_URL" => ads.url(),
             "REDIS_URL" => redis.addr(),
+            "PROMETHEUS_ADDR" => format!(":{prometheus}"),
             _ => value.replace("/certs/", &certs_dir),
         };
         command.env(name, value);
@@ -154,7 +156,7 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     for expected in [
         "BACKEND_TYPE=redis (from envoyproxy/ratelimit's settings)",
         "GRPC_SERVER_TLS_CA_CERT=",
-        "PROMETHEUS_ADDR=:19001 is not supported",
+        &format!("METRICS_ADDR=0.0.0.0:{prometheus} (from envoyproxy/ratelimit's settings)"),
         "PROMETHEUS_MAPPER_YAML=",
         "rules from xDS: subscribing",
         "rules loaded from xDS",

@@ -82,6 +82,8 @@ pub struct Server {
     pub http_addr: SocketAddr,
     /// The debug listener's address, when `--debug-addr` is set.
     pub debug_addr: Option<SocketAddr>,
+    /// The metrics listener's address, when `--metrics-addr` is set.
+    pub metrics_addr: Option<SocketAddr>,
     pub metrics: Arc<Metrics>,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
@@ -260,6 +262,7 @@ async fn start_on<B: Backend>(
     let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics, &clock)?;
     let listeners = Listeners::bind(settings).await?;
     let (grpc_addr, http_addr, debug_addr) = listeners.addrs();
+    let metrics_addr = listeners.metrics.as_ref().map(|(_, a)| *a);
     let tracing = start_tracing(settings)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let watcher = match xds {
@@ -316,6 +319,11 @@ async fn start_on<B: Backend>(
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));
     }
+    if let Some(listener) = listeners.metrics {
+        let router = http::metrics_router(admin.clone(), &settings.metrics_path);
+        tracing::info!(addr = %listener.1, path = %settings.metrics_path, "metrics also served alone");
+        tasks.serve_debug(settings, listener, router);
+    }
     tasks.serve_grpc(listeners.grpc, grpc_router, grpc_tls);
     tasks.serve_admin(settings, listeners.http, http::router(admin), admin_tls);
     tasks.spawn(sweep(store, clock, tasks.shutdown.clone()));
@@ -325,6 +333,7 @@ async fn start_on<B: Backend>(
         grpc_addr,
         http_addr,
         debug_addr,
+        metrics_addr,
         metrics,
         reloader,
         status,
@@ -448,6 +457,7 @@ struct Listeners {
     grpc: (TcpListener, SocketAddr),
     http: (TcpListener, SocketAddr),
     debug: Option<(TcpListener, SocketAddr)>,
+    metrics: Option<(TcpListener, SocketAddr)>,
 }
 
 impl Listeners {
@@ -458,7 +468,16 @@ impl Listeners {
             Some(addr) => Some(bind(addr).await?),
             None => None,
         };
-        Ok(Listeners { grpc, http, debug })
+        let metrics = match settings.metrics_addr {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Listeners {
+            grpc,
+            http,
+            debug,
+            metrics,
+        })
     }
 
     /// The bound gRPC, admin and debug addresses.
@@ -609,7 +628,8 @@ impl Tasks {
         self.spawn(net::serve_http(acceptor, tls, router, header_timeout, stop));
     }
 
-    /// Serves the debug routes, in plaintext as the reference's debug port.
+    /// Serves the debug routes (or the metrics listener's), in plaintext as the reference's
+    /// debug and Prometheus ports.
     fn serve_debug(
         &mut self,
         settings: &ServeSettings,

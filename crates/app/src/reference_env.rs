@@ -44,14 +44,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "only Prometheus is exported, on the HTTP port's /metrics",
     ),
     (
-        "PROMETHEUS_ADDR",
-        "Prometheus metrics are served on the HTTP port's /metrics",
-    ),
-    (
-        "PROMETHEUS_PATH",
-        "Prometheus metrics are served on the HTTP port's /metrics",
-    ),
-    (
         "PROMETHEUS_MAPPER_YAML",
         "metric names are fixed (the reference's default mapping)",
     ),
@@ -87,7 +79,8 @@ const ACCEPTED: &[(&str, &str)] = &[
     ),
     (
         "USE_PROMETHEUS",
-        "Prometheus metrics are always on, on the HTTP port's /metrics",
+        "Prometheus metrics are always on, on the HTTP port's /metrics (and alone on \
+         PROMETHEUS_ADDR when set)",
     ),
 ];
 
@@ -169,6 +162,31 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
     // deployment that names its Redis (Envoy Gateway's does) means Redis.
     if lookup("REDIS_URL").is_some_and(|u| !u.is_empty()) && lookup("BACKEND_TYPE").is_none() {
         set("BACKEND_TYPE", Some("redis".into()));
+    }
+    // The reference's Prometheus sink listens on PROMETHEUS_ADDR (`:9090` form) when on.
+    if lookup("USE_PROMETHEUS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        let path = lookup("PROMETHEUS_PATH").filter(|p| !p.is_empty());
+        match lookup("PROMETHEUS_ADDR").filter(|a| !a.is_empty()) {
+            Some(a) => {
+                let addr = match a.strip_prefix(':') {
+                    Some(port) => format!("0.0.0.0:{port}"),
+                    None => a.clone(),
+                };
+                if addr.parse::<std::net::SocketAddr>().is_ok() {
+                    set("METRICS_ADDR", Some(addr));
+                    set("METRICS_PATH", path);
+                } else if lookup("METRICS_ADDR").is_none() {
+                    bad_addresses.push(format!(
+                        "PROMETHEUS_ADDR ignored: '{a}' is not an IP address and port (or :port); \
+                         set METRICS_ADDR"
+                    ));
+                }
+            }
+            None => {
+                set("METRICS_ADDR", Some("0.0.0.0:9090".into()));
+                set("METRICS_PATH", path);
+            }
+        }
     }
     t.warnings.extend(bad_addresses);
     // The reference's own exporter switch; ours exports over OTLP/gRPC only.
@@ -317,6 +335,17 @@ mod tests {
         assert!(
             t.warnings[0].starts_with("GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt is not supported")
         );
+        let t = run(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", ":19001")]);
+        assert_eq!(t.set, [("METRICS_ADDR", "0.0.0.0:19001".to_owned())]);
+        let t = run(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_PATH", "/m")]);
+        assert_eq!(
+            t.set,
+            [
+                ("METRICS_ADDR", "0.0.0.0:9090".to_owned()),
+                ("METRICS_PATH", "/m".to_owned())
+            ]
+        );
+        assert!(run(&[("PROMETHEUS_ADDR", ":19001")]).set.is_empty());
         let t = run(&[("REDIS_URL", "r:6379"), ("BACKEND_TYPE", "memory")]);
         assert!(t.set.is_empty());
     }

@@ -86,6 +86,15 @@ pub fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
     })
 }
 
+fn parse_metrics_path(text: &str) -> Result<String, String> {
+    let path = text.trim();
+    if path.starts_with('/') && path.len() > 1 && !path.contains(['{', '}', '*', ' ']) {
+        Ok(path.to_owned())
+    } else {
+        Err(format!("'{text}' is not a path like /metrics"))
+    }
+}
+
 fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
@@ -150,6 +159,13 @@ pub struct ServeSettings {
     /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
     #[arg(long, env = "DEBUG_ADDR")]
     pub debug_addr: Option<SocketAddr>,
+    /// Also serve the metrics on this address, alone (the reference's PROMETHEUS_ADDR with
+    /// USE_PROMETHEUS=true sets it); off unless set. The HTTP port's /metrics stays.
+    #[arg(long, env = "METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// The metrics' path on METRICS_ADDR (the reference's PROMETHEUS_PATH).
+    #[arg(long, env = "METRICS_PATH", default_value = "/metrics", value_parser = parse_metrics_path)]
+    pub metrics_path: String,
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,

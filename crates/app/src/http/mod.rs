@@ -53,6 +53,14 @@ pub fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
         .with_state(admin)
 }
 
+/// The metrics listener (`METRICS_ADDR`; the reference's `PROMETHEUS_ADDR`, where Envoy Gateway's
+/// dashboards scrape): the metrics at `path` and nothing else.
+pub fn metrics_router<B: Backend>(admin: Arc<Admin<B>>, path: &str) -> Router {
+    Router::new()
+        .route(path, get(metrics::<B>))
+        .with_state(admin)
+}
+
 async fn debug_index() -> &'static str {
     "/rlconfig: the rules in force, one line per limit (JSON on the HTTP port's /rlconfig)\n"
 }
