@@ -22,7 +22,8 @@ use crate::common::redis::RedisServer;
 use crate::common::{Code, code, free_port, request};
 use crate::support::ads::{Ads, tls13_requiring_client_certs};
 use crate::support::certs::{Ca, client_config};
-use crate::xds::limits;
+use crate::xds::user_limit;
+use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
 
 /// The container's environment, as resource.go writes it (default Deployment, Redis backend,
 /// Prometheus enabled).
@@ -73,7 +74,12 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     std::fs::write(certs.path().join("ca.crt"), ca.cert_pem()).unwrap();
     let leaf = ca.server("envoy-gateway");
     let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
-    ads.set("1", &[limits(2)]);
+    // A day's window (the reference's fixed window, on the wall clock): three calls cannot
+    // straddle its end but at midnight UTC.
+    ads.set(
+        "1",
+        &[user_limit("default/eg", "eg", 2, RateLimitUnit::Day)],
+    );
     let (http, grpc, prometheus) = (free_port(), free_port(), free_port());
     let certs_dir = format!("{}/", certs.path().display());
     let log = tempfile::NamedTempFile::new().unwrap();
@@ -155,6 +161,7 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     eprintln!("--- the ADS exchange ---\n{}", ads.log());
     for expected in [
         "BACKEND_TYPE=redis (from envoyproxy/ratelimit's settings)",
+        "DEFAULT_ALGORITHM=fixed_window (from envoyproxy/ratelimit's settings)",
         "GRPC_SERVER_TLS_CA_CERT=",
         &format!("METRICS_ADDR=0.0.0.0:{prometheus} (from envoyproxy/ratelimit's settings)"),
         "PROMETHEUS_MAPPER_YAML=",

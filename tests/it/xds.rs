@@ -24,7 +24,7 @@ use crate::support::certs::Ca;
 /// Envoy Gateway's node id.
 const NODE: &str = "envoy-ratelimit";
 
-fn user_limit(name: &str, domain: &str, rpu: u32, unit: RateLimitUnit) -> RateLimitConfig {
+pub fn user_limit(name: &str, domain: &str, rpu: u32, unit: RateLimitUnit) -> RateLimitConfig {
     RateLimitConfig {
         name: name.into(),
         domain: domain.into(),

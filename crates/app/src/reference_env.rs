@@ -123,6 +123,9 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
     ];
     let from_xds = lookup("CONFIG_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("GRPC_XDS_SOTW"));
     if from_xds {
+        // A RateLimitConfig cannot name an algorithm: what its sender means is the reference's
+        // fixed window.
+        set("DEFAULT_ALGORITHM", Some("fixed_window".into()));
         // Envoy Gateway sets the runtime directory and its watch settings with xDS: unused.
         if runtime.iter().any(|n| lookup(n).is_some()) {
             t.notes.push(
@@ -330,7 +333,13 @@ mod tests {
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("REDIS_URL", "redis.redis-system.svc.cluster.local:6379"),
         ]);
-        assert_eq!(t.set, [("BACKEND_TYPE", "redis".to_owned())]);
+        assert_eq!(
+            t.set,
+            [
+                ("DEFAULT_ALGORITHM", "fixed_window".to_owned()),
+                ("BACKEND_TYPE", "redis".to_owned())
+            ]
+        );
         assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
         assert!(
             t.warnings[0].starts_with("GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt is not supported")
