@@ -261,6 +261,14 @@ async fn with_force_start_it_serves_before_any_response() {
     let mut t = server(&ads, |s| s.force_start_without_initial_config = true).await;
     // Subscribed, nothing sent yet: healthy, and every request is allowed.
     ads.wait_for("the subscription", |r| !r.is_empty()).await;
+    let last = rlconfig(&t).await["last_load"].clone();
+    assert_eq!(last["source"], "xds");
+    assert!(
+        last["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("waiting for the first response")
+    );
     assert_eq!(grpc_health(&t).await, ServingStatus::Serving);
     assert_eq!(healthcheck(&t).await, 200);
     let r = t.call(common::request("eg", &[&[("user", "a")]])).await;
@@ -338,4 +346,33 @@ async fn rules_over_mutual_tls_1_3_as_envoy_gateway_serves_them() {
     assert!(resubscribed, "{}", ads.log());
     assert_eq!(t.hit("eg", &[("user", "a")]).await, (Code::Ok, 1));
     t.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_tls_file_stops_the_start_naming_its_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = ServeSettings::for_tests(dir.path().to_path_buf());
+    quick(&mut s, "127.0.0.1:1");
+    s.xds.xds_server_use_tls = true;
+    s.xds.xds_server_tls_cacert = Some(dir.path().join("missing-ca.crt"));
+    let clock = ratelimit_server::clock::ManualClock::new(common::START);
+    let error = match ratelimit_server::app::start(&s, std::sync::Arc::new(clock)).await {
+        Ok(_) => panic!("started without its CA file"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        error.starts_with("invalid xDS setting CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),
+        "{error}"
+    );
+    // A client certificate without its key is refused too.
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, Ca::new("a CA").cert_pem()).unwrap();
+    s.xds.xds_server_tls_cacert = Some(ca_file);
+    s.xds.xds_client_tls_cert = Some(dir.path().join("tls.crt"));
+    let clock = ratelimit_server::clock::ManualClock::new(common::START);
+    let error = match ratelimit_server::app::start(&s, std::sync::Arc::new(clock)).await {
+        Ok(_) => panic!("started with a certificate and no key"),
+        Err(e) => e.to_string(),
+    };
+    assert!(error.contains("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "{error}");
 }

@@ -252,6 +252,9 @@ async fn start_on<B: Backend>(
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
     let reloader = rules_reloader(settings, engine.clone(), &metrics, &status, &clock);
     let xds = settings.xds.config().map_err(StartError::Xds)?;
+    if let Some(xds) = &xds {
+        xds.check().map_err(StartError::Xds)?;
+    }
     let summary = match &xds {
         None => load_first_rules(settings, &reloader)?,
         Some(xds) => xds_first_rules(settings, xds, &status),
@@ -437,6 +440,14 @@ fn load_first_rules(settings: &ServeSettings, reloader: &Reloader) -> Result<Str
 /// up); without `FORCE_START_WITHOUT_INITIAL_CONFIG`, health fails until the first valid
 /// response. Returns the summary to log.
 fn xds_first_rules(settings: &ServeSettings, xds: &XdsConfig, status: &ServerStatus) -> String {
+    status.set_last_load(LoadReport {
+        summary: format!(
+            "waiting for the first response of the xDS server {}",
+            xds.authority
+        ),
+        source: "xds".into(),
+        ..LoadReport::default()
+    });
     if settings.force_start_without_initial_config {
         format!(
             "none yet: from the xDS server {} (serving before the first response: \

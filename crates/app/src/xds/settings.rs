@@ -115,6 +115,18 @@ pub struct XdsConfig {
     pub max_message_bytes: usize,
 }
 
+impl XdsConfig {
+    /// Reads the TLS files once, so that a missing or broken one stops the start naming its
+    /// setting (as the reference's start does), rather than failing every connection attempt.
+    /// Each connection reads them again (rotated certificates are picked up).
+    pub fn check(&self) -> Result<(), String> {
+        match &self.tls {
+            Some(tls) => tls.server_name().and(tls.client_config()).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+}
+
 /// gRPC's default largest message.
 const DEFAULT_MAX_MESSAGE_BYTES: usize = 4 << 20;
 
