@@ -376,3 +376,29 @@ async fn a_missing_tls_file_stops_the_start_naming_its_setting() {
     };
     assert!(error.contains("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"), "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_metadata_and_additional_headers_reach_the_management_server() {
+    let ads = Ads::start(None).await;
+    ads.set("1", &[limits(1)]);
+    let t = server(&ads, |s| {
+        s.xds.xds_node_metadata = "zone:eu-1,team=edge".into();
+        s.xds.xds_client_additional_headers = "x-eg-token:abc123, x-tenant:t1".into();
+    })
+    .await;
+    let ack = ads.wait_ack("1").await;
+    assert_eq!(
+        ads.header(ack.stream, "x-eg-token").as_deref(),
+        Some("abc123")
+    );
+    assert_eq!(ads.header(ack.stream, "x-tenant").as_deref(), Some("t1"));
+    let node = ads.received()[0].request.node.clone().unwrap();
+    let fields = node.metadata.unwrap().fields;
+    let text = |k: &str| match fields.get(k).and_then(|v| v.kind.clone()) {
+        Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(s)) => s,
+        other => panic!("{k}: {other:?}"),
+    };
+    assert_eq!((text("zone"), text("team")), ("eu-1".into(), "edge".into()));
+    assert_eq!(node.user_agent_name, "ratelimit-server");
+    t.server.shutdown().await;
+}

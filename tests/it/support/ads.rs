@@ -85,6 +85,8 @@ struct Shared {
     sent: Mutex<Vec<(u64, String, String)>>,
     /// Requests received and responses sent, one line each, in order.
     events: Mutex<Vec<String>>,
+    /// Each stream's request headers (gRPC metadata), by stream number.
+    headers: Mutex<Vec<(u64, tonic::metadata::MetadataMap)>>,
     streams: AtomicU64,
     nonces: AtomicU64,
 }
@@ -171,6 +173,11 @@ impl AggregatedDiscoveryService for Service {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Out>, Status> {
         let stream = self.0.streams.fetch_add(1, Ordering::SeqCst) + 1;
+        self.0
+            .headers
+            .lock()
+            .unwrap()
+            .push((stream, request.metadata().clone()));
         let (tx, rx) = mpsc::channel(8);
         tokio::spawn(serve_stream(
             self.0.clone(),
@@ -283,6 +290,7 @@ impl Ads {
             received: Mutex::new(Vec::new()),
             sent: Mutex::new(Vec::new()),
             events: Mutex::new(Vec::new()),
+            headers: Mutex::new(Vec::new()),
             streams: AtomicU64::new(0),
             nonces: AtomicU64::new(0),
         });
@@ -374,6 +382,13 @@ impl Ads {
             version: version.into(),
             resources,
         }));
+    }
+
+    /// The value of header `name` on stream `stream`.
+    pub fn header(&self, stream: u64, name: &str) -> Option<String> {
+        let headers = self.shared.headers.lock().unwrap();
+        let (_, map) = headers.iter().find(|(s, _)| *s == stream)?;
+        map.get(name)?.to_str().ok().map(str::to_owned)
     }
 
     pub fn received(&self) -> Vec<Received> {
