@@ -43,7 +43,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "app",
         &[
-            &["status", "health", "telemetry"],
+            &["status", "health", "telemetry", "statsd"],
             &["record"],
             &["front"],
             &["service", "http", "reload"],

@@ -55,6 +55,7 @@ mod reload;
 mod reload_limits;
 mod replay_cli;
 mod shutdown;
+mod statsd;
 mod tls;
 mod tracing;
 mod transport;

@@ -330,6 +330,11 @@ async fn start_on<B: Backend>(
     tasks.serve_grpc(listeners.grpc, grpc_router, grpc_tls);
     tasks.serve_admin(settings, listeners.http, http::router(admin), admin_tls);
     tasks.spawn(sweep(store, clock, tasks.shutdown.clone()));
+    if settings.statsd.use_statsd {
+        let sender =
+            crate::statsd::spawn(&settings.statsd, metrics.clone(), tasks.shutdown.clone());
+        tasks.handles.push(sender);
+    }
     tasks.handles.extend(watcher);
     tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
     Ok(Server {

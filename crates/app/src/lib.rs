@@ -2,7 +2,7 @@
 //!
 //! Module map, lowest first (a module names only modules of lower layers):
 //! - [`status`] (draining, the last load), `health` (gRPC health), `telemetry`
-//!   (OpenTelemetry spans), [`record`] (`serve --record`: decisions to a file, off the hot path);
+//!   (OpenTelemetry spans), [`statsd`] (the reference's statsd stats), [`record`] (`serve --record`: decisions to a file, off the hot path);
 //! - [`front`]: the one front door to a decision (call metrics, span, recorder, engine);
 //! - faces: `service` (gRPC `ShouldRateLimit`), [`http`] (the admin port), `reload` (rules
 //!   from files, validated then swapped);
@@ -23,6 +23,7 @@ pub mod reference_env;
 mod reload;
 mod service;
 pub mod settings;
+pub mod statsd;
 pub mod status;
 mod telemetry;
 pub mod xds;

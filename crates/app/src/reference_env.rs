@@ -28,20 +28,8 @@ const UNSUPPORTED: &[(&str, &str)] = &[
          GRPC_CLIENT_TLS_CACERT): clients are not asked for certificates",
     ),
     (
-        "USE_STATSD",
-        "only Prometheus is exported, on the HTTP port's /metrics",
-    ),
-    (
         "USE_DOG_STATSD",
-        "only Prometheus is exported, on the HTTP port's /metrics",
-    ),
-    (
-        "STATSD_HOST",
-        "only Prometheus is exported, on the HTTP port's /metrics",
-    ),
-    (
-        "STATSD_PORT",
-        "only Prometheus is exported, on the HTTP port's /metrics",
+        "statsd is sent plain (USE_STATSD), without DogStatsD tags",
     ),
     (
         "PROMETHEUS_MAPPER_YAML",
@@ -304,7 +292,7 @@ mod tests {
     #[test]
     fn each_set_unsupported_setting_gets_one_warning() {
         let t = run(&[
-            ("USE_STATSD", "true"),
+            ("USE_DOG_STATSD", "true"),
             ("MEMCACHE_HOST_PORT", "m:11211"),
             ("TRACING_ENABLED", "true"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
@@ -316,8 +304,8 @@ mod tests {
                 "TRACING_EXPORTER_PROTOCOL=http is not supported: spans are exported over \
                  OTLP/gRPC only (point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's gRPC port, \
                  4317)",
-                "USE_STATSD=true is not supported: only Prometheus is exported, on the HTTP \
-                 port's /metrics",
+                "USE_DOG_STATSD=true is not supported: statsd is sent plain (USE_STATSD), \
+                 without DogStatsD tags",
                 "MEMCACHE_HOST_PORT=m:11211 is not supported: no memcached backend",
             ]
         );

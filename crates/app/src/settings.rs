@@ -12,6 +12,7 @@ use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
 use crate::limiter::LimitDefaults;
 use crate::net::tls::TlsArgs;
 use crate::rules_dir::SizeCaps;
+pub use crate::statsd::StatsdArgs;
 pub use crate::xds::{ConfigType, XdsArgs};
 pub use transport_args::{TransportArgs, byte_size};
 
@@ -231,6 +232,8 @@ pub struct ServeSettings {
     pub record: RecordArgs,
     #[command(flatten)]
     pub xds: XdsArgs,
+    #[command(flatten)]
+    pub statsd: StatsdArgs,
 }
 
 impl ServeSettings {
