@@ -29,7 +29,9 @@ impl Backoff {
         let factor = self.random_factor.clamp(0.0, 1.0);
         let draw = draw.clamp(0.0, 1.0);
         let spread = 1.0 - factor + 2.0 * factor * draw;
-        base.mul_f64(spread).min(self.max)
+        Duration::try_from_secs_f64(base.as_secs_f64() * spread)
+            .unwrap_or(self.max)
+            .min(self.max)
     }
 }
 
@@ -82,6 +84,13 @@ mod tests {
             ..reference()
         };
         assert_eq!(b.delay(0, 0.0), Duration::ZERO);
+        // No overflow, whatever the settings.
+        let huge = Backoff {
+            initial: Duration::MAX,
+            max: Duration::MAX,
+            ..reference()
+        };
+        assert_eq!(huge.delay(5, 1.0), Duration::MAX);
     }
 
     #[test]

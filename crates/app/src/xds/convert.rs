@@ -257,7 +257,9 @@ fn describe(error: &ConfigError, documents: &[Document]) -> String {
 fn shorten(message: &str, documents: &[Document]) -> String {
     let mut out = message.to_owned();
     for doc in documents {
-        let path = doc.path.display().to_string();
+        // The validator writes `<path>:<line>:<column>`: the path must be followed by its `:`
+        // (so one resource's name that prefixes another's is not taken for it).
+        let path = format!("{}:", doc.path.display());
         if let Some(start) = out.find(&path) {
             let rest = &out[start + path.len()..];
             let end = rest

@@ -204,6 +204,26 @@ fn two_resources_of_one_domain_need_merge_domain_config() {
         errors[0].contains("already defined in RateLimitConfig 'a'"),
         "{errors:?}"
     );
+    // A name that prefixes another's is not mistaken for it.
+    let ab = resource(
+        "ab",
+        "d",
+        vec![descriptor("k", "3", limit(RateLimitUnit::Second, 3))],
+    );
+    let first = resource(
+        "a",
+        "d",
+        vec![descriptor("k", "4", limit(RateLimitUnit::Second, 4))],
+    );
+    let errors = load(&[first, ab.clone()], false).unwrap_err();
+    assert!(
+        errors[0].starts_with("RateLimitConfig 'ab': domain: "),
+        "{errors:?}"
+    );
+    assert!(
+        errors[0].contains("already defined in RateLimitConfig 'a'"),
+        "{errors:?}"
+    );
     let merged = load(&[a, b], true).unwrap();
     assert_eq!(merged.len(), 1);
     assert_eq!(merged[0].descriptors.len(), 2);
