@@ -402,3 +402,32 @@ async fn node_metadata_and_additional_headers_reach_the_management_server() {
     assert_eq!(node.user_agent_name, "ratelimit-server");
     t.server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_over_the_message_size_cap_is_not_taken() {
+    let ads = Ads::start(None).await;
+    let mut big = limits(1);
+    big.descriptors[0].value = "v".repeat(4096);
+    ads.set("1", &[big]);
+    let t = server(&ads, |s| {
+        s.xds.xds_client_max_msg_size_in_bytes = Some(1024);
+        s.force_start_without_initial_config = false;
+    })
+    .await;
+    // The stream fails on the oversized message and the client opens another: by then the first
+    // response has been refused, never ACKed.
+    let received = ads
+        .wait_for("a second stream", |r| r.iter().any(|r| r.stream >= 2))
+        .await;
+    print_exchange("message size cap", &ads);
+    assert!(
+        received
+            .iter()
+            .all(|r| r.request.response_nonce.is_empty() && r.request.version_info.is_empty()),
+        "{}",
+        ads.log()
+    );
+    assert_eq!(grpc_health(&t).await, ServingStatus::NotServing);
+    assert!(rlconfig(&t).await["domains"].as_array().unwrap().is_empty());
+    t.server.shutdown().await;
+}
