@@ -43,11 +43,12 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "app",
         &[
-            &["status", "health", "telemetry"],
+            &["status", "health", "telemetry", "statsd"],
             &["record"],
             &["front"],
             &["service", "http", "reload"],
             &["net"],
+            &["xds"],
             &["settings", "reference_env"],
             &["app", "logging"],
         ],

@@ -569,3 +569,33 @@ async fn json_decisions_come_through_the_front_door_as_grpc_ones_do() {
         3
     );
 }
+
+/// The standard process metrics (Envoy Gateway's dashboard reads process_resident_memory_bytes)
+/// and the build's version, beside ours.
+#[tokio::test]
+#[cfg(target_os = "linux")]
+async fn process_and_build_metrics_are_exported() {
+    let s = start(&[("web.yaml", RULES)]).await;
+    let text = get(s.http("/metrics")).await.1;
+    for name in [
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_cpu_seconds_total",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"));
+        let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(v >= 0.0, "{line}");
+    }
+    let resident = value(&text, "process_resident_memory_bytes").unwrap();
+    assert!(resident > 0.0);
+    assert!(
+        text.lines().any(|l| l.starts_with("ratelimit_build_info{")),
+        "{text}"
+    );
+}

@@ -24,6 +24,8 @@ struct Received {
     attributes: HashMap<String, String>,
     error: bool,
     service_name: String,
+    /// The resource's other attributes, as text.
+    resource: HashMap<String, String>,
 }
 
 #[derive(Clone, Default)]
@@ -63,6 +65,12 @@ impl TraceService for Collector {
                 .find(|a| a.key == "service.name")
                 .map(|a| text(a.value.as_ref()))
                 .unwrap_or_default();
+            let attributes: HashMap<String, String> = resource
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .map(|a| (a.key.clone(), text(a.value.as_ref())))
+                .collect();
             for scope in &resource.scope_spans {
                 for span in &scope.spans {
                     spans.push(Received {
@@ -74,6 +82,7 @@ impl TraceService for Collector {
                             .collect(),
                         error: span.status.as_ref().is_some_and(|s| s.code == 2),
                         service_name: service_name.clone(),
+                        resource: attributes.clone(),
                     });
                 }
             }
@@ -104,6 +113,8 @@ async fn a_span_per_call_with_domain_count_and_code_and_no_values() {
     let mut s = start_with(&[("t.yaml", RULES)], move |settings| {
         settings.tracing.tracing_enabled = true;
         settings.tracing.tracing_service_name = "rls-test".into();
+        settings.tracing.tracing_service_namespace = Some("envoy-gateway-system".into());
+        settings.tracing.tracing_service_instance_id = Some("envoy-ratelimit-7d9f".into());
         settings.tracing.otel_exporter_otlp_endpoint = endpoint;
         settings.tracing.otel_exporter_otlp_headers = "api-key=s3cret".into();
     })
@@ -130,6 +141,8 @@ async fn a_span_per_call_with_domain_count_and_code_and_no_values() {
             "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
         );
         assert_eq!(span.service_name, "rls-test");
+        assert_eq!(span.resource["service.namespace"], "envoy-gateway-system");
+        assert_eq!(span.resource["service.instance.id"], "envoy-ratelimit-7d9f");
         assert_eq!(span.attributes["rpc.method"], "ShouldRateLimit");
         let all = format!("{:?}", span.attributes);
         assert!(

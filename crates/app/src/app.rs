@@ -1,5 +1,6 @@
-//! Wiring: load the rules, build the store and engine, start the gRPC and HTTP servers and the
-//! sweeper, and shut them down gracefully (health NOT_SERVING first, then drain in-flight calls).
+//! Wiring: load the rules (from files, or subscribe to them over xDS), build the store and
+//! engine, start the gRPC and HTTP servers and the sweeper, and shut them down gracefully (health
+//! NOT_SERVING first, then drain in-flight calls).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ use crate::store::guard::{GuardSettings, Guarded};
 use crate::store::memory::MemoryBackend;
 use crate::store::{Backend, Store};
 use crate::telemetry::Tracing;
+use crate::xds::{XdsClient, XdsConfig};
 use ratelimit_redis::RedisConnect;
 
 /// At shutdown, how long the record writer may take to write what is queued.
@@ -49,6 +51,8 @@ pub enum StartError {
     Watch(#[from] notify::Error),
     #[error("invalid setting {0}")]
     Setting(#[from] crate::settings::SettingError),
+    #[error("invalid xDS setting {0}")]
+    Xds(String),
     #[error("cannot use the store: {0}")]
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
@@ -78,6 +82,8 @@ pub struct Server {
     pub http_addr: SocketAddr,
     /// The debug listener's address, when `--debug-addr` is set.
     pub debug_addr: Option<SocketAddr>,
+    /// The metrics listener's address, when `--metrics-addr` is set.
+    pub metrics_addr: Option<SocketAddr>,
     pub metrics: Arc<Metrics>,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
@@ -185,6 +191,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// Loads the rules and starts serving. Fails if the rules are invalid or a port is taken.
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
+    register_process_metrics(&metrics);
     // The one place a backend is chosen: everything after runs on it, statically dispatched.
     match settings.store.backend {
         BackendType::Memory => {
@@ -209,6 +216,21 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
     }
 }
 
+/// The standard process metrics (`process_resident_memory_bytes`, `process_cpu_seconds_total`,
+/// `process_open_fds`, `process_max_fds`, `process_start_time_seconds`, …), read from /proc at
+/// scrape time. Linux only; elsewhere there are none.
+fn register_process_metrics(metrics: &Metrics) {
+    #[cfg(target_os = "linux")]
+    {
+        let collector = prometheus::process_collector::ProcessCollector::for_self();
+        if let Err(e) = metrics.registry().register(Box::new(collector)) {
+            tracing::warn!(error = %e, "process metrics are not exported");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = metrics;
+}
+
 /// Starts serving on `backend`.
 async fn start_on<B: Backend>(
     settings: &ServeSettings,
@@ -229,16 +251,30 @@ async fn start_on<B: Backend>(
     );
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
     let reloader = rules_reloader(settings, engine.clone(), &metrics, &status, &clock);
-    let summary = load_first_rules(settings, &reloader)?;
+    let xds = settings.xds.config().map_err(StartError::Xds)?;
+    if let Some(xds) = &xds {
+        xds.check().map_err(StartError::Xds)?;
+    }
+    let summary = match &xds {
+        None => load_first_rules(settings, &reloader)?,
+        Some(xds) => xds_first_rules(settings, xds, &status),
+    };
     let recorder = recorder(settings, &engine, &metrics)?;
     let tls_metrics = TlsMetrics::register(metrics.registry());
     let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics, &clock)?;
     let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics, &clock)?;
     let listeners = Listeners::bind(settings).await?;
     let (grpc_addr, http_addr, debug_addr) = listeners.addrs();
+    let metrics_addr = listeners.metrics.as_ref().map(|(_, a)| *a);
     let tracing = start_tracing(settings)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
-    let watcher = reload::spawn_watcher(reloader.clone(), shutdown_rx.clone())?;
+    let watcher = match xds {
+        None => Some(reload::spawn_watcher(
+            reloader.clone(),
+            shutdown_rx.clone(),
+        )?),
+        Some(_) => None,
+    };
     let mut tasks = Tasks {
         caps: connection_caps(&settings.transport, settings.grpc_uds.is_some()),
         client_cap: settings
@@ -252,6 +288,18 @@ async fn start_on<B: Backend>(
     };
     tasks.watch_tls_files(settings, [&grpc_tls, &admin_tls]);
     let (health, health_service) = HealthReporter::new();
+    if status.is_awaiting_rules() {
+        health.set(ServingStatus::NotServing);
+    }
+    if let Some(config) = xds {
+        let client = XdsClient {
+            config,
+            reloader: reloader.clone(),
+            status: status.clone(),
+            health: health.clone(),
+        };
+        tasks.handles.push(client.spawn(tasks.shutdown.clone()));
+    }
     let front = Arc::new(FrontDoor::new(
         engine.clone(),
         tracing.clone(),
@@ -274,15 +322,26 @@ async fn start_on<B: Backend>(
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));
     }
+    if let Some(listener) = listeners.metrics {
+        let router = http::metrics_router(admin.clone(), &settings.metrics_path);
+        tracing::info!(addr = %listener.1, path = %settings.metrics_path, "metrics also served alone");
+        tasks.serve_debug(settings, listener, router);
+    }
     tasks.serve_grpc(listeners.grpc, grpc_router, grpc_tls);
     tasks.serve_admin(settings, listeners.http, http::router(admin), admin_tls);
     tasks.spawn(sweep(store, clock, tasks.shutdown.clone()));
-    tasks.handles.push(watcher);
+    if settings.statsd.use_statsd {
+        let sender =
+            crate::statsd::spawn(&settings.statsd, metrics.clone(), tasks.shutdown.clone());
+        tasks.handles.push(sender);
+    }
+    tasks.handles.extend(watcher);
     tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
     Ok(Server {
         grpc_addr,
         http_addr,
         debug_addr,
+        metrics_addr,
         metrics,
         reloader,
         status,
@@ -382,11 +441,39 @@ fn load_first_rules(settings: &ServeSettings, reloader: &Reloader) -> Result<Str
     }
 }
 
+/// With rules from xDS: nothing is read now (the client task subscribes once the listeners are
+/// up); without `FORCE_START_WITHOUT_INITIAL_CONFIG`, health fails until the first valid
+/// response. Returns the summary to log.
+fn xds_first_rules(settings: &ServeSettings, xds: &XdsConfig, status: &ServerStatus) -> String {
+    status.set_last_load(LoadReport {
+        summary: format!(
+            "waiting for the first response of the xDS server {}",
+            xds.authority
+        ),
+        source: "xds".into(),
+        ..LoadReport::default()
+    });
+    if settings.force_start_without_initial_config {
+        format!(
+            "none yet: from the xDS server {} (serving before the first response: \
+             FORCE_START_WITHOUT_INITIAL_CONFIG)",
+            xds.authority
+        )
+    } else {
+        status.set_awaiting_rules(true);
+        format!(
+            "none yet: from the xDS server {} (health NOT_SERVING until the first valid response)",
+            xds.authority
+        )
+    }
+}
+
 /// The TCP listeners, bound (so a taken port fails the start before anything is spawned).
 struct Listeners {
     grpc: (TcpListener, SocketAddr),
     http: (TcpListener, SocketAddr),
     debug: Option<(TcpListener, SocketAddr)>,
+    metrics: Option<(TcpListener, SocketAddr)>,
 }
 
 impl Listeners {
@@ -397,7 +484,16 @@ impl Listeners {
             Some(addr) => Some(bind(addr).await?),
             None => None,
         };
-        Ok(Listeners { grpc, http, debug })
+        let metrics = match settings.metrics_addr {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Listeners {
+            grpc,
+            http,
+            debug,
+            metrics,
+        })
     }
 
     /// The bound gRPC, admin and debug addresses.
@@ -548,7 +644,8 @@ impl Tasks {
         self.spawn(net::serve_http(acceptor, tls, router, header_timeout, stop));
     }
 
-    /// Serves the debug routes, in plaintext as the reference's debug port.
+    /// Serves the debug routes (or the metrics listener's), in plaintext as the reference's
+    /// debug and Prometheus ports.
     fn serve_debug(
         &mut self,
         settings: &ServeSettings,

@@ -2,11 +2,12 @@
 //!
 //! Module map, lowest first (a module names only modules of lower layers):
 //! - [`status`] (draining, the last load), `health` (gRPC health), `telemetry`
-//!   (OpenTelemetry spans), [`record`] (`serve --record`: decisions to a file, off the hot path);
+//!   (OpenTelemetry spans), [`statsd`] (the reference's statsd stats), [`record`] (`serve --record`: decisions to a file, off the hot path);
 //! - [`front`]: the one front door to a decision (call metrics, span, recorder, engine);
 //! - faces: `service` (gRPC `ShouldRateLimit`), [`http`] (the admin port), `reload` (rules
 //!   from files, validated then swapped);
 //! - `net`: listeners (accept with backoff, caps, timeouts, TLS);
+//! - [`xds`]: rules from an xDS management server (`CONFIG_TYPE=GRPC_XDS_SOTW`);
 //! - [`settings`], [`reference_env`] (envoyproxy/ratelimit's environment → ours), [`logging`];
 //! - [`app`]: the wiring (the one place a backend is chosen).
 #![forbid(unsafe_code)]
@@ -22,8 +23,10 @@ pub mod reference_env;
 mod reload;
 mod service;
 pub mod settings;
+pub mod statsd;
 pub mod status;
 mod telemetry;
+pub mod xds;
 
 // The lower crates' modules, by the names this crate's code uses for them.
 use ratelimit_core::{

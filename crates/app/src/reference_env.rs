@@ -22,38 +22,14 @@ pub struct Translation {
 /// Reference settings that are set but not supported: (name, why). Warned about unless their
 /// value is empty or `false`.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("CONFIG_TYPE", "rules come from files only (no xDS)"),
     (
-        "CONFIG_GRPC_XDS_SERVER_URL",
-        "rules come from files only (no xDS)",
-    ),
-    (
-        "CONFIG_GRPC_XDS_NODE_ID",
-        "rules come from files only (no xDS)",
-    ),
-    (
-        "USE_STATSD",
-        "only Prometheus is exported, on the HTTP port's /metrics",
+        "GRPC_SERVER_TLS_CA_CERT",
+        "not read, as by the reference (Envoy Gateway sets this name; the reference reads \
+         GRPC_CLIENT_TLS_CACERT): clients are not asked for certificates",
     ),
     (
         "USE_DOG_STATSD",
-        "only Prometheus is exported, on the HTTP port's /metrics",
-    ),
-    (
-        "STATSD_HOST",
-        "only Prometheus is exported, on the HTTP port's /metrics",
-    ),
-    (
-        "STATSD_PORT",
-        "only Prometheus is exported, on the HTTP port's /metrics",
-    ),
-    (
-        "PROMETHEUS_ADDR",
-        "Prometheus metrics are served on the HTTP port's /metrics",
-    ),
-    (
-        "PROMETHEUS_PATH",
-        "Prometheus metrics are served on the HTTP port's /metrics",
+        "statsd is sent plain (USE_STATSD), without DogStatsD tags",
     ),
     (
         "PROMETHEUS_MAPPER_YAML",
@@ -91,7 +67,8 @@ const ACCEPTED: &[(&str, &str)] = &[
     ),
     (
         "USE_PROMETHEUS",
-        "Prometheus metrics are always on, on the HTTP port's /metrics",
+        "Prometheus metrics are always on, on the HTTP port's /metrics (and alone on \
+         PROMETHEUS_ADDR when set)",
     ),
 ];
 
@@ -132,7 +109,20 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
         "RUNTIME_SUBDIRECTORY",
         "RUNTIME_APPDIRECTORY",
     ];
-    if runtime.iter().any(|n| lookup(n).is_some()) {
+    let from_xds = lookup("CONFIG_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("GRPC_XDS_SOTW"));
+    if from_xds {
+        // A RateLimitConfig cannot name an algorithm: what its sender means is the reference's
+        // fixed window.
+        set("DEFAULT_ALGORITHM", Some("fixed_window".into()));
+        // Envoy Gateway sets the runtime directory and its watch settings with xDS: unused.
+        if runtime.iter().any(|n| lookup(n).is_some()) {
+            t.notes.push(
+                "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY: not read: the rules come from xDS \
+                 (CONFIG_TYPE=GRPC_XDS_SOTW)"
+                    .into(),
+            );
+        }
+    } else if runtime.iter().any(|n| lookup(n).is_some()) {
         let mut dir = PathBuf::from(
             lookup("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
         );
@@ -159,6 +149,36 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
             addr => set(ours, addr),
         }
     }
+    // The reference keeps counters in Redis unless told otherwise; our default is memory. A
+    // deployment that names its Redis (Envoy Gateway's does) means Redis.
+    if lookup("REDIS_URL").is_some_and(|u| !u.is_empty()) && lookup("BACKEND_TYPE").is_none() {
+        set("BACKEND_TYPE", Some("redis".into()));
+    }
+    // The reference's Prometheus sink listens on PROMETHEUS_ADDR (`:9090` form) when on.
+    if lookup("USE_PROMETHEUS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        let path = lookup("PROMETHEUS_PATH").filter(|p| !p.is_empty());
+        match lookup("PROMETHEUS_ADDR").filter(|a| !a.is_empty()) {
+            Some(a) => {
+                let addr = match a.strip_prefix(':') {
+                    Some(port) => format!("0.0.0.0:{port}"),
+                    None => a.clone(),
+                };
+                if addr.parse::<std::net::SocketAddr>().is_ok() {
+                    set("METRICS_ADDR", Some(addr));
+                    set("METRICS_PATH", path);
+                } else if lookup("METRICS_ADDR").is_none() {
+                    bad_addresses.push(format!(
+                        "PROMETHEUS_ADDR ignored: '{a}' is not an IP address and port (or :port); \
+                         set METRICS_ADDR"
+                    ));
+                }
+            }
+            None => {
+                set("METRICS_ADDR", Some("0.0.0.0:9090".into()));
+                set("METRICS_PATH", path);
+            }
+        }
+    }
     t.warnings.extend(bad_addresses);
     // The reference's own exporter switch; ours exports over OTLP/gRPC only.
     if let Some(p) = lookup("TRACING_EXPORTER_PROTOCOL")
@@ -179,7 +199,10 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
         }
     }
     for (name, what) in ACCEPTED {
-        if let Some(v) = lookup(name) {
+        let about_files = name.starts_with("RUNTIME_");
+        if let Some(v) = lookup(name)
+            && !(from_xds && about_files)
+        {
             t.notes.push(format!("{name}={v}: {what}"));
         }
     }
@@ -269,7 +292,7 @@ mod tests {
     #[test]
     fn each_set_unsupported_setting_gets_one_warning() {
         let t = run(&[
-            ("USE_STATSD", "true"),
+            ("USE_DOG_STATSD", "true"),
             ("MEMCACHE_HOST_PORT", "m:11211"),
             ("TRACING_ENABLED", "true"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4317"),
@@ -281,11 +304,47 @@ mod tests {
                 "TRACING_EXPORTER_PROTOCOL=http is not supported: spans are exported over \
                  OTLP/gRPC only (point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's gRPC port, \
                  4317)",
-                "USE_STATSD=true is not supported: only Prometheus is exported, on the HTTP \
-                 port's /metrics",
+                "USE_DOG_STATSD=true is not supported: statsd is sent plain (USE_STATSD), \
+                 without DogStatsD tags",
                 "MEMCACHE_HOST_PORT=m:11211 is not supported: no memcached backend",
             ]
         );
+    }
+
+    #[test]
+    fn envoy_gateway_s_environment_means_xds_rules_redis_and_one_warning_for_its_ca_name() {
+        let t = run(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+            ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.redis-system.svc.cluster.local:6379"),
+        ]);
+        assert_eq!(
+            t.set,
+            [
+                ("DEFAULT_ALGORITHM", "fixed_window".to_owned()),
+                ("BACKEND_TYPE", "redis".to_owned())
+            ]
+        );
+        assert_eq!(t.warnings.len(), 1, "{:?}", t.warnings);
+        assert!(
+            t.warnings[0].starts_with("GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt is not supported")
+        );
+        let t = run(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", ":19001")]);
+        assert_eq!(t.set, [("METRICS_ADDR", "0.0.0.0:19001".to_owned())]);
+        let t = run(&[("USE_PROMETHEUS", "true"), ("PROMETHEUS_PATH", "/m")]);
+        assert_eq!(
+            t.set,
+            [
+                ("METRICS_ADDR", "0.0.0.0:9090".to_owned()),
+                ("METRICS_PATH", "/m".to_owned())
+            ]
+        );
+        assert!(run(&[("PROMETHEUS_ADDR", ":19001")]).set.is_empty());
+        let t = run(&[("REDIS_URL", "r:6379"), ("BACKEND_TYPE", "memory")]);
+        assert!(t.set.is_empty());
     }
 
     #[test]

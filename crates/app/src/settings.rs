@@ -12,6 +12,8 @@ use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
 use crate::limiter::LimitDefaults;
 use crate::net::tls::TlsArgs;
 use crate::rules_dir::SizeCaps;
+pub use crate::statsd::StatsdArgs;
+pub use crate::xds::{ConfigType, XdsArgs};
 pub use transport_args::{TransportArgs, byte_size};
 
 /// Caps on the rules files read, checked from each file's size before reading it; shared by
@@ -85,6 +87,15 @@ pub fn parse_algorithm(text: &str) -> Result<Algorithm, String> {
     })
 }
 
+fn parse_metrics_path(text: &str) -> Result<String, String> {
+    let path = text.trim();
+    if path.starts_with('/') && path.len() > 1 && !path.contains(['{', '}', '*', ' ']) {
+        Ok(path.to_owned())
+    } else {
+        Err(format!("'{text}' is not a path like /metrics"))
+    }
+}
+
 fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
@@ -113,7 +124,7 @@ fn parse_max_delay(text: &str) -> Result<Duration, String> {
 /// `ratelimit-server serve` flags; each also reads the environment variable named.
 #[derive(Debug, Clone, Args)]
 pub struct ServeSettings {
-    /// Directory of rules files (*.yaml, *.yml, searched recursively).
+    /// Directory of rules files (*.yaml, *.yml, searched recursively); with CONFIG_TYPE=FILE.
     #[arg(long, env = "CONFIG_DIR", default_value = "config")]
     pub config: PathBuf,
     /// gRPC listen address (RateLimitService and grpc.health.v1).
@@ -141,13 +152,21 @@ pub struct ServeSettings {
     pub grpc_max_connection_age_grace: Duration,
     /// Start even when the rules are invalid, with none in force, until a reload brings valid
     /// ones (the reference's FORCE_START_WITHOUT_INITIAL_CONFIG); by default invalid rules stop
-    /// the start.
+    /// the start. With rules from xDS: serve (and report healthy) before the first response;
+    /// by default health fails until the first valid one.
     #[arg(long, env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub force_start_without_initial_config: bool,
     /// Debug listen address (an index and /rlconfig, as the reference's debug port); off unless
     /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
     #[arg(long, env = "DEBUG_ADDR")]
     pub debug_addr: Option<SocketAddr>,
+    /// Also serve the metrics on this address, alone (the reference's PROMETHEUS_ADDR with
+    /// USE_PROMETHEUS=true sets it); off unless set. The HTTP port's /metrics stays.
+    #[arg(long, env = "METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// The metrics' path on METRICS_ADDR (the reference's PROMETHEUS_PATH).
+    #[arg(long, env = "METRICS_PATH", default_value = "/metrics", value_parser = parse_metrics_path)]
+    pub metrics_path: String,
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,
@@ -211,6 +230,10 @@ pub struct ServeSettings {
     pub tracing: TracingArgs,
     #[command(flatten)]
     pub record: RecordArgs,
+    #[command(flatten)]
+    pub xds: XdsArgs,
+    #[command(flatten)]
+    pub statsd: StatsdArgs,
 }
 
 impl ServeSettings {

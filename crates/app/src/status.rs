@@ -1,5 +1,6 @@
-//! What the admin endpoints report about the server: whether it is draining, and the last rules
-//! load (when, whether it succeeded, and every error).
+//! What the admin endpoints report about the server: whether it is draining, whether it still
+//! waits for its first rules (xDS), and the last rules load (when, from where, whether it
+//! succeeded, and every error).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,11 +15,22 @@ pub struct LoadReport {
     pub errors: Vec<String>,
     /// A one-line account of what changed, or why nothing did.
     pub summary: String,
+    /// Where the rules came from: `files` (the rules directory) or `xds` (`CONFIG_TYPE=GRPC_XDS_SOTW`).
+    pub source: String,
+    /// xDS: the `version_info` of the response this load was made of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// xDS: the response's nonce.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
 }
 
 #[derive(Debug, Default)]
 pub struct ServerStatus {
     draining: AtomicBool,
+    /// No rules yet and not allowed to serve without them (xDS without
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`): health fails until the first good load.
+    awaiting_rules: AtomicBool,
     last_load: Mutex<LoadReport>,
 }
 
@@ -26,6 +38,7 @@ impl ServerStatus {
     pub fn new(initial: LoadReport) -> Self {
         ServerStatus {
             draining: AtomicBool::new(false),
+            awaiting_rules: AtomicBool::new(false),
             last_load: Mutex::new(initial),
         }
     }
@@ -36,6 +49,15 @@ impl ServerStatus {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Whether health fails until the first good rules load.
+    pub fn set_awaiting_rules(&self, awaiting: bool) {
+        self.awaiting_rules.store(awaiting, Ordering::SeqCst);
+    }
+
+    pub fn is_awaiting_rules(&self) -> bool {
+        self.awaiting_rules.load(Ordering::SeqCst)
     }
 
     pub fn set_last_load(&self, report: LoadReport) {

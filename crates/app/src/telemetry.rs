@@ -15,6 +15,10 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 pub struct TracingConfig {
     /// `service.name` of the spans' resource.
     pub service_name: String,
+    /// `service.namespace`, when set.
+    pub service_namespace: Option<String>,
+    /// `service.instance.id`, when set.
+    pub service_instance_id: Option<String>,
     /// Share of root traces sampled (0..=1).
     pub sampling_rate: f64,
     /// The collector's OTLP/gRPC endpoint (`http://collector:4317`).
@@ -67,6 +71,14 @@ impl Tracing {
             .with_resource(
                 Resource::builder()
                     .with_service_name(config.service_name.clone())
+                    .with_attributes(
+                        [
+                            ("service.namespace", &config.service_namespace),
+                            ("service.instance.id", &config.service_instance_id),
+                        ]
+                        .into_iter()
+                        .filter_map(|(k, v)| v.clone().map(|v| KeyValue::new(k, v))),
+                    )
                     .build(),
             )
             .build();

@@ -13,3 +13,4 @@ mod mtls;
 mod redis;
 mod replay;
 mod user_jwt;
+mod xds_rules;

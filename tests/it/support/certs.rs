@@ -54,10 +54,31 @@ impl Ca {
         usage: ExtendedKeyUsagePurpose,
         validity: Option<(i64, i64)>,
     ) -> Leaf {
+        self.leaf_for(cn, sans, vec![usage], validity)
+    }
+
+    /// One certificate for both ends, as Envoy Gateway's `/certs/tls.crt` (the rate-limit
+    /// service's server certificate and its xDS client certificate), for `localhost` and
+    /// 127.0.0.1.
+    pub fn server_and_client(&self, cn: &str) -> Leaf {
+        let usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.leaf_for(cn, &["localhost", "127.0.0.1"], usages, None)
+    }
+
+    fn leaf_for(
+        &self,
+        cn: &str,
+        sans: &[&str],
+        usages: Vec<ExtendedKeyUsagePurpose>,
+        validity: Option<(i64, i64)>,
+    ) -> Leaf {
         let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
         let mut params = CertificateParams::new(sans).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages;
         if let Some((from, to)) = validity {
             params.not_before = time::OffsetDateTime::from_unix_timestamp(from).unwrap();
             params.not_after = time::OffsetDateTime::from_unix_timestamp(to).unwrap();

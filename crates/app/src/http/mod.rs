@@ -53,6 +53,14 @@ pub fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
         .with_state(admin)
 }
 
+/// The metrics listener (`METRICS_ADDR`; the reference's `PROMETHEUS_ADDR`, where Envoy Gateway's
+/// dashboards scrape): the metrics at `path` and nothing else.
+pub fn metrics_router<B: Backend>(admin: Arc<Admin<B>>, path: &str) -> Router {
+    Router::new()
+        .route(path, get(metrics::<B>))
+        .with_state(admin)
+}
+
 async fn debug_index() -> &'static str {
     "/rlconfig: the rules in force, one line per limit (JSON on the HTTP port's /rlconfig)\n"
 }
@@ -68,6 +76,11 @@ async fn metrics<B: Backend>(State(admin): AdminState<B>) -> impl IntoResponse {
 async fn healthcheck<B: Backend>(State(admin): AdminState<B>) -> impl IntoResponse {
     if admin.status.is_draining() {
         (StatusCode::INTERNAL_SERVER_ERROR, "draining")
+    } else if admin.status.is_awaiting_rules() {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "waiting for the first rules",
+        )
     } else if admin.healthy_needs_a_domain && admin.engine.policy().domains().is_empty() {
         (StatusCode::INTERNAL_SERVER_ERROR, "no rules loaded")
     } else {
@@ -75,10 +88,17 @@ async fn healthcheck<B: Backend>(State(admin): AdminState<B>) -> impl IntoRespon
     }
 }
 
-/// Ready once rules are loaded (the server does not start without them) and not draining.
+/// Ready once rules are loaded (from files the server does not start without them; from xDS,
+/// without `FORCE_START_WITHOUT_INITIAL_CONFIG`, once the first good response came) and not
+/// draining.
 async fn readyz<B: Backend>(State(admin): AdminState<B>) -> impl IntoResponse {
     if admin.status.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else if admin.status.is_awaiting_rules() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "waiting for the first rules",
+        )
     } else {
         (StatusCode::OK, "ready")
     }

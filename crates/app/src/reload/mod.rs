@@ -5,6 +5,10 @@
 //! afresh). A failed reload is logged with every error, counted, shown on `/rlconfig`, and the
 //! previous rules keep serving. Files byte-identical to the last load are a no-op (not counted,
 //! not logged above debug). The watcher that calls it is in `watch`.
+//!
+//! Rules from xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`) take the same path: each response's resources,
+//! rendered as rules documents, are validated as files are and swapped in whole
+//! ([`Reloader::load_documents`]).
 
 mod watch;
 
@@ -16,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::clock::{Clock, NANOS_PER_SECOND};
-use crate::config::{ConfigErrors, DomainConfig};
+use crate::config::{self, ConfigErrors, DomainConfig};
 use crate::engine::Rules;
 use crate::metrics::Metrics;
 use crate::policy::{Policy, Rule};
@@ -39,6 +43,33 @@ pub struct Reloader {
     clock: Arc<dyn Clock>,
     /// Serialises reloads; remembers what the last one read.
     state: Mutex<State>,
+}
+
+/// Where a load's rules came from, for its log line and report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The rules directory.
+    Files,
+    /// An xDS response: its `version_info` and nonce.
+    Xds { version: String, nonce: String },
+}
+
+impl Origin {
+    fn source(&self) -> &'static str {
+        match self {
+            Origin::Files => "files",
+            Origin::Xds { .. } => "xds",
+        }
+    }
+
+    /// Fills the report's source, version and nonce.
+    fn stamp(&self, report: &mut LoadReport) {
+        report.source = self.source().to_owned();
+        if let Origin::Xds { version, nonce } = self {
+            report.version = Some(version.clone());
+            report.nonce = Some(nonce.clone());
+        }
+    }
 }
 
 #[derive(Default)]
@@ -157,32 +188,94 @@ impl Reloader {
         match loaded {
             Ok(configs) => {
                 state.installed = true;
-                Ok(self.install(&configs, at, empty))
+                let warning = empty.then(|| no_rules_warning(&self.dir));
+                Ok(self.install(&configs, at, warning, &Origin::Files))
             }
-            Err(errors) => Err(self.reject(errors, at, state.installed)),
+            Err(errors) => {
+                let explained = errors.0.iter().map(ToString::to_string).collect();
+                self.reject(explained, at, state.installed, &Origin::Files);
+                Err(errors)
+            }
         }
     }
 
-    fn reject(&self, errors: ConfigErrors, at: u64, installed: bool) -> ConfigErrors {
+    /// Validates rules documents (name, YAML text) that did not come from the directory (xDS
+    /// resources) exactly as rules files are validated (`MERGE_DOMAIN_CONFIG` included) and, if
+    /// valid, installs them in place of every rule in force. Never skipped as unchanged: each
+    /// response is a whole new set. `explain` tells an error as the log and `/rlconfig` show it
+    /// (in terms of the resource and field rather than a line of the rendered text).
+    pub fn load_documents(
+        &self,
+        documents: &[(PathBuf, String)],
+        origin: &Origin,
+        explain: &dyn Fn(&ConfigErrors) -> Vec<String>,
+    ) -> Result<LoadReport, Vec<String>> {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = self.clock.now() / NANOS_PER_SECOND;
+        state.fingerprint = None;
+        match config::parse_files_merging(documents, self.merge_domains) {
+            Ok(configs) => {
+                for warning in configs.iter().flat_map(|c| &c.warnings) {
+                    tracing::warn!("{warning}");
+                }
+                state.installed = true;
+                let warning = documents
+                    .is_empty()
+                    .then(|| "the xDS response holds no rules: every request is allowed".into());
+                Ok(self.install(&configs, at, warning, origin))
+            }
+            Err(errors) => {
+                let explained = explain(&errors);
+                self.reject(explained.clone(), at, state.installed, origin);
+                Err(explained)
+            }
+        }
+    }
+
+    /// Counts, logs and reports a set of rules refused before validation (xDS resources that
+    /// cannot be decoded); the rules in force stay.
+    pub fn refuse(&self, errors: Vec<String>, origin: &Origin) {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = self.clock.now() / NANOS_PER_SECOND;
+        self.reject(errors, at, state.installed, origin);
+    }
+
+    /// Counts, logs and reports refused rules (`errors`, each told in full).
+    fn reject(&self, errors: Vec<String>, at: u64, installed: bool, origin: &Origin) {
         let outcome = if installed {
             "previous rules stay in force"
         } else {
             "no rules are in force"
         };
         self.metrics.config_load_error.inc();
-        for e in &errors.0 {
-            tracing::error!(error = %e, "rules rejected; {outcome}");
+        for e in &errors {
+            tracing::error!(source = origin.source(), error = %e, "rules rejected; {outcome}");
         }
-        self.status.set_last_load(LoadReport {
+        let mut report = LoadReport {
             at,
             ok: false,
-            errors: errors.0.iter().map(ToString::to_string).collect(),
-            summary: format!("{} error(s); {outcome}", errors.0.len()),
-        });
-        errors
+            summary: format!("{} error(s); {outcome}", errors.len()),
+            errors,
+            ..LoadReport::default()
+        };
+        origin.stamp(&mut report);
+        self.status.set_last_load(report);
     }
 
-    fn install(&self, configs: &[DomainConfig], at: u64, empty: bool) -> LoadReport {
+    /// Swaps `configs` in; `warning`, if any, is logged and added to the summary.
+    fn install(
+        &self,
+        configs: &[DomainConfig],
+        at: u64,
+        warning: Option<String>,
+        origin: &Origin,
+    ) -> LoadReport {
         let new = Policy::new(configs);
         let (domains, changed) = rule_changes(&self.engine.policy(), &new);
         let mut summary = format!(
@@ -197,18 +290,26 @@ impl Reloader {
         );
         self.engine.set_policy(new);
         self.metrics.config_load_success.inc();
-        tracing::info!(dir = %self.dir.display(), "rules loaded: {summary}");
-        if empty {
-            let warning = no_rules_warning(&self.dir);
+        match origin {
+            Origin::Files => {
+                tracing::info!(dir = %self.dir.display(), "rules loaded: {summary}");
+            }
+            Origin::Xds { version, nonce } => {
+                tracing::info!(%version, %nonce, "rules loaded from xDS: {summary}");
+            }
+        }
+        if let Some(warning) = warning {
             tracing::warn!("{warning}");
             summary = format!("{summary}; warning: {warning}");
         }
-        let report = LoadReport {
+        let mut report = LoadReport {
             at,
             ok: true,
             errors: Vec::new(),
             summary,
+            ..LoadReport::default()
         };
+        origin.stamp(&mut report);
         self.status.set_last_load(report.clone());
         report
     }

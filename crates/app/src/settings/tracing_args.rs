@@ -98,6 +98,12 @@ pub struct TracingArgs {
     /// The spans' `service.name`.
     #[arg(long, env = "TRACING_SERVICE_NAME", default_value = "RateLimit")]
     pub tracing_service_name: String,
+    /// The spans' `service.namespace` (Envoy Gateway sets its namespace).
+    #[arg(long, env = "TRACING_SERVICE_NAMESPACE")]
+    pub tracing_service_namespace: Option<String>,
+    /// The spans' `service.instance.id` (Envoy Gateway sets the pod's name).
+    #[arg(long, env = "TRACING_SERVICE_INSTANCE_ID")]
+    pub tracing_service_instance_id: Option<String>,
     /// Share of traces sampled, 0 to 1 (a call whose parent is sampled is sampled too).
     #[arg(long, env = "TRACING_SAMPLING_RATE", default_value_t = 1.0, value_parser = parse_rate)]
     pub tracing_sampling_rate: f64,
@@ -147,6 +153,14 @@ impl TracingArgs {
             })?;
         Ok(Some(TracingConfig {
             service_name: self.tracing_service_name.clone(),
+            service_namespace: self
+                .tracing_service_namespace
+                .clone()
+                .filter(|n| !n.is_empty()),
+            service_instance_id: self
+                .tracing_service_instance_id
+                .clone()
+                .filter(|n| !n.is_empty()),
             sampling_rate: self.tracing_sampling_rate,
             endpoint,
             headers: headers.0,

@@ -1,0 +1,260 @@
+//! The ADS client task: connect (TLS if asked), open `StreamAggregatedResources`, subscribe, and
+//! for each response validate and swap the rules through the reloader, then ACK or NACK; when the
+//! stream ends, keep the rules in force, wait (backoff) and resubscribe from the last ACKed
+//! version. Every request and response is logged at info: the exchange is the audit trail.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use super::backoff::{self, Backoff};
+use super::convert;
+use super::protocol::{Subscription, Verdict};
+use super::settings::XdsConfig;
+use crate::health::HealthReporter;
+use crate::reload::{Origin, Reloader};
+use crate::status::ServerStatus;
+
+/// How long one connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// HTTP/2 pings on the stream, so a management server that vanished is noticed.
+const KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// What the client works on.
+pub struct XdsClient {
+    pub config: XdsConfig,
+    pub reloader: Arc<Reloader>,
+    pub status: Arc<ServerStatus>,
+    pub health: HealthReporter,
+}
+
+/// How a stream ended.
+enum Ended {
+    Shutdown,
+    /// Lost (why), and whether a response had come on it.
+    Lost(String, bool),
+}
+
+fn describe(request: &DiscoveryRequest) -> String {
+    let kind = match (&request.error_detail, request.response_nonce.is_empty()) {
+        (Some(_), _) => "NACK",
+        (None, true) => "subscribe",
+        (None, false) => "ACK",
+    };
+    let mut line = format!(
+        "xDS -> DiscoveryRequest ({kind}) version_info={:?} response_nonce={:?}",
+        request.version_info, request.response_nonce
+    );
+    if let Some(detail) = &request.error_detail {
+        line.push_str(&format!(" error_detail={:?}", detail.message));
+    }
+    line
+}
+
+/// A wait around `interval`, ± 50% (the reference's linear backoff with jitter).
+fn around(interval: Duration) -> Duration {
+    let spread = Backoff {
+        initial: interval,
+        max: interval.saturating_mul(2),
+        random_factor: 0.5,
+        jitter: true,
+    };
+    spread.delay(0, backoff::draw())
+}
+
+impl XdsClient {
+    /// Runs until `shutdown` turns true.
+    pub fn spawn(self, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+        tokio::spawn(self.run(shutdown))
+    }
+
+    async fn run(self, mut shutdown: watch::Receiver<bool>) {
+        let url = self.config.authority.clone();
+        let mut subscription = Subscription::new(self.config.node.clone());
+        let mut failures = 0u32;
+        tracing::info!(
+            server = %url,
+            node = %self.config.node.id,
+            tls = self.config.tls.is_some(),
+            "rules from xDS: subscribing to {}", convert::TYPE_URL
+        );
+        loop {
+            let wait = match self.connect().await {
+                Err(e) => {
+                    let wait = around(self.config.connect_retry);
+                    tracing::warn!(server = %url, error = %e, ?wait, "cannot connect to the xDS management server; the rules in force stay");
+                    wait
+                }
+                Ok(channel) => {
+                    tracing::info!(server = %url, "connected to the xDS management server");
+                    match self.stream(channel, &mut subscription, &mut shutdown).await {
+                        Ended::Shutdown => return,
+                        Ended::Lost(why, answered) => {
+                            if answered {
+                                failures = 0;
+                            }
+                            let wait = self.config.backoff.delay(failures, backoff::draw());
+                            failures = failures.saturating_add(1);
+                            tracing::warn!(
+                                server = %url,
+                                error = %why,
+                                ?wait,
+                                acked_version = subscription.acked_version(),
+                                "xDS stream lost; the rules in force stay, resubscribing"
+                            );
+                            wait
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Channel, String> {
+        let authority = self.config.authority.clone();
+        let endpoint = Endpoint::from_shared(format!("http://{authority}"))
+            .map_err(|e| format!("CONFIG_GRPC_XDS_SERVER_URL: {e}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE)
+            .keep_alive_while_idle(true);
+        let Some(tls) = &self.config.tls else {
+            return endpoint.connect().await.map_err(|e| error_chain(&e));
+        };
+        // Read each time: rotated certificates are picked up on the next connection.
+        let connector = TlsConnector::from(tls.client_config()?);
+        let name = tls.server_name()?;
+        endpoint
+            .connect_with_connector(tower::service_fn(move |_: Uri| {
+                let (connector, name, authority) =
+                    (connector.clone(), name.clone(), authority.clone());
+                async move {
+                    let tcp = TcpStream::connect(authority.as_str()).await?;
+                    let _ = tcp.set_nodelay(true);
+                    let stream = connector.connect(name, tcp).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
+            }))
+            .await
+            .map_err(|e| error_chain(&e))
+    }
+
+    async fn stream(
+        &self,
+        channel: Channel,
+        subscription: &mut Subscription,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Ended {
+        let mut client = AggregatedDiscoveryServiceClient::new(channel)
+            .max_decoding_message_size(self.config.max_message_bytes);
+        let (tx, rx) = mpsc::channel::<DiscoveryRequest>(4);
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        for (name, value) in &self.config.headers {
+            request.metadata_mut().insert(name.clone(), value.clone());
+        }
+        let first = subscription.subscribe();
+        tracing::info!("{}", describe(&first));
+        if tx.send(first).await.is_err() {
+            return Ended::Lost("the request stream closed".into(), false);
+        }
+        let opened = tokio::select! {
+            opened = client.stream_aggregated_resources(request) => opened,
+            _ = shutdown.wait_for(|s| *s) => return Ended::Shutdown,
+        };
+        let mut inbound = match opened {
+            Ok(response) => response.into_inner(),
+            Err(status) => return Ended::Lost(status_text(&status), false),
+        };
+        let mut answered = false;
+        loop {
+            let message = tokio::select! {
+                message = inbound.message() => message,
+                _ = shutdown.wait_for(|s| *s) => return Ended::Shutdown,
+            };
+            let response = match message {
+                Ok(Some(response)) => response,
+                Ok(None) => return Ended::Lost("the server ended the stream".into(), answered),
+                Err(status) => return Ended::Lost(status_text(&status), answered),
+            };
+            answered = true;
+            tracing::info!(
+                "xDS <- DiscoveryResponse version_info={:?} nonce={:?} resources={}",
+                response.version_info,
+                response.nonce,
+                response.resources.len()
+            );
+            let verdict = self.apply(&response);
+            let answer = subscription.answer(&response, &verdict);
+            tracing::info!("{}", describe(&answer));
+            if tx.send(answer).await.is_err() {
+                return Ended::Lost("the request stream closed".into(), answered);
+            }
+        }
+    }
+
+    /// Validates and installs a response's rules; what to answer.
+    fn apply(&self, response: &DiscoveryResponse) -> Verdict {
+        let origin = Origin::Xds {
+            version: response.version_info.clone(),
+            nonce: response.nonce.clone(),
+        };
+        if let Some(why) = Subscription::unexpected_type(response) {
+            self.reloader.refuse(vec![why.clone()], &origin);
+            return Verdict::Nack(why);
+        }
+        let documents = match convert::decode(&response.resources) {
+            Ok(documents) => documents,
+            Err(errors) => {
+                let why = errors.join("; ");
+                self.reloader.refuse(errors, &origin);
+                return Verdict::Nack(why);
+            }
+        };
+        let texts = convert::texts(&documents);
+        let explain = |e: &_| convert::describe_all(e, &documents);
+        match self.reloader.load_documents(&texts, &origin, &explain) {
+            Ok(_) => {
+                if self.status.is_awaiting_rules() {
+                    self.status.set_awaiting_rules(false);
+                    if !self.status.is_draining() {
+                        self.health.set(ServingStatus::Serving);
+                    }
+                    tracing::info!("first rules from xDS in force: health is SERVING");
+                }
+                Verdict::Ack
+            }
+            Err(errors) => Verdict::Nack(errors.join("; ")),
+        }
+    }
+}
+
+fn status_text(status: &tonic::Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
+/// An error with its causes, for a connection failure's log line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

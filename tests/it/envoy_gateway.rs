@@ -1,0 +1,178 @@
+//! The real binary run with exactly the environment Envoy Gateway gives its rate-limit container
+//! (envoyproxy/gateway `internal/infrastructure/kubernetes/ratelimit/resource.go`, the default
+//! Deployment with a Redis backend and Prometheus on), no command-line arguments, only its paths
+//! and addresses substituted: `/certs` → a directory of certificates made here, the management
+//! server `envoy-gateway:18001` → an ADS server in the test requiring client certificates and
+//! TLS 1.3 as Envoy Gateway's does, the Redis URL → a redis-server, and the listeners
+//! (defaults 8080/8081, Prometheus `:19001`) → free ports. It must start, say what it does
+//! differently, take its rules over xDS, decide over TLS, answer `/healthcheck` on the admin port
+//! and serve the metrics on the Prometheus port.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use ratelimit_server::clock::monotonic;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tonic::transport::{Endpoint, Uri};
+
+use crate::common::redis::RedisServer;
+use crate::common::{Code, code, free_port, request};
+use crate::support::ads::{Ads, tls13_requiring_client_certs};
+use crate::support::certs::{Ca, client_config};
+use crate::xds::user_limit;
+use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
+
+/// The container's environment, as resource.go writes it (default Deployment, Redis backend,
+/// Prometheus enabled).
+const ENVOY_GATEWAY_ENV: &[(&str, &str)] = &[
+    ("RUNTIME_ROOT", "/data"),
+    ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+    ("RUNTIME_IGNOREDOTFILES", "true"),
+    ("RUNTIME_WATCH_ROOT", "false"),
+    ("LOG_LEVEL", "info"),
+    ("USE_STATSD", "false"),
+    ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+    ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+    ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+    ("GRPC_SERVER_USE_TLS", "true"),
+    ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+    ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+    ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+    ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "/certs/tls.crt"),
+    ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/certs/tls.key"),
+    ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "/certs/ca.crt"),
+    ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+    ("REDIS_SOCKET_TYPE", "tcp"),
+    ("REDIS_URL", "redis.redis-system.svc.cluster.local:6379"),
+    ("USE_PROMETHEUS", "true"),
+    ("PROMETHEUS_ADDR", ":19001"),
+    ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+];
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH")]
+async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls() {
+    let redis = RedisServer::start().expect("redis-server");
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new("envoy-gateway CA");
+    // One certificate for both ends, as Envoy Gateway's `envoy-rate-limit` secret.
+    ca.server_and_client("envoy-ratelimit")
+        .write(certs.path(), "tls");
+    std::fs::write(certs.path().join("ca.crt"), ca.cert_pem()).unwrap();
+    let leaf = ca.server("envoy-gateway");
+    let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
+    // A day's window (the reference's fixed window, on the wall clock): three calls cannot
+    // straddle its end but at midnight UTC.
+    ads.set(
+        "1",
+        &[user_limit("default/eg", "eg", 2, RateLimitUnit::Day)],
+    );
+    let (http, grpc, prometheus) = (free_port(), free_port(), free_port());
+    let certs_dir = format!("{}/", certs.path().display());
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    command.env_clear();
+    for (name, value) in ENVOY_GATEWAY_ENV {
+        let value = match *name {
+            "CONFIG_GRPC_XDS_SERVER_URL" => ads.url(),
+            "REDIS_URL" => redis.addr(),
+            "PROMETHEUS_ADDR" => format!(":{prometheus}"),
+            _ => value.replace("/certs/", &certs_dir),
+        };
+        command.env(name, value);
+    }
+    let child = command
+        .env("HOST", "127.0.0.1")
+        .env("PORT", http.to_string())
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let mut child = Killed(child);
+    let read_log = || std::fs::read_to_string(log.path()).unwrap_or_default();
+    let started = monotonic();
+    loop {
+        let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
+        if health.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        if let Some(exit) = child.0.try_wait().unwrap() {
+            panic!("server exited ({exit}):\n{}", read_log());
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "not healthy:\n{}",
+            read_log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ads.wait_ack("1").await;
+    // gRPC over TLS, as Envoy reaches it (no client certificate: GRPC_SERVER_TLS_CA_CERT is not
+    // the reference's name for the client CA, and the reference does not ask for one either).
+    let connector = TlsConnector::from(client_config(&ca.cert_pem(), None, &[b"h2"]));
+    let channel = Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let connector = connector.clone();
+            async move {
+                let tcp = TcpStream::connect(("127.0.0.1", grpc)).await?;
+                let name = ServerName::try_from("localhost").unwrap();
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .should_rate_limit(request("eg", &[&[("user", "gateway")]]))
+            .await
+            .unwrap()
+            .into_inner();
+        codes.push(code(r.overall_code));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    // The counters are in Redis, as the reference keeps them.
+    assert!(
+        !redis.keys("*").is_empty(),
+        "no key in Redis:\n{}",
+        read_log()
+    );
+    let log_text = read_log();
+    eprintln!("--- start-up log under Envoy Gateway's environment ---\n{log_text}");
+    eprintln!("--- the ADS exchange ---\n{}", ads.log());
+    for expected in [
+        "BACKEND_TYPE=redis (from envoyproxy/ratelimit's settings)",
+        "DEFAULT_ALGORITHM=fixed_window (from envoyproxy/ratelimit's settings)",
+        "GRPC_SERVER_TLS_CA_CERT=",
+        &format!("METRICS_ADDR=0.0.0.0:{prometheus} (from envoyproxy/ratelimit's settings)"),
+        "PROMETHEUS_MAPPER_YAML=",
+        "rules from xDS: subscribing",
+        "rules loaded from xDS",
+    ] {
+        assert!(
+            log_text.contains(expected),
+            "no '{expected}' in:\n{log_text}"
+        );
+    }
+    // Each difference is named once.
+    assert_eq!(log_text.matches("GRPC_SERVER_TLS_CA_CERT=").count(), 1);
+}
