@@ -7,9 +7,8 @@ use std::env;
 use std::path::{Path, PathBuf};
 
 fn on_path(program: &str) -> bool {
-    env::var_os("PATH").is_some_and(|path| {
-        env::split_paths(&path).any(|dir| is_executable(&dir.join(program)))
-    })
+    env::var_os("PATH")
+        .is_some_and(|path| env::split_paths(&path).any(|dir| is_executable(&dir.join(program))))
 }
 
 fn is_executable(path: &Path) -> bool {

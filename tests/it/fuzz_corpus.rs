@@ -2,7 +2,6 @@
 //! inputs of every crash found so far (`regression-*`): a fixed crash stays fixed under
 //! `cargo test`, without the time-budgeted run.
 
-
 use crate::{admin, record, requests, rules};
 use std::path::PathBuf;
 

@@ -26,6 +26,7 @@ mod rules;
 
 mod architecture;
 mod check_cli;
+mod envoy_e2e;
 mod explain_agrees;
 mod explain_cli;
 mod fuzz_corpus;
@@ -54,4 +55,3 @@ mod shutdown;
 mod tls;
 mod tracing;
 mod transport;
-mod envoy_e2e;

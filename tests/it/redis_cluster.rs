@@ -99,7 +99,10 @@ impl Cluster {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn the_store_contract_holds_on_a_cluster() {
     // The traces' requests of two and three descriptors mostly span slots: decided by a
     // compare-and-set per slot, they must still give the memory store's verdicts, step by step.
@@ -143,7 +146,10 @@ fn script_calls(node: &RedisServer) -> u64 {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn one_domains_keys_and_calls_spread_over_every_master() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -192,7 +198,10 @@ async fn one_domains_keys_and_calls_spread_over_every_master() {
 }
 
 #[tokio::test]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn a_request_across_slots_that_cannot_fit_charges_neither_descriptor() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -224,7 +233,10 @@ async fn a_request_across_slots_that_cannot_fit_charges_neither_descriptor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_charge() {
     // Each request: the hot key (50 per hour, raced by every request of two store instances)
     // and a key of its own (10 per hour) in another slot. Exactly 50 pass; every denied request's
@@ -290,7 +302,10 @@ async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
 async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
     let Some(cluster) = Cluster::start() else {
         return;

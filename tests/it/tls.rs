@@ -3,8 +3,8 @@
 //! refused; certificates rotated on disk are served to new connections while old ones keep
 //! working; a broken rotation is refused, counted, and the old certificate keeps serving.
 
-use crate::support::certs;
 use crate::common;
+use crate::support::certs;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

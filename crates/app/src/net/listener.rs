@@ -33,7 +33,6 @@ impl Listener for TcpListener {
             tracing::debug!(listener, error = %e, "cannot set TCP_NODELAY");
         }
     }
-
 }
 
 impl Listener for UnixListener {
@@ -44,5 +43,4 @@ impl Listener for UnixListener {
     }
 
     fn prepare(_: &UnixStream, _: &'static str) {}
-
 }

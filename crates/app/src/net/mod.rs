@@ -257,7 +257,6 @@ impl<L: Listener> Acceptor<L> {
             Some((Ok(stream), acceptor))
         })
     }
-
 }
 
 impl Acceptor<TcpListener> {

@@ -8,7 +8,12 @@ use crate::metrics::HitOutcome;
 use crate::store::Verdict;
 
 /// Near the limit: after this request, more than `ratio` of the capacity is used.
-pub(super) fn outcome(limit: &PlannedLimit<'_>, verdict: &Verdict, shadow: bool, ratio: f64) -> HitOutcome {
+pub(super) fn outcome(
+    limit: &PlannedLimit<'_>,
+    verdict: &Verdict,
+    shadow: bool,
+    ratio: f64,
+) -> HitOutcome {
     if !verdict.allowed {
         return if shadow {
             HitOutcome::OverShadowed

@@ -88,5 +88,4 @@ impl TlsMetrics {
     pub fn reload_successes(&self, listener: &str) -> u64 {
         self.reload_success.with_label_values(&[listener]).get()
     }
-
 }

@@ -105,7 +105,6 @@ impl TlsSource {
         Ok(source)
     }
 
-
     pub fn listener(&self) -> &'static str {
         self.spec.names.listener
     }

@@ -31,7 +31,6 @@ impl Conn {
             Conn::Tls(s) => s.get_ref().get_ref().0,
         }
     }
-
 }
 
 /// Runs the TLS handshake on `stream` with the config serving now. It must end by the

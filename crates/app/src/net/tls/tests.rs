@@ -4,9 +4,9 @@ use std::sync::Arc;
 use rcgen::{CertificateParams, KeyPair};
 
 use super::*;
+use crate::clock::{Clock, ManualClock, NANOS_PER_SECOND};
 use files::{GRPC_SETTINGS, MAX_PEM_BYTES, parse_san};
 use reload::Polled;
-use crate::clock::{Clock, ManualClock, NANOS_PER_SECOND};
 
 /// 2026-01-01T00:00:00Z.
 const NOW: i64 = 1_767_225_600;
