@@ -11,6 +11,7 @@ mod metadata;
 mod observe;
 mod outcome;
 mod plan;
+mod quota;
 mod request;
 mod response;
 mod turn;
@@ -21,8 +22,8 @@ use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
 
-pub use explain::{Explained, ExplainedLimit};
 pub use attribution::Attribution;
+pub use explain::{Explained, ExplainedLimit};
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 

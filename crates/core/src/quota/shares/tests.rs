@@ -1,0 +1,253 @@
+//! Shares on a virtual clock: one stream gets the pool, two split it, reassignment is covered by
+//! the ledger, DENY_ALL until the share comes back, idle and closed streams go; and the property
+//! that the shares never add up to more than the rule.
+
+use proptest::prelude::*;
+
+use super::*;
+
+const S: Nanos = NANOS_PER_SECOND;
+
+/// 10 per minute, burst 10: the example.
+fn ten_per_minute() -> Pool {
+    Pool {
+        tokens: 10,
+        period_secs: 60,
+        burst: 10,
+    }
+}
+
+fn bucket(grant: Option<Grant>) -> TokenGrant {
+    match grant {
+        Some(Grant::TokenBucket(g)) => g,
+        other => panic!("expected a token bucket, got {other:?}"),
+    }
+}
+
+/// Sum of rates (tokens per fill interval) and of capacities over every grant.
+fn sums(shares: &Shares) -> (u128, u64) {
+    let fill = shares.pool().fill_interval_secs();
+    shares
+        .grants()
+        .iter()
+        .filter_map(|(_, g, _)| match g {
+            Some(Grant::TokenBucket(g)) => Some(g),
+            _ => None,
+        })
+        .fold((0, 0), |(t, b), g| {
+            (t + g.tokens_per_ceil(fill), b + u64::from(g.max_tokens))
+        })
+}
+
+#[test]
+fn one_stream_gets_the_pool_less_what_it_already_used() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    shares.report(1, 1, 0, 0);
+    let changed = shares.assign(0);
+    assert_eq!(changed.len(), 1);
+    let g = bucket(shares.grant(1));
+    // The first request passed before any assignment: 9 of the 10 are left.
+    assert_eq!(g.max_tokens, 9);
+    // The whole rate: 10 per minute, 600 per hour.
+    assert_eq!((g.tokens_per_fill, g.fill_interval_secs), (600, 3600));
+    // Nothing moves while nothing changes: the same grant is not re-sent.
+    shares.report(1, 9, 20, 5 * S);
+    assert!(shares.assign(5 * S).is_empty());
+}
+
+#[test]
+fn a_second_stream_takes_its_share_and_the_first_is_reduced_first() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    shares.report(1, 1, 0, 0);
+    shares.assign(0);
+    shares.report(2, 1, 0, S / 100);
+    let changed = shares.assign(S / 100);
+    let ids: Vec<StreamId> = changed.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, [1, 2], "the reduction is sent first");
+    let (a, b) = (bucket(shares.grant(1)), bucket(shares.grant(2)));
+    assert_eq!(a.tokens_per_fill + b.tokens_per_fill, 600);
+    assert_eq!(a.tokens_per_fill, 300);
+    // Stream 1's old bucket (9) is released, 8 are left in the pool: 5 for 1, 3 for 2.
+    assert_eq!((a.max_tokens, b.max_tokens), (5, 3));
+    let (tokens, burst) = sums(&shares);
+    assert!(tokens <= 600 && burst <= 10);
+}
+
+#[test]
+fn shares_follow_demand() {
+    let mut shares = Shares::new(
+        Pool {
+            tokens: 100,
+            period_secs: 1,
+            burst: 100,
+        },
+        0,
+    );
+    shares.report(1, 0, 0, 0);
+    shares.report(2, 0, 0, 0);
+    shares.assign(0);
+    for beat in 1..=6 {
+        let now = beat * 5 * S;
+        shares.report(1, 300, 100, now);
+        shares.report(2, 50, 0, now);
+        shares.assign(now);
+    }
+    let (a, b) = (bucket(shares.grant(1)), bucket(shares.grant(2)));
+    assert!(
+        a.tokens_per_fill > 5 * b.tokens_per_fill,
+        "80 req/s against 10 req/s: {a:?} {b:?}"
+    );
+    // The quiet one keeps at least its floor.
+    assert!(b.tokens_per_fill > 0);
+}
+
+#[test]
+fn an_uncovered_stream_is_denied_until_its_share_comes_back() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    // Ten streams, each admitted one request before any assignment: the pool is empty.
+    for id in 1..=10 {
+        shares.report(id, 1, 0, 0);
+    }
+    shares.assign(0);
+    for id in 1..=10 {
+        assert_eq!(shares.grant(id), Some(Grant::DenyAll), "stream {id}");
+    }
+    // A minute later the pool is full again and shares go out.
+    let now = 60 * S;
+    for id in 1..=10 {
+        shares.report(id, 0, 3, now);
+    }
+    let changed = shares.assign(now);
+    assert_eq!(changed.len(), 10);
+    let (tokens, burst) = sums(&shares);
+    assert!(tokens <= 600 && burst <= 10, "{tokens} {burst}");
+}
+
+#[test]
+fn a_reload_lowering_the_limit_reduces_every_share() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    shares.report(1, 0, 0, 0);
+    shares.assign(0);
+    assert_eq!(bucket(shares.grant(1)).max_tokens, 10);
+    shares.set_pool(
+        Pool {
+            tokens: 2,
+            period_secs: 60,
+            burst: 2,
+        },
+        S,
+    );
+    let changed = shares.assign(S);
+    assert_eq!(changed.len(), 1);
+    let g = bucket(shares.grant(1));
+    assert_eq!((g.max_tokens, g.tokens_per_fill), (2, 120));
+}
+
+#[test]
+fn a_closed_stream_holds_its_share_until_its_ttl_then_goes() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    shares.report(1, 0, 0, 0);
+    shares.assign(0);
+    shares.send(1, 0);
+    shares.close(1);
+    shares.report(2, 0, 0, S);
+    shares.assign(S);
+    // Stream 1's Envoy still enforces its bucket: nothing is left for stream 2 yet.
+    assert_eq!(shares.grant(2), Some(Grant::DenyAll));
+    let later = (ASSIGNMENT_TTL_SECS + 1) * S;
+    shares.report(2, 0, 0, later);
+    shares.assign(later);
+    assert_eq!(shares.len(), 1);
+    assert_eq!(bucket(shares.grant(2)).tokens_per_fill, 600);
+}
+
+#[test]
+fn idle_streams_are_abandoned() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    shares.report(1, 1, 0, 0);
+    shares.report(2, 1, 0, 0);
+    shares.assign(0);
+    shares.report(1, 0, 0, IDLE_AFTER);
+    shares.report(2, 1, 0, IDLE_AFTER);
+    assert_eq!(shares.idle(IDLE_AFTER), [1]);
+    assert_eq!(shares.len(), 1);
+}
+
+#[test]
+fn split_never_hands_out_more_than_the_budget() {
+    assert_eq!(split(10, &[(1, 1.0), (2, 1.0), (3, 1.0)]), [4, 3, 3]);
+    assert_eq!(split(2, &[(1, 100.0), (2, 1.0), (3, 1.0)]), [1, 1, 0]);
+    assert_eq!(split(0, &[(1, 1.0)]), [0]);
+    assert_eq!(split(5, &[]), Vec::<u128>::new());
+}
+
+#[derive(Debug, Clone)]
+enum Event {
+    Report {
+        stream: StreamId,
+        allowed: u64,
+        denied: u64,
+    },
+    Close(StreamId),
+    Reload(Pool),
+    Idle,
+    Wait(Nanos),
+}
+
+fn pool() -> impl Strategy<Value = Pool> {
+    (0u32..1000, 1u64..86_400, 0u32..1000).prop_map(|(tokens, period_secs, burst)| Pool {
+        tokens,
+        period_secs,
+        burst,
+    })
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => (0u64..12, 0u64..500, 0u64..500)
+            .prop_map(|(stream, allowed, denied)| Event::Report { stream, allowed, denied }),
+        1 => (0u64..12).prop_map(Event::Close),
+        1 => pool().prop_map(Event::Reload),
+        1 => Just(Event::Idle),
+        3 => (0u64..30 * S).prop_map(Event::Wait),
+    ]
+}
+
+proptest! {
+    /// Whatever the reports, closes, reloads and waits: the rates of every live grant add up to at
+    /// most the pool's, and their capacities to at most its burst.
+    #[test]
+    fn the_sum_of_shares_never_exceeds_the_rule(
+        start in pool(),
+        events in proptest::collection::vec(event(), 1..80),
+    ) {
+        let mut shares = Shares::new(start, 0);
+        let mut now = 0;
+        for event in events {
+            match event {
+                Event::Report { stream, allowed, denied } => {
+                    shares.report(stream, allowed, denied, now);
+                }
+                Event::Close(stream) => shares.close(stream),
+                Event::Reload(pool) => shares.set_pool(pool, now),
+                Event::Idle => {
+                    shares.idle(now);
+                }
+                Event::Wait(d) => now += d,
+            }
+            shares.assign(now);
+            for (id, _, _) in shares.grants() {
+                shares.send(id, now);
+            }
+            let p = shares.pool();
+            let (tokens, burst) = sums(&shares);
+            // Closed streams granted under an earlier pool may exceed a lowered one until
+            // their TTL; the open streams' shares then take nothing.
+            let open_only = shares.members.values().all(|m| !m.closed);
+            if open_only {
+                prop_assert!(tokens <= p.tokens_per(p.fill_interval_secs()), "{tokens} > rate of {p:?}");
+                prop_assert!(burst <= u64::from(p.burst), "{burst} > burst of {p:?}");
+            }
+        }
+    }
+}
