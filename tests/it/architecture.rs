@@ -46,7 +46,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             &["status", "health", "telemetry"],
             &["record"],
             &["front"],
-            &["service", "http", "reload", "quota"],
+            &["service", "http", "reload", "rlqs"],
             &["net"],
             &["settings", "reference_env"],
             &["app", "logging"],

@@ -51,6 +51,7 @@ mod reference_env;
 mod reload;
 mod reload_limits;
 mod replay_cli;
+mod rlqs;
 mod shutdown;
 mod tls;
 mod tracing;

@@ -25,6 +25,7 @@ use crate::net::{self, Acceptor, ConnectionCaps, Listener, Timeouts};
 use crate::policy::Policy;
 use crate::record::{LivePolicy, Recorder};
 use crate::reload::{self, Reloader};
+use crate::rlqs;
 use crate::service::RateLimitGrpc;
 use crate::settings::TransportArgs;
 use crate::settings::{BackendType, ServeSettings};
@@ -258,9 +259,15 @@ async fn start_on<B: Backend>(
         recorder.clone(),
     ));
     let grpc_service = RateLimitGrpc::new(front.clone(), settings.transport.call_limits());
+    let quotas = rlqs::table(engine.clone(), metrics.registry());
     let grpc_router = grpc_server(settings)
         .add_service(health_service)
-        .add_service(grpc_service);
+        .add_service(grpc_service)
+        .add_service(rlqs::QuotaService::server(
+            quotas.clone(),
+            tasks.shutdown.clone(),
+        ));
+    tasks.spawn(rlqs::tick(quotas.clone(), tasks.shutdown.clone()));
     if let Some(path) = &settings.grpc_uds {
         tasks.serve_grpc_on_unix_socket(path, grpc_router.clone())?;
     }

@@ -4,8 +4,9 @@
 //! - [`status`] (draining, the last load), `health` (gRPC health), `telemetry`
 //!   (OpenTelemetry spans), [`record`] (`serve --record`: decisions to a file, off the hot path);
 //! - [`front`]: the one front door to a decision (call metrics, span, recorder, engine);
-//! - faces: `service` (gRPC `ShouldRateLimit`), [`http`] (the admin port), `reload` (rules
-//!   from files, validated then swapped);
+//! - faces: `service` (gRPC `ShouldRateLimit`), `rlqs` (gRPC `StreamRateLimitQuotas`, the Rate
+//!   Limit Quota Service), [`http`] (the admin port), `reload` (rules from files, validated then
+//!   swapped);
 //! - `net`: listeners (accept with backoff, caps, timeouts, TLS);
 //! - [`settings`], [`reference_env`] (envoyproxy/ratelimit's environment → ours), [`logging`];
 //! - [`app`]: the wiring (the one place a backend is chosen).
@@ -20,6 +21,7 @@ mod net;
 pub mod record;
 pub mod reference_env;
 mod reload;
+mod rlqs;
 mod service;
 pub mod settings;
 pub mod status;
@@ -27,5 +29,5 @@ mod telemetry;
 
 // The lower crates' modules, by the names this crate's code uses for them.
 use ratelimit_core::{
-    clock, config, engine, limiter, metrics, policy, redact, rules_dir, store, wire,
+    clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, store, wire,
 };
