@@ -218,7 +218,10 @@ async fn reports_count_in_the_rules_series_and_the_rlqs_series() {
     }
     assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_streams").await, 1);
     assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_buckets").await, 1);
-    assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_reports_total").await, 2);
+    assert_eq!(
+        scrape_metric(&metrics, "ratelimit_rlqs_reports_total").await,
+        2
+    );
     assert!(text.contains("ratelimit_rlqs_assignments_total{action=\"token_bucket\"} 2"));
 }
 
@@ -271,7 +274,10 @@ async fn a_stream_cannot_hold_more_buckets_than_its_cap() {
         assert!(started.elapsed() < Duration::from_secs(10), "never refused");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_buckets").await, 10_000);
+    assert_eq!(
+        scrape_metric(&metrics, "ratelimit_rlqs_buckets").await,
+        10_000
+    );
     // A known bucket is still answered.
     envoy.report(&[(&held[0], 1, 0)]).await;
     assert_eq!(envoy.next().await.len(), 1);

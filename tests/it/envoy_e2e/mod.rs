@@ -12,4 +12,5 @@ mod limits;
 mod mtls;
 mod redis;
 mod replay;
+mod rlqs;
 mod user_jwt;

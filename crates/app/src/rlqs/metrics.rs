@@ -17,8 +17,11 @@ impl QuotaMetrics {
     /// The series, registered on `registry` (a second registration keeps the first).
     pub fn register(registry: &Registry) -> QuotaMetrics {
         let metrics = QuotaMetrics {
-            streams: IntGauge::new("ratelimit_rlqs_streams", "Open RLQS streams (one per Envoy and domain)")
-                .expect("valid metric"),
+            streams: IntGauge::new(
+                "ratelimit_rlqs_streams",
+                "Open RLQS streams (one per Envoy and domain)",
+            )
+            .expect("valid metric"),
             buckets: IntGauge::new("ratelimit_rlqs_buckets", "RLQS buckets the server tracks")
                 .expect("valid metric"),
             reports: IntCounter::new(

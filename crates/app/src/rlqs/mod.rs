@@ -105,8 +105,7 @@ impl<B: Backend> RateLimitQuotaService for QuotaService<B> {
         });
         let responses = ReceiverStream::new(responses);
         Ok(Response::new(Box::pin(futures_util::StreamExt::map(
-            responses,
-            Ok,
+            responses, Ok,
         ))))
     }
 }

@@ -58,7 +58,10 @@ impl Bucket {
 
     /// Whether the bucket's shares are computed (an enforced limited rule).
     fn enforced(&self) -> bool {
-        matches!(self.mapping.governed, Governed::Limited { shadow: false, .. })
+        matches!(
+            self.mapping.governed,
+            Governed::Limited { shadow: false, .. }
+        )
     }
 }
 
@@ -195,7 +198,10 @@ impl<B: Backend> Table<B> {
                 if let Some(shares) = &mut bucket.shares {
                     shadow_over = shares.report(stream, allowed, denied, now).over;
                 }
-                if !matches!(bucket.mapping.governed, Governed::Limited { shadow: true, .. }) {
+                if !matches!(
+                    bucket.mapping.governed,
+                    Governed::Limited { shadow: true, .. }
+                ) {
                     shadow_over = 0;
                 }
                 if bucket.mapping.rule_id().is_some() {
@@ -275,7 +281,11 @@ impl<B: Backend> Table<B> {
         let bucket = inner.buckets.get(&key)?;
         Some(BucketView {
             mapping: bucket.mapping.clone(),
-            grants: bucket.shares.as_ref().map(Shares::grants).unwrap_or_default(),
+            grants: bucket
+                .shares
+                .as_ref()
+                .map(Shares::grants)
+                .unwrap_or_default(),
         })
     }
 
