@@ -61,7 +61,7 @@ fn told(action: &Action) -> Told {
         Action::AbandonAction(_) => Told::Abandon,
         Action::QuotaAssignmentAction(a) => {
             let ttl = a.assignment_time_to_live.unwrap().seconds;
-            match a.rate_limit_strategy.clone().unwrap().strategy.unwrap() {
+            match a.rate_limit_strategy.unwrap().strategy.unwrap() {
                 Strategy::TokenBucket(tb) => Told::TokenBucket(
                     tb.max_tokens,
                     tb.tokens_per_fill.unwrap().value,
@@ -299,4 +299,42 @@ async fn shutdown_ends_every_stream() {
         .await
         .expect("shutdown does not wait on the stream")
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_how_a_bucket_is_read_and_each_streams_share() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    envoy.next().await;
+    let url = s.http("/explain?domain=rlqs-test&bucket=api_key%3Dk1%2Cname%3Dper-api-key");
+    let live: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    assert_eq!(live["descriptor"], "name=per-api-key,api_key=k1", "{live}");
+    assert_eq!(live["outcome"], "shared", "{live}");
+    assert_eq!(live["rule"], "name_per-api-key.api_key", "{live}");
+    assert_eq!(live["pool"]["tokens"], 10, "{live}");
+    assert_eq!(live["pool"]["period_secs"], 60, "{live}");
+    let streams = live["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 1, "{live}");
+    assert_eq!(streams[0]["grant"]["token_bucket"]["max_tokens"], 9, "{live}");
+    // The command line reads the same bucket offline, and the live shares from the server.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args(["explain", "--bucket", "--domain", "rlqs-test", "--server"])
+        .arg(s.http(""))
+        .arg(s.dir.path())
+        .arg("api_key=k1,name=per-api-key")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for needle in [
+        "read as descriptor name=per-api-key,api_key=k1",
+        "rule 'name_per-api-key.api_key': a pool of 10 per 60 s, burst 10",
+        "live on",
+        "1 stream(s)",
+        "\"max_tokens\":9",
+    ] {
+        assert!(text.contains(needle), "`{needle}` in\n{text}");
+    }
 }

@@ -277,6 +277,7 @@ async fn start_on<B: Backend>(
         metrics: metrics.clone(),
         status: status.clone(),
         healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
+        quotas: Some(quotas),
     });
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));

@@ -26,7 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 pub use metrics::QuotaMetrics;
-pub use table::{BucketView, Table};
+pub use table::Table;
 
 use crate::engine::Engine;
 use crate::store::Backend;

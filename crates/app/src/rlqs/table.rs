@@ -18,7 +18,7 @@ use crate::clock::Nanos;
 use crate::engine::Engine;
 use crate::policy::Policy;
 use crate::quota::bucket::canonical;
-use crate::quota::{Governed, Mapping, Shares, StreamId};
+use crate::quota::{BucketLookup, BucketView, Governed, Mapping, Shares, StreamId};
 use crate::store::Backend;
 
 /// Most buckets one stream may report; more are ignored (and counted).
@@ -81,14 +81,6 @@ pub struct Table<B> {
     engine: Arc<Engine<B>>,
     metrics: QuotaMetrics,
     inner: Mutex<Inner>,
-}
-
-/// A bucket's current shares, for `explain`.
-#[derive(Debug, Clone)]
-pub struct BucketView {
-    pub mapping: Mapping,
-    /// Per stream: its grant (if any) and its demand (requests per second).
-    pub grants: Vec<(StreamId, Option<crate::quota::Grant>, f64)>,
 }
 
 impl<B: Backend> Table<B> {
@@ -271,24 +263,6 @@ impl<B: Backend> Table<B> {
         self.send(outgoing);
     }
 
-    /// A bucket's current mapping and shares.
-    pub fn view(&self, domain: &str, entries: &[(String, String)]) -> Option<BucketView> {
-        let key = (
-            domain.to_owned(),
-            canonical(entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-        );
-        let inner = self.lock();
-        let bucket = inner.buckets.get(&key)?;
-        Some(BucketView {
-            mapping: bucket.mapping.clone(),
-            grants: bucket
-                .shares
-                .as_ref()
-                .map(Shares::grants)
-                .unwrap_or_default(),
-        })
-    }
-
     fn new_bucket(&self, key: &BucketKey, id: BucketId, now: Nanos) -> Bucket {
         let (_, mapping) = self.engine.map_bucket(&key.0, &key.1);
         let shares = match &mapping.governed {
@@ -405,5 +379,24 @@ impl<B: Backend> Table<B> {
                 tracing::debug!(stream, "RLQS outbox full or closed: a push is dropped");
             }
         }
+    }
+}
+
+impl<B: Backend> BucketLookup for Table<B> {
+    fn view(&self, domain: &str, entries: &[(String, String)]) -> Option<BucketView> {
+        let key = (
+            domain.to_owned(),
+            canonical(entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        );
+        let inner = self.lock();
+        let bucket = inner.buckets.get(&key)?;
+        Some(BucketView {
+            mapping: bucket.mapping.clone(),
+            grants: bucket
+                .shares
+                .as_ref()
+                .map(Shares::grants)
+                .unwrap_or_default(),
+        })
     }
 }

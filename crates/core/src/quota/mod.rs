@@ -10,3 +10,17 @@ pub mod shares;
 pub use bucket::{Governed, Mapping, Unruled, map_bucket};
 pub use pool::Pool;
 pub use shares::{Grant, Shares, StreamId, TokenGrant};
+
+/// What the server holds for one RLQS bucket: the rule it was read on and, per stream, its grant
+/// (if any) and its demand in requests per second (`/explain?bucket=…`).
+#[derive(Debug, Clone)]
+pub struct BucketView {
+    pub mapping: Mapping,
+    pub grants: Vec<(StreamId, Option<Grant>, f64)>,
+}
+
+/// Where `/explain` looks a bucket up (the RLQS service's table).
+pub trait BucketLookup: Send + Sync {
+    /// The bucket of `domain` with these entries (any order), if a stream reported it.
+    fn view(&self, domain: &str, entries: &[(String, String)]) -> Option<BucketView>;
+}
