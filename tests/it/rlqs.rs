@@ -317,7 +317,10 @@ async fn explain_shows_how_a_bucket_is_read_and_each_streams_share() {
     assert_eq!(live["pool"]["period_secs"], 60, "{live}");
     let streams = live["streams"].as_array().unwrap();
     assert_eq!(streams.len(), 1, "{live}");
-    assert_eq!(streams[0]["grant"]["token_bucket"]["max_tokens"], 9, "{live}");
+    assert_eq!(
+        streams[0]["grant"]["token_bucket"]["max_tokens"], 9,
+        "{live}"
+    );
     // The command line reads the same bucket offline, and the live shares from the server.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
         .args(["explain", "--bucket", "--domain", "rlqs-test", "--server"])
@@ -337,4 +340,29 @@ async fn explain_shows_how_a_bucket_is_read_and_each_streams_share() {
     ] {
         assert!(text.contains(needle), "`{needle}` in\n{text}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_buckets_are_not_kept() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let huge_value = "v".repeat(100_000);
+    let huge = bucket(&[("name", "per-api-key"), ("api_key", &huge_value)]);
+    let keys: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
+    let wide_entries: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+    let wide = bucket(&wide_entries);
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy
+        .report(&[(&huge, 1, 0), (&wide, 1, 0), (&k1, 1, 0)])
+        .await;
+    // Only the well-formed bucket is answered.
+    let actions = envoy.next().await;
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(actions[0].0, k1.bucket);
+    let metrics = s.http("/metrics");
+    assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_buckets").await, 1);
+    assert_eq!(
+        scrape_metric(&metrics, "ratelimit_rlqs_buckets_refused_total").await,
+        2
+    );
 }

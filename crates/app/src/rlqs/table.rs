@@ -1,8 +1,10 @@
 //! Every RLQS stream and bucket the server knows, behind one lock: reports read into the
 //! buckets' shares, assignments computed there and pushed to each stream's outbox (the stream
 //! that reported, and any other whose share moved). Memory is bounded: at most
-//! [`MAX_BUCKETS_PER_STREAM`] buckets per stream and [`MAX_BUCKETS`] in all; a stream whose
-//! outbox is full misses pushes (its next report's answer carries every assignment again).
+//! [`MAX_BUCKETS_PER_STREAM`] buckets per stream and [`MAX_BUCKETS`] in all, each of at most
+//! `MAX_BUCKET_ENTRIES` entries and `MAX_BUCKET_BYTES` bytes (larger ones are not kept, so Envoy
+//! keeps its no-assignment behaviour for them); a stream whose outbox is full misses pushes (its
+//! next report's answer carries every assignment again).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,7 +19,7 @@ use super::metrics::QuotaMetrics;
 use crate::clock::Nanos;
 use crate::engine::Engine;
 use crate::policy::Policy;
-use crate::quota::bucket::canonical;
+use crate::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
 use crate::quota::{BucketLookup, BucketView, Governed, Mapping, Shares, StreamId};
 use crate::store::Backend;
 
@@ -25,6 +27,8 @@ use crate::store::Backend;
 pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 /// Most buckets the server tracks in all.
 pub const MAX_BUCKETS: usize = 200_000;
+/// Longest domain a stream may name.
+pub const MAX_DOMAIN_BYTES: usize = 256;
 
 /// A bucket's identity: its domain and its entries sorted.
 type BucketKey = (String, Vec<(String, String)>);
@@ -163,6 +167,15 @@ impl<B: Backend> Table<B> {
                 let Some(id) = usage.bucket_id else {
                     continue;
                 };
+                let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
+                if id.bucket.len() > MAX_BUCKET_ENTRIES
+                    || bytes > MAX_BUCKET_BYTES
+                    || domain.len() > MAX_DOMAIN_BYTES
+                {
+                    // Not kept: a hostile stream cannot make the server hold large keys.
+                    self.metrics.refused.inc();
+                    continue;
+                }
                 let key = Arc::new((
                     domain.clone(),
                     canonical(id.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
