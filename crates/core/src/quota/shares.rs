@@ -86,6 +86,9 @@ struct Member {
     grant: Option<Grant>,
     /// Bound on what the current bucket can admit beyond the reports, at `bound_at`.
     bound: f64,
+    /// The bound released by a reassignment since the last report: that much of the next
+    /// report's allowed requests may have come from the old bucket, not the current one.
+    released: f64,
     bound_at: Nanos,
     /// When the grant was last sent (its TTL runs from there).
     sent_at: Nanos,
@@ -189,6 +192,7 @@ impl Shares {
             last_active: now,
             grant: None,
             bound: 0.0,
+            released: 0.0,
             bound_at: now,
             sent_at: now,
             closed: false,
@@ -207,9 +211,12 @@ impl Shares {
         }
         if let Some(Grant::TokenBucket(g)) = member.grant {
             let grown = (member.bound(now)).min(f64::from(g.max_tokens));
-            member.bound = (grown - allowed as f64).max(0.0);
+            // What the old bucket may have admitted is not the current one's.
+            let from_current = (allowed as f64 - member.released).max(0.0);
+            member.bound = (grown - from_current).max(0.0);
             member.bound_at = now;
         }
+        member.released = 0.0;
         Reported { over }
     }
 
@@ -377,6 +384,7 @@ impl Shares {
                 Grant::DenyAll => 0.0,
             };
             free = available - granted;
+            member.released += held;
             member.grant = Some(next);
             member.bound = granted;
             member.bound_at = now;

@@ -251,3 +251,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn requests_from_a_replaced_bucket_are_not_taken_off_the_new_one() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    shares.report(1, 1, 0, 0);
+    shares.assign(0);
+    shares.report(2, 1, 0, 0);
+    shares.assign(0);
+    assert_eq!(bucket(shares.grant(1)).max_tokens, 5);
+    // Stream 1's next report tells of 3 requests its old bucket (of 9) admitted before the
+    // change: its new bucket of 5 may still hold all 5.
+    shares.report(1, 3, 0, S);
+    assert!(shares.members[&1].bound >= 5.0, "{:?}", shares.members[&1]);
+    // The report after that is all the new bucket's.
+    shares.report(1, 2, 0, 2 * S);
+    assert!(shares.members[&1].bound < 4.0, "{:?}", shares.members[&1]);
+}
