@@ -366,3 +366,20 @@ async fn oversized_buckets_are_not_kept() {
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_can_be_turned_off() {
+    let s = common::start_with(&[("rlqs.yaml", RULES)], |settings| {
+        settings.rlqs_enabled = false;
+    })
+    .await;
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", s.server.grpc_addr))
+        .await
+        .expect("connects");
+    let (_reports, rx) = mpsc::channel::<RateLimitQuotaUsageReports>(1);
+    let status = client
+        .stream_rate_limit_quotas(ReceiverStream::new(rx))
+        .await
+        .expect_err("no such service");
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+}

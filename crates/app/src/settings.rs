@@ -148,6 +148,10 @@ pub struct ServeSettings {
     /// set (the reference's DEBUG_HOST/DEBUG_PORT set it too).
     #[arg(long, env = "DEBUG_ADDR")]
     pub debug_addr: Option<SocketAddr>,
+    /// Serve the Rate Limit Quota Service (`StreamRateLimitQuotas`, for Envoy's rate_limit_quota
+    /// filter) on the gRPC listener beside ShouldRateLimit.
+    #[arg(long, env = "RLQS_ENABLED", action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
+    pub rlqs_enabled: bool,
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,
