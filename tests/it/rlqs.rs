@@ -79,10 +79,13 @@ fn told(action: &Action) -> Told {
 
 impl Envoy {
     async fn connect(s: &TestServer) -> Envoy {
-        let mut client =
-            RateLimitQuotaServiceClient::connect(format!("http://{}", s.server.grpc_addr))
-                .await
-                .expect("connects");
+        let client = RateLimitQuotaServiceClient::connect(format!("http://{}", s.server.grpc_addr))
+            .await
+            .expect("connects");
+        Envoy::on(client).await
+    }
+
+    async fn on(mut client: RateLimitQuotaServiceClient<tonic::transport::Channel>) -> Envoy {
         let (reports, rx) = mpsc::channel(16);
         let assignments = client
             .stream_rate_limit_quotas(ReceiverStream::new(rx))
@@ -382,4 +385,50 @@ async fn rlqs_can_be_turned_off() {
         .await
         .expect_err("no such service");
     assert_eq!(status.code(), tonic::Code::Unimplemented);
+}
+
+/// Connects every channel to one Unix socket.
+#[derive(Clone)]
+struct Uds(std::path::PathBuf);
+
+impl tonic::codegen::Service<tonic::transport::Uri> for Uds {
+    type Response = hyper_util::rt::TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: tonic::transport::Uri) -> Self::Future {
+        let path = self.0.clone();
+        Box::pin(async move {
+            tokio::net::UnixStream::connect(path)
+                .await
+                .map(hyper_util::rt::TokioIo::new)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_is_served_on_the_unix_socket_too() {
+    let sockets = tempfile::tempdir().unwrap();
+    let path = sockets.path().join("rls.sock");
+    let socket = path.clone();
+    let _s = common::start_with(&[("rlqs.yaml", RULES)], move |settings| {
+        settings.grpc_uds = Some(socket);
+    })
+    .await;
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(Uds(path))
+        .await
+        .expect("connects over the socket");
+    let mut envoy = Envoy::on(RateLimitQuotaServiceClient::new(channel)).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(envoy.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
 }
