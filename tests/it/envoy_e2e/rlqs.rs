@@ -3,8 +3,9 @@
 //! usage. Pinned here, as observed with Envoy 1.40: the stream opens on the first request that
 //! lands in a bucket (none at start-up); the request before the first assignment passes
 //! (no_assignment_behavior ALLOW_ALL); every request is reported, allowed and denied, as deltas;
-//! idle buckets are reported too; with the server gone, assignments expire and Envoy fails open,
-//! and it reconnects and is limited again once the server is back. Counts only, no durations.
+//! idle buckets are reported too; an identical assignment re-sent keeps the bucket's tokens; with
+//! the server gone, assignments expire and Envoy fails open, and it reconnects and is limited
+//! again once the server is back. Counts only, no durations.
 
 use std::time::Duration;
 
@@ -112,6 +113,20 @@ async fn one_envoy_is_limited_near_the_eleventh_request_and_reports_every_one() 
     })
     .await;
     assert_eq!(metric(&ratelimit, &total), 31, "idle reports count nothing");
+    // Every report was answered with k1's assignment again, unchanged: Envoy kept the bucket and
+    // its (spent) tokens, where a new bucket would have started full with 9. Only the refill
+    // (one token per 6 s since k1 ran dry) passes.
+    let mut passed = 0;
+    for _ in 0..12 {
+        passed += u32::from(status(&envoy, "k1").await == 200);
+    }
+    shout(&format!(
+        "rlqs one Envoy: after two beats of re-sent assignments, k1 passed {passed} of 12"
+    ));
+    assert!(
+        passed < 9,
+        "the re-sent assignment refilled the bucket: {passed} passed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
