@@ -58,6 +58,11 @@ pub enum Command {
         server: Option<String>,
         #[command(flatten)]
         defaults: DefaultsArgs,
+        /// Read each argument as an RLQS bucket (Envoy's rate_limit_quota filter: entries in any
+        /// order): the descriptor it is read as, its rule and pool, and (with --server) each
+        /// Envoy stream's share.
+        #[arg(long)]
+        bucket: bool,
         /// Descriptors as key=value[,key2=value2]; one argument per descriptor.
         #[arg(required = true)]
         descriptors: Vec<String>,
@@ -106,6 +111,7 @@ pub async fn run(cli: Cli) -> i32 {
             domain,
             server,
             defaults,
+            bucket,
             descriptors,
         } => {
             explain::explain(
@@ -114,6 +120,7 @@ pub async fn run(cli: Cli) -> i32 {
                 server.as_deref(),
                 &defaults.limit_defaults(),
                 &descriptors,
+                bucket,
             )
             .await
         }

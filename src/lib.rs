@@ -13,7 +13,7 @@ pub mod cli;
 
 pub use ratelimit_app::{app, front, http, logging, record, reference_env, settings, status};
 pub use ratelimit_core::{
-    clock, config, engine, limiter, metrics, policy, redact, rules_dir, testing, wire,
+    clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, testing, wire,
 };
 pub use ratelimit_replay as replay;
 pub use ratelimit_replay::chart as plot;

@@ -104,6 +104,7 @@ impl AdminTarget {
             metrics,
             status: Arc::new(ServerStatus::new(LoadReport::default())),
             healthy_needs_a_domain: false,
+            quotas: None,
         });
         AdminTarget {
             runtime: tokio::runtime::Builder::new_current_thread()

@@ -1,6 +1,8 @@
 //! `explain`: which rule each descriptor matches and why, each limit's algorithm and effective
 //! numbers, and with `--server` what a running server's live rules match and each limit's current
-//! state there (from its admin `GET /explain`).
+//! state there (from its admin `GET /explain`). With `--bucket`, each argument is an RLQS bucket
+//! (entries in any order): the descriptor it is read as, the rule and pool that govern it, and
+//! with `--server` each Envoy stream's share there.
 
 use std::path::Path;
 
@@ -15,6 +17,7 @@ use serde_json::Value;
 use crate::limiter::LimitDefaults;
 use crate::policy::parse_descriptor;
 use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
+use crate::quota::{Governed, map_bucket};
 use crate::rules_dir::{SizeCaps, load_rules_dir};
 
 fn describe_value(value: &NodeValue) -> String {
@@ -31,6 +34,7 @@ pub(super) async fn explain(
     server: Option<&str>,
     defaults: &LimitDefaults,
     descriptors: &[String],
+    as_bucket: bool,
 ) -> i32 {
     let configs = match load_rules_dir(dir, SizeCaps::default()) {
         Ok(c) => c,
@@ -52,12 +56,17 @@ pub(super) async fn explain(
                 return 2;
             }
         };
-        if let Some(rules) = rules {
+        if as_bucket {
+            println!("bucket {text}:");
+            offline_bucket(&policy, domain, &entries, defaults);
+        } else if let Some(rules) = rules {
             println!("descriptor {text}:");
             offline(rules, &entries, defaults);
         }
+        let param = if as_bucket { "bucket" } else { "descriptor" };
         if let Some(server) = server {
-            match fetch(server, domain, text).await {
+            match fetch(server, domain, param, text).await {
+                Ok(live) if as_bucket => print_live_bucket(server, &live),
                 Ok(live) => print_live(server, &live),
                 Err(e) => {
                     eprintln!("error: {server}: {e}");
@@ -130,6 +139,64 @@ fn offline(rules: &crate::policy::DomainRules, entries: &[(String, String)], d: 
     }
 }
 
+/// An RLQS bucket read on the rules files.
+fn offline_bucket(policy: &Policy, domain: &str, entries: &[(String, String)], d: &LimitDefaults) {
+    let mapping = map_bucket(policy, domain, entries, d, false);
+    let descriptor: Vec<String> = mapping
+        .descriptor
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!("  read as descriptor {}", descriptor.join(","));
+    match &mapping.governed {
+        Governed::AllowAll(why) => {
+            println!("  => no rule ({why:?}): ALLOW_ALL for {ALLOW_ALL_TTL_SECS} s")
+        }
+        Governed::Unlimited { path, .. } => {
+            println!("  => rule '{path}', unlimited: ALLOW_ALL for {ALLOW_ALL_TTL_SECS} s")
+        }
+        Governed::Limited {
+            path, shadow, pool, ..
+        } => {
+            let shadow = if *shadow {
+                " (shadow mode: ALLOW_ALL, counted)"
+            } else {
+                ""
+            };
+            println!(
+                "  => rule '{path}'{shadow}: a pool of {} per {} s, burst {}, shared among the Envoys \
+                 that report the bucket as token buckets refilled over {} s",
+                pool.tokens,
+                pool.period_secs,
+                pool.burst,
+                pool.fill_interval_secs()
+            );
+        }
+    }
+}
+
+/// A bucket's shares on a running server.
+fn print_live_bucket(server: &str, live: &Value) {
+    let streams = live["streams"].as_array().cloned().unwrap_or_default();
+    println!(
+        "  live on {server}: {} ({}), {} stream(s)",
+        live["outcome"].as_str().unwrap_or("?"),
+        live["rule"].as_str().unwrap_or("no rule"),
+        streams.len()
+    );
+    for stream in streams {
+        println!(
+            "     stream {}: demand {:.2}/s, grant {}",
+            stream["stream"],
+            stream["demand_per_sec"].as_f64().unwrap_or(0.0),
+            stream["grant"]
+        );
+    }
+}
+
+/// What `ALLOW_ALL` assignments last (as the server sends them).
+const ALLOW_ALL_TTL_SECS: u64 = 3600;
+
 fn print_live(server: &str, live: &Value) {
     let s = |v: &Value| match v {
         Value::String(s) => s.clone(),
@@ -181,20 +248,20 @@ fn encode(text: &str) -> String {
 }
 
 /// The `/explain` address on a server given as `host:port` or `http://host:port[/]`.
-fn explain_uri(server: &str, domain: &str, descriptor: &str) -> Result<Uri, String> {
+fn explain_uri(server: &str, domain: &str, param: &str, value: &str) -> Result<Uri, String> {
     let base = super::server_url(server.trim_end_matches('/'));
     let text = format!(
-        "{base}/explain?domain={}&descriptor={}",
+        "{base}/explain?domain={}&{param}={}",
         encode(domain),
-        encode(descriptor)
+        encode(value)
     );
     text.parse()
         .map_err(|e| format!("not an address ({e}); give host:port or http://host:port"))
 }
 
 /// `GET /explain` on the server's admin port.
-async fn fetch(server: &str, domain: &str, descriptor: &str) -> Result<Value, String> {
-    let uri = explain_uri(server, domain, descriptor)?;
+async fn fetch(server: &str, domain: &str, param: &str, value: &str) -> Result<Value, String> {
+    let uri = explain_uri(server, domain, param, value)?;
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let response = client
         .get(uri)
@@ -232,11 +299,13 @@ mod tests {
             "http://127.0.0.1:8080/",
         ] {
             assert_eq!(
-                explain_uri(server, "edge", "k=v").unwrap().to_string(),
+                explain_uri(server, "edge", "descriptor", "k=v")
+                    .unwrap()
+                    .to_string(),
                 "http://127.0.0.1:8080/explain?domain=edge&descriptor=k%3Dv",
                 "{server}"
             );
         }
-        assert!(explain_uri("not an address", "d", "k=v").is_err());
+        assert!(explain_uri("not an address", "d", "descriptor", "k=v").is_err());
     }
 }

@@ -54,6 +54,7 @@ mod reference_env;
 mod reload;
 mod reload_limits;
 mod replay_cli;
+mod rlqs;
 mod shutdown;
 mod statsd;
 mod tls;

@@ -26,6 +26,7 @@ use crate::net::{self, Acceptor, ConnectionCaps, Listener, Timeouts};
 use crate::policy::Policy;
 use crate::record::{LivePolicy, Recorder};
 use crate::reload::{self, Reloader};
+use crate::rlqs;
 use crate::service::RateLimitGrpc;
 use crate::settings::TransportArgs;
 use crate::settings::{BackendType, ServeSettings};
@@ -306,9 +307,20 @@ async fn start_on<B: Backend>(
         recorder.clone(),
     ));
     let grpc_service = RateLimitGrpc::new(front.clone(), settings.transport.call_limits());
+    let quotas = settings
+        .rlqs_enabled
+        .then(|| rlqs::table(engine.clone(), metrics.registry()));
     let grpc_router = grpc_server(settings)
         .add_service(health_service)
-        .add_service(grpc_service);
+        .add_service(grpc_service)
+        .add_optional_service(
+            quotas
+                .clone()
+                .map(|table| rlqs::QuotaService::server(table, tasks.shutdown.clone())),
+        );
+    if let Some(table) = &quotas {
+        tasks.spawn(rlqs::tick(table.clone(), tasks.shutdown.clone()));
+    }
     if let Some(path) = &settings.grpc_uds {
         tasks.serve_grpc_on_unix_socket(path, grpc_router.clone())?;
     }
@@ -318,6 +330,7 @@ async fn start_on<B: Backend>(
         metrics: metrics.clone(),
         status: status.clone(),
         healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
+        quotas: quotas.map(|table| table as Arc<dyn crate::quota::BucketLookup>),
     });
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));

@@ -4,8 +4,9 @@
 //! - [`status`] (draining, the last load), `health` (gRPC health), `telemetry`
 //!   (OpenTelemetry spans), [`statsd`] (the reference's statsd stats), [`record`] (`serve --record`: decisions to a file, off the hot path);
 //! - [`front`]: the one front door to a decision (call metrics, span, recorder, engine);
-//! - faces: `service` (gRPC `ShouldRateLimit`), [`http`] (the admin port), `reload` (rules
-//!   from files, validated then swapped);
+//! - faces: `service` (gRPC `ShouldRateLimit`), `rlqs` (gRPC `StreamRateLimitQuotas`, the Rate
+//!   Limit Quota Service), [`http`] (the admin port), `reload` (rules from files, validated then
+//!   swapped);
 //! - `net`: listeners (accept with backoff, caps, timeouts, TLS);
 //! - [`xds`]: rules from an xDS management server (`CONFIG_TYPE=GRPC_XDS_SOTW`);
 //! - [`settings`], [`reference_env`] (envoyproxy/ratelimit's environment → ours), [`logging`];
@@ -21,6 +22,7 @@ mod net;
 pub mod record;
 pub mod reference_env;
 mod reload;
+mod rlqs;
 mod service;
 pub mod settings;
 pub mod statsd;
@@ -30,5 +32,5 @@ pub mod xds;
 
 // The lower crates' modules, by the names this crate's code uses for them.
 use ratelimit_core::{
-    clock, config, engine, limiter, metrics, policy, redact, rules_dir, store, wire,
+    clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, store, wire,
 };

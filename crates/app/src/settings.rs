@@ -167,6 +167,10 @@ pub struct ServeSettings {
     /// The metrics' path on METRICS_ADDR (the reference's PROMETHEUS_PATH).
     #[arg(long, env = "METRICS_PATH", default_value = "/metrics", value_parser = parse_metrics_path)]
     pub metrics_path: String,
+    /// Serve the Rate Limit Quota Service (`StreamRateLimitQuotas`, for Envoy's rate_limit_quota
+    /// filter) on the gRPC listener beside ShouldRateLimit.
+    #[arg(long, env = "RLQS_ENABLED", action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
+    pub rlqs_enabled: bool,
     /// Answer OK overall even when over a limit; statuses and counters still tell the truth.
     #[arg(long, env = "SHADOW_MODE", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub shadow_mode: bool,

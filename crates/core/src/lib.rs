@@ -21,6 +21,7 @@ pub mod engine;
 pub mod limiter;
 pub mod metrics;
 pub mod policy;
+pub mod quota;
 pub mod redact;
 pub mod rules_dir;
 pub mod store;

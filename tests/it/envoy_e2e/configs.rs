@@ -14,13 +14,17 @@ use ratelimit_server::rules_dir::{SizeCaps, load_rules_dir};
 
 use crate::envoy_e2e::harness::{envoy_or_skip, repo_root};
 
-const CONFIGS: [&str; 5] = [
+const CONFIGS: [&str; 6] = [
     "per-api-key.yaml",
     "per-ip-mtls.yaml",
     "per-ip.yaml",
     "per-route.yaml",
     "per-user-jwt.yaml",
+    "rlqs.yaml",
 ];
+
+/// The config of the rate_limit_quota filter (RLQS) rather than the ratelimit filter.
+const RLQS: &str = "rlqs.yaml";
 
 fn configs() -> Vec<(String, PathBuf, String)> {
     let dir = repo_root().join("envoy");
@@ -80,7 +84,7 @@ fn each_envoy_config_has_a_rules_file_for_its_domain() {
 
 #[test]
 fn each_envoy_config_sets_headers_timeout_and_a_documented_failure_mode() {
-    for (name, _, text) in configs() {
+    for (name, _, text) in configs().into_iter().filter(|(n, _, _)| n != RLQS) {
         for needle in [
             "envoy.filters.http.ratelimit",
             "enable_x_ratelimit_headers: DRAFT_VERSION_03",
@@ -112,6 +116,24 @@ fn each_envoy_config_sets_headers_timeout_and_a_documented_failure_mode() {
         for words in ["false = fail open", "true = fail closed"] {
             assert!(comment.contains(words), "{name}: comment lacks `{words}`");
         }
+    }
+}
+
+#[test]
+fn the_rlqs_config_documents_what_envoy_does_without_an_assignment() {
+    let text = std::fs::read_to_string(repo_root().join("envoy").join(RLQS)).unwrap();
+    for needle in [
+        "envoy.filters.http.rate_limit_quota",
+        "envoy_grpc: { cluster_name: ratelimit }",
+        "http2_protocol_options: {}",
+        "port_value: 10000",
+        "port_value: 8081",
+        "ALLOW_ALL = fail open",
+        "DENY_ALL = fail closed",
+        "no_assignment_behavior:",
+        "expired_assignment_behavior:",
+    ] {
+        assert!(text.contains(needle), "{RLQS}: missing `{needle}`");
     }
 }
 

@@ -12,5 +12,6 @@ mod limits;
 mod mtls;
 mod redis;
 mod replay;
+mod rlqs;
 mod user_jwt;
 mod xds_rules;

@@ -1,6 +1,8 @@
 //! `GET /explain?domain=D&descriptor=k=v,k2=v2`: `Engine::explain` rendered as JSON — which rule
 //! one descriptor matches on the live rules, each limit's algorithm and effective numbers, and the
 //! state of the counter a decision would charge (what `ratelimit-server explain --server` prints).
+//! With `bucket=k=v,k2=v2` instead of `descriptor`, an RLQS bucket (entries in any order): the
+//! descriptor it is read as, the rule and pool that govern it, and each stream's share now.
 //! Reads only: nothing is charged.
 
 use axum::Json;
@@ -17,19 +19,29 @@ use crate::config::Algorithm;
 use crate::engine::Explained;
 use crate::limiter::human;
 use crate::policy::{RuleKind, parse_descriptor};
+use crate::quota::{Governed, Grant};
 use crate::store::Backend;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ExplainQuery {
     domain: String,
-    descriptor: String,
+    descriptor: Option<String>,
+    bucket: Option<String>,
 }
 
 pub(super) async fn explain<B: Backend>(
     State(admin): State<Arc<Admin<B>>>,
     Query(q): Query<ExplainQuery>,
 ) -> Response {
-    let entries = match parse_descriptor(&q.descriptor) {
+    let descriptor = match (&q.descriptor, &q.bucket) {
+        (Some(d), None) => d.clone(),
+        (None, Some(bucket)) => return explain_bucket(&admin, &q.domain, bucket),
+        _ => {
+            let message = "give one of descriptor=k=v,... or bucket=k=v,...";
+            return (StatusCode::BAD_REQUEST, message).into_response();
+        }
+    };
+    let entries = match parse_descriptor(&descriptor) {
         Ok(e) => e,
         Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
     };
@@ -38,7 +50,7 @@ pub(super) async fn explain<B: Backend>(
     let now = engine.now();
     let mut out = json!({
         "domain": q.domain,
-        "descriptor": q.descriptor,
+        "descriptor": descriptor,
         "now_unix_ns": now,
         "store": B::NAME,
     });
@@ -102,4 +114,73 @@ pub(super) async fn explain<B: Backend>(
 fn outcome(mut out: Value, outcome: &str) -> Response {
     out["outcome"] = json!(outcome);
     Json(out).into_response()
+}
+
+/// `/explain?bucket=…`: how an RLQS bucket is read and what each stream holds of it.
+fn explain_bucket<B: Backend>(admin: &Admin<B>, domain: &str, bucket: &str) -> Response {
+    let entries = match parse_descriptor(bucket) {
+        Ok(e) => e,
+        Err(message) => return (StatusCode::BAD_REQUEST, message).into_response(),
+    };
+    let (_, mapping) = admin.engine.map_bucket(domain, &entries);
+    let live = admin
+        .quotas
+        .as_ref()
+        .and_then(|quotas| quotas.view(domain, &entries));
+    let mut out = json!({
+        "domain": domain,
+        "bucket": bucket,
+        "descriptor": descriptor_text(&mapping.descriptor),
+    });
+    match &mapping.governed {
+        Governed::AllowAll(why) => {
+            out["outcome"] = json!("allow_all");
+            out["why"] = json!(format!("{why:?}"));
+        }
+        Governed::Unlimited { path, .. } => {
+            out["outcome"] = json!("unlimited");
+            out["rule"] = json!(path);
+        }
+        Governed::Limited {
+            path, shadow, pool, ..
+        } => {
+            out["outcome"] = json!(if *shadow { "shadow" } else { "shared" });
+            out["rule"] = json!(path);
+            out["pool"] = json!({
+                "tokens": pool.tokens,
+                "period_secs": pool.period_secs,
+                "burst": pool.burst,
+                "fill_interval_secs": pool.fill_interval_secs(),
+            });
+        }
+    }
+    let streams: Vec<Value> = live
+        .map(|view| view.grants)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(stream, grant, demand)| {
+            let grant = match grant {
+                Some(Grant::TokenBucket(g)) => json!({
+                    "token_bucket": {
+                        "max_tokens": g.max_tokens,
+                        "tokens_per_fill": g.tokens_per_fill,
+                        "fill_interval_secs": g.fill_interval_secs,
+                    }
+                }),
+                Some(Grant::DenyAll) => json!("deny_all"),
+                None => Value::Null,
+            };
+            json!({"stream": stream, "demand_per_sec": demand, "grant": grant})
+        })
+        .collect();
+    out["streams"] = json!(streams);
+    Json(out).into_response()
+}
+
+fn descriptor_text(entries: &[(String, String)]) -> String {
+    entries
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -30,6 +30,8 @@ pub struct Admin<B> {
     pub status: Arc<ServerStatus>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
     pub healthy_needs_a_domain: bool,
+    /// The RLQS buckets, for `/explain?bucket=…`.
+    pub quotas: Option<Arc<dyn crate::quota::BucketLookup>>,
 }
 
 type AdminState<B> = State<Arc<Admin<B>>>;

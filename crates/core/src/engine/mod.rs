@@ -11,6 +11,7 @@ mod metadata;
 mod observe;
 mod outcome;
 mod plan;
+mod quota;
 mod request;
 mod response;
 mod turn;

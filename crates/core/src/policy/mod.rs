@@ -3,10 +3,12 @@
 //! else the value-less `key`; no backtracking; a rule applies only when the descriptor ends at its
 //! depth. Pure: built from validated `DomainConfig`s, no I/O, no clock.
 
+mod order;
 mod pattern;
 
 use std::collections::HashMap;
 
+pub use order::ORDER_STEPS;
 pub use pattern::Pattern;
 
 use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec};

@@ -1,0 +1,55 @@
+//! The RLQS series: streams open, buckets known, reports read, assignments sent by kind, and
+//! buckets refused past the caps. Per-rule hits and over-limit counts of reported requests go
+//! to the rules' own series (`Engine::record_quota_usage`).
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+#[derive(Clone)]
+pub struct QuotaMetrics {
+    pub streams: IntGauge,
+    pub buckets: IntGauge,
+    pub reports: IntCounter,
+    pub assignments: IntCounterVec,
+    pub refused: IntCounter,
+}
+
+impl QuotaMetrics {
+    /// The series, registered on `registry` (a second registration keeps the first).
+    pub fn register(registry: &Registry) -> QuotaMetrics {
+        let metrics = QuotaMetrics {
+            streams: IntGauge::new(
+                "ratelimit_rlqs_streams",
+                "Open RLQS streams (one per Envoy and domain)",
+            )
+            .expect("valid metric"),
+            buckets: IntGauge::new("ratelimit_rlqs_buckets", "RLQS buckets the server tracks")
+                .expect("valid metric"),
+            reports: IntCounter::new(
+                "ratelimit_rlqs_reports_total",
+                "Bucket usage reports read from RLQS streams",
+            )
+            .expect("valid metric"),
+            assignments: IntCounterVec::new(
+                Opts::new(
+                    "ratelimit_rlqs_assignments_total",
+                    "Bucket actions sent on RLQS streams, by kind (token_bucket, allow_all, \
+                     deny_all, abandon)",
+                ),
+                &["action"],
+            )
+            .expect("valid metric"),
+            refused: IntCounter::new(
+                "ratelimit_rlqs_buckets_refused_total",
+                "Bucket reports ignored because their stream or the server holds the most buckets \
+                 it may",
+            )
+            .expect("valid metric"),
+        };
+        let _ = registry.register(Box::new(metrics.streams.clone()));
+        let _ = registry.register(Box::new(metrics.buckets.clone()));
+        let _ = registry.register(Box::new(metrics.reports.clone()));
+        let _ = registry.register(Box::new(metrics.assignments.clone()));
+        let _ = registry.register(Box::new(metrics.refused.clone()));
+        metrics
+    }
+}

@@ -1,0 +1,111 @@
+//! The gRPC face of the Rate Limit Quota Service:
+//! `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`, one
+//! bidirectional stream per Envoy (and domain). Each usage report goes into the shared [`Table`]
+//! (the core's `quota` logic: which rule governs the bucket, each stream's share); the answer and
+//! any push to other streams leave through each stream's bounded outbox. A ticker moves shares
+//! every second (demand, TTLs, reloads). At shutdown every stream ends, so the drain does not
+//! wait on them.
+
+mod actions;
+mod metrics;
+mod table;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
+    RateLimitQuotaService, RateLimitQuotaServiceServer,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use futures_util::Stream;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+pub use metrics::QuotaMetrics;
+pub use table::Table;
+
+use crate::engine::Engine;
+use crate::store::Backend;
+
+/// Messages a stream's outbox holds before pushes to it are dropped.
+const OUTBOX: usize = 64;
+/// Largest usage-report message read.
+const MAX_REPORT_BYTES: usize = 4 * 1024 * 1024;
+/// How often shares are recomputed without a report.
+const TICK: Duration = Duration::from_secs(1);
+
+/// The service around the shared table.
+pub struct QuotaService<B> {
+    table: Arc<Table<B>>,
+    shutdown: watch::Receiver<bool>,
+}
+
+type Responses = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
+
+impl<B: Backend> QuotaService<B> {
+    /// The tonic service; streams end when `shutdown` turns true.
+    pub fn server(
+        table: Arc<Table<B>>,
+        shutdown: watch::Receiver<bool>,
+    ) -> RateLimitQuotaServiceServer<QuotaService<B>> {
+        RateLimitQuotaServiceServer::new(QuotaService { table, shutdown })
+            .max_decoding_message_size(MAX_REPORT_BYTES)
+    }
+}
+
+/// The table for `engine`, with its series on the engine's registry (if any).
+pub fn table<B: Backend>(engine: Arc<Engine<B>>, registry: &prometheus::Registry) -> Arc<Table<B>> {
+    Arc::new(Table::new(engine, QuotaMetrics::register(registry)))
+}
+
+/// Recomputes shares every [`TICK`] until `stop` turns true.
+pub async fn tick<B: Backend>(table: Arc<Table<B>>, mut stop: watch::Receiver<bool>) {
+    let mut interval = tokio::time::interval(TICK);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => table.tick(),
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<B: Backend> RateLimitQuotaService for QuotaService<B> {
+    type StreamRateLimitQuotasStream = Responses;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Responses>, Status> {
+        let mut inbound = request.into_inner();
+        let (outbox, responses) = mpsc::channel(OUTBOX);
+        let stream = self.table.open(outbox);
+        let table = self.table.clone();
+        let mut stop = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    message = inbound.message() => match message {
+                        Ok(Some(reports)) => table.report(stream, reports),
+                        Ok(None) => break,
+                        Err(status) => {
+                            tracing::debug!(stream, %status, "RLQS stream ended with an error");
+                            break;
+                        }
+                    },
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+            }
+            // Dropping the table's sender ends the response stream.
+            table.close(stream);
+        });
+        let responses = ReceiverStream::new(responses);
+        Ok(Response::new(Box::pin(futures_util::StreamExt::map(
+            responses, Ok,
+        ))))
+    }
+}

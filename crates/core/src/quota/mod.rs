@@ -1,0 +1,26 @@
+//! The Rate Limit Quota Service's logic, transport-free and pure (time is passed in): which rule
+//! governs an RLQS bucket ([`bucket`]), what one rule allows as a pool of tokens ([`pool`]), and
+//! how a pool is split among the Envoys that report the bucket ([`shares`]). The gRPC stream
+//! around it lives in `ratelimit-app`.
+
+pub mod bucket;
+pub mod pool;
+pub mod shares;
+
+pub use bucket::{Governed, Mapping, Unruled, map_bucket};
+pub use pool::Pool;
+pub use shares::{Grant, Shares, StreamId, TokenGrant};
+
+/// What the server holds for one RLQS bucket: the rule it was read on and, per stream, its grant
+/// (if any) and its demand in requests per second (`/explain?bucket=…`).
+#[derive(Debug, Clone)]
+pub struct BucketView {
+    pub mapping: Mapping,
+    pub grants: Vec<(StreamId, Option<Grant>, f64)>,
+}
+
+/// Where `/explain` looks a bucket up (the RLQS service's table).
+pub trait BucketLookup: Send + Sync {
+    /// The bucket of `domain` with these entries (any order), if a stream reported it.
+    fn view(&self, domain: &str, entries: &[(String, String)]) -> Option<BucketView>;
+}

