@@ -16,7 +16,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use crate::common::{self, TestServer, scrape_metric};
+use crate::common::metrics::scrape_count as scrape_metric;
+use crate::common::{self, TestServer};
 
 const RULES: &str = "
 domain: rlqs-test
