@@ -109,12 +109,12 @@ impl TextKeyBuilder {
             key.push_str(&name);
         }
         let mut body = String::new();
-        for (k, v) in id.entries.iter() {
+        id.entries.for_each(|k, v| {
             body.push('|');
             encode(&mut body, k);
             body.push('=');
             encode(&mut body, v);
-        }
+        });
         let mut tail = String::new();
         let _ = write!(tail, "|{}.{}.", id.slot, id.algorithm.code());
         if id.period.is_multiple_of(NANOS_PER_SECOND) {

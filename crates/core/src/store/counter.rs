@@ -68,6 +68,20 @@ impl<'a> Entries<'a> {
         }
     }
 
+    /// Calls `f` with each (key, value) in order, as counted: what key derivation uses, with one
+    /// branch on where the entries are instead of one per entry.
+    pub fn for_each(&self, mut f: impl FnMut(&'a str, &'a str)) {
+        if !self.shared.is_empty() {
+            self.iter().for_each(|(k, v)| f(k, v));
+            return;
+        }
+        match self.source {
+            Source::Pairs(p) => p.iter().for_each(|(k, v)| f(k, v)),
+            Source::Owned(p) => p.iter().for_each(|(k, v)| f(k, v)),
+            Source::Request(e) => e.iter().for_each(|e| f(&e.key, &e.value)),
+        }
+    }
+
     /// Entry `i` as given (before sharing).
     fn raw(&self, i: usize) -> Option<(&'a str, &'a str)> {
         match self.source {

@@ -36,10 +36,10 @@ impl KeyBuilder {
     pub fn key(&self, id: &CounterId<'_>) -> StoreKey {
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
         write_str(&mut h, id.domain);
-        for (key, value) in id.entries.iter() {
+        id.entries.for_each(|key, value| {
             write_str(&mut h, key);
             write_str(&mut h, value);
-        }
+        });
         h.write_u64(id.slot as u64);
         h.write_u8(id.algorithm as u8);
         h.write_u64(id.period);
