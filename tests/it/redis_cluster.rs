@@ -103,10 +103,7 @@ impl Cluster {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn the_store_contract_holds_on_a_cluster() {
     // The traces' requests of two and three descriptors mostly span slots: decided by a
     // compare-and-set per slot, they must still give the memory store's verdicts, step by step.
@@ -150,10 +147,7 @@ fn script_calls(node: &RedisServer) -> u64 {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn one_domains_keys_and_calls_spread_over_every_master() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -202,10 +196,7 @@ async fn one_domains_keys_and_calls_spread_over_every_master() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_request_across_slots_that_cannot_fit_charges_neither_descriptor() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -237,10 +228,7 @@ async fn a_request_across_slots_that_cannot_fit_charges_neither_descriptor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_charge() {
     // Each request: the hot key (50 per hour, raced by every request of two store instances)
     // and a key of its own (10 per hour) in another slot. Exactly 50 pass; every denied request's
@@ -306,10 +294,7 @@ async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -353,10 +338,7 @@ fn node_id(node: &RedisServer) -> String {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_key_in_a_slot_being_migrated_is_followed_through_ask_then_moved() {
     let Some(cluster) = Cluster::start() else {
         return;
@@ -436,10 +418,7 @@ async fn a_key_in_a_slot_being_migrated_is_followed_through_ask_then_moved() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_dead_master_sends_only_its_own_keys_to_the_failure_mode() {
     let Some(mut cluster) = Cluster::start() else {
         return;

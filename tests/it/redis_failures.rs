@@ -164,10 +164,7 @@ fn load(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -234,10 +231,7 @@ async fn frozen_redis_in_local_mode_every_request_is_answered_then_back_to_redis
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn frozen_redis_in_deny_mode_answers_over_limit() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -257,10 +251,7 @@ async fn frozen_redis_in_deny_mode_answers_over_limit() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn frozen_redis_in_error_mode_answers_unavailable() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -279,10 +270,7 @@ async fn frozen_redis_in_error_mode_answers_unavailable() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn allow_mode_answers_ok_even_over_the_limit() {
     let Some(mut redis) = RedisServer::start() else {
         return;
@@ -299,10 +287,7 @@ async fn allow_mode_answers_ok_even_over_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn redis_killed_and_restarted_on_the_same_port_is_used_again_without_a_restart() {
     let Some(mut redis) = RedisServer::start() else {
         return;
@@ -332,10 +317,7 @@ async fn redis_killed_and_restarted_on_the_same_port_is_used_again_without_a_res
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn redis_down_at_start_up_the_server_starts_then_uses_redis_once_it_appears() {
     if !common::redis::available() {
         return;
@@ -396,10 +378,7 @@ fn command_calls(redis: &RedisServer, command: &str) -> u64 {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn the_local_cache_saves_redis_calls_and_a_raised_limit_is_admitted_at_once() {
     let Some(redis) = RedisServer::start() else {
         return;

@@ -45,10 +45,7 @@ fn upstream(redis: &RedisServer) -> SocketAddr {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_redis_a_round_trip_of_most_of_the_timeout_away_is_connected_and_decides() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -93,10 +90,7 @@ async fn a_redis_a_round_trip_of_most_of_the_timeout_away_is_connected_and_decid
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_wrong_password_stops_start_up_however_far_redis_is() {
     assert!(common::redis::available());
     let redis = RedisServer::spawn(
@@ -156,10 +150,7 @@ async fn while_redis_is_unreachable_the_server_counts_its_attempts_and_keeps_say
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn connections_cut_now_and_then_do_not_open_the_breaker() {
     let Some(redis) = RedisServer::start() else {
         return;

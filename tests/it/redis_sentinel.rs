@@ -92,10 +92,7 @@ fn sentinel(master_port: u16) -> Sentinel {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn the_server_finds_the_master_through_the_sentinel() {
     let Some(Topology {
         master,
@@ -135,10 +132,7 @@ async fn the_server_finds_the_master_through_the_sentinel() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting() {
     let Some(Topology {
         master,

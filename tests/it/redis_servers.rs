@@ -115,20 +115,14 @@ async fn three_instances_racing_admit_exactly_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn two_instances_racing_while_busy_loops_hold_every_core_admit_exactly_the_limit() {
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     race_with(2, || BusyLoops::start(cores)).await;
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_restarted_instance_keeps_its_counters() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -181,10 +175,7 @@ async fn a_bad_redis_setting_stops_the_server_naming_it() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_unix_socket_with_redis_socket_type_unix() {
     if !common::redis::available() {
         return;

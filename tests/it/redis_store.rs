@@ -18,10 +18,7 @@ use ratelimit_server::store::redis::{EXPIRY_GRACE_MS, RedisBackend, RedisConfig}
 use ratelimit_server::store::{Backend, Charge, Store};
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn memory_and_redis_give_the_same_verdicts_for_every_algorithm() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -48,10 +45,7 @@ async fn memory_and_redis_give_the_same_verdicts_for_every_algorithm() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn all_or_nothing_shadow_and_hits_addend_on_both_stores() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -107,10 +101,7 @@ async fn all_or_nothing_on<B: Backend>(store: Store<B>, now: u64) {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn keys_are_readable_and_expire_when_their_state_does() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -197,10 +188,7 @@ async fn race(redis: &RedisServer, algorithm: Algorithm, limit: u32, per_instanc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn two_store_instances_racing_on_one_redis_admit_exactly_the_limit() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -214,10 +202,7 @@ async fn two_store_instances_racing_on_one_redis_admit_exactly_the_limit() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn clock_skew_between_instances_costs_at_most_rate_times_skew() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -243,10 +228,7 @@ async fn clock_skew_between_instances_costs_at_most_rate_times_skew() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_leaky_bucket_turn_is_given_back_through_redis() {
     let Some(redis) = RedisServer::start() else {
         return;
@@ -325,10 +307,7 @@ async fn decide_one(
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_repeated_key_costs_one_round_trip_per_decision_and_a_stale_cache_stays_exact() {
     let Some(redis) = RedisServer::start() else {
         return;

