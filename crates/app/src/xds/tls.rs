@@ -2,16 +2,12 @@
 //! roots), the name it must carry, and the client certificate we present (Envoy Gateway's server
 //! requires one, and TLS 1.3). Errors name the setting at fault.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
-
-/// Largest certificate, key or CA file read.
-const MAX_PEM_BYTES: u64 = 1 << 20;
 
 /// What the TLS settings ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,16 +23,7 @@ pub struct ClientTls {
 }
 
 fn read(setting: &str, path: &Path) -> Result<Vec<u8>, String> {
-    let error = |m: String| format!("{setting} ({}): {m}", path.display());
-    let file = std::fs::File::open(path).map_err(|e| error(format!("cannot open: {e}")))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_PEM_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| error(format!("cannot read: {e}")))?;
-    if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(error(format!("larger than {MAX_PEM_BYTES} bytes")));
-    }
-    Ok(bytes)
+    crate::net::tls::read_capped(path).map_err(|m| format!("{setting} ({}): {m}", path.display()))
 }
 
 fn certificates(setting: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {

@@ -99,18 +99,23 @@ pub fn parse_san(setting: &str, text: &str) -> Result<ServerName<'static>, TlsEr
 }
 
 fn read_pem(setting: &str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    let error = |message: String| TlsError::File {
+    read_capped(path).map_err(|message| TlsError::File {
         setting: setting.to_owned(),
         path: path.to_owned(),
         message,
-    };
-    let file = std::fs::File::open(path).map_err(|e| error(format!("cannot open: {e}")))?;
+    })
+}
+
+/// A certificate, key or CA file's bytes, at most [`MAX_PEM_BYTES`] of them (our listeners' and
+/// the xDS client's); the error says what went wrong, not which file.
+pub(crate) fn read_capped(path: &Path) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
     let mut bytes = Vec::new();
     file.take(MAX_PEM_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| error(format!("cannot read: {e}")))?;
+        .map_err(|e| format!("cannot read: {e}"))?;
     if bytes.len() as u64 > MAX_PEM_BYTES {
-        return Err(error(format!("larger than {MAX_PEM_BYTES} bytes")));
+        return Err(format!("larger than {MAX_PEM_BYTES} bytes"));
     }
     Ok(bytes)
 }

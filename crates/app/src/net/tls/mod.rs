@@ -18,6 +18,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use files::read_capped;
 pub use files::{TlsError, TlsSpec};
 pub use metrics::TlsMetrics;
 pub use reload::{TlsSource, watch_files};
