@@ -8,16 +8,15 @@
 //! differently, take its rules over xDS, decide over TLS, answer `/healthcheck` on the admin port
 //! and serve the metrics on the Prometheus port.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use ratelimit_server::clock::monotonic;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tonic::transport::{Endpoint, Uri};
 
+use crate::common::process::Served;
 use crate::common::redis::RedisServer;
 use crate::common::{Code, code, free_port, request};
 use crate::support::ads::{Ads, tls13_requiring_client_certs};
@@ -53,15 +52,6 @@ const ENVOY_GATEWAY_ENV: &[(&str, &str)] = &[
     ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
 ];
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(no_redis, ignore = "needs redis-server on PATH")]
 async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls() {
@@ -82,7 +72,6 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     );
     let (http, grpc, prometheus) = (free_port(), free_port(), free_port());
     let certs_dir = format!("{}/", certs.path().display());
-    let log = tempfile::NamedTempFile::new().unwrap();
     let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
     command.env_clear();
     for (name, value) in ENVOY_GATEWAY_ENV {
@@ -94,34 +83,14 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
         };
         command.env(name, value);
     }
-    let child = command
+    command
         .env("HOST", "127.0.0.1")
         .env("PORT", http.to_string())
         .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", grpc.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let mut child = Killed(child);
-    let read_log = || std::fs::read_to_string(log.path()).unwrap_or_default();
-    let started = monotonic();
-    loop {
-        let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
-        if health.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        if let Some(exit) = child.0.try_wait().unwrap() {
-            panic!("server exited ({exit}):\n{}", read_log());
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "not healthy:\n{}",
-            read_log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        .env("GRPC_PORT", grpc.to_string());
+    let mut served = Served::spawn_command(command, grpc, http);
+    served.wait_healthy().await;
+    let read_log = || served.log();
     ads.wait_ack("1").await;
     // gRPC over TLS, as Envoy reaches it (no client certificate: GRPC_SERVER_TLS_CA_CERT is not
     // the reference's name for the client CA, and the reference does not ask for one either).

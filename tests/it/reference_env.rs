@@ -5,7 +5,9 @@
 
 use crate::common;
 
-use std::process::{Child, Command, Stdio};
+use common::process::Served;
+
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Code, code, free_port, request};
@@ -18,15 +20,6 @@ fn rules(rpu: u32) -> String {
     )
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reference_style_environment_serves_reloads_and_warns() {
     let root = tempfile::tempdir().unwrap();
@@ -34,8 +27,8 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(config.join("config.yaml"), rules(5)).unwrap();
     let (http, grpc, debug) = (free_port(), free_port(), free_port());
-    let log = tempfile::NamedTempFile::new().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    command
         .env_clear()
         .env("RUNTIME_ROOT", root.path())
         .env("RUNTIME_SUBDIRECTORY", "ratelimit")
@@ -51,29 +44,10 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
         .env("MEMCACHE_HOST_PORT", "memcached:11211")
         .env("GRPC_MAX_CONNECTION_AGE", "24h")
         .env("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")
-        .env("MERGE_DOMAIN_CONFIG", "true")
-        .stdout(Stdio::null())
-        .stderr(log.reopen().unwrap())
-        .spawn()
-        .unwrap();
-    let mut child = Killed(child);
-    let read_log = || std::fs::read_to_string(log.path()).unwrap_or_default();
-    let started = monotonic();
-    loop {
-        let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
-        if health.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        if let Some(exit) = child.0.try_wait().unwrap() {
-            panic!("server exited ({exit}):\n{}", read_log());
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "not healthy:\n{}",
-            read_log()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        .env("MERGE_DOMAIN_CONFIG", "true");
+    let mut served = Served::spawn_command(command, grpc, http);
+    served.wait_healthy().await;
+    let read_log = || served.log();
     // The rules served over gRPC on GRPC_PORT.
     let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
         .await

@@ -69,6 +69,44 @@ impl Served {
         }
     }
 
+    /// The binary as `command` sets it up (environment and arguments are the test's: e.g. the
+    /// reference's variables alone), its gRPC port `grpc` and admin port `http`, its stderr in the
+    /// log.
+    pub fn spawn_command(mut command: Command, grpc: u16, http: u16) -> Served {
+        let log = NamedTempFile::new().unwrap();
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .expect("the server binary runs");
+        Served {
+            child,
+            grpc,
+            http: format!("http://127.0.0.1:{http}"),
+            log,
+        }
+    }
+
+    /// Waits until `/healthcheck` answers 200 (fails if the server exits first).
+    pub async fn wait_healthy(&mut self) {
+        let url = format!("{}/healthcheck", self.http);
+        let started = monotonic();
+        loop {
+            if reqwest::get(&url)
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return;
+            }
+            if let Some(exit) = self.child.try_wait().unwrap() {
+                panic!("server exited ({exit}):\n{}", self.log());
+            }
+            assert!(started.elapsed() < BOUND, "not healthy:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// A gRPC client, once the server accepts (fails if it exits first).
     pub async fn client(&mut self) -> RateLimitServiceClient<Channel> {
         let url = format!("http://127.0.0.1:{}", self.grpc);
