@@ -493,3 +493,94 @@ async fn a_dead_master_sends_only_its_own_keys_to_the_failure_mode() {
         "only the dead master's keys were answered by the failure mode"
     );
 }
+
+/// Moves `slot` from `from` to `to` as `redis-cli --cluster reshard` does: IMPORTING and
+/// MIGRATING, the slot's keys MIGRATEd a few at a time, then the slot assigned on every master.
+fn migrate_slot(nodes: &[RedisServer], slot: &str, from: usize, to: usize) {
+    let (src, dst) = (&nodes[from], &nodes[to]);
+    let (src_id, dst_id) = (node_id(src), node_id(dst));
+    dst.cli(&["CLUSTER", "SETSLOT", slot, "IMPORTING", &src_id])
+        .unwrap();
+    src.cli(&["CLUSTER", "SETSLOT", slot, "MIGRATING", &dst_id])
+        .unwrap();
+    let port = dst.addr().rsplit(':').next().unwrap().to_owned();
+    loop {
+        let keys = src.cli(&["CLUSTER", "GETKEYSINSLOT", slot, "10"]).unwrap();
+        let keys: Vec<&str> = keys.split_whitespace().collect();
+        if keys.is_empty() {
+            break;
+        }
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys);
+        src.cli(&args).unwrap();
+    }
+    for node in nodes {
+        node.cli(&["CLUSTER", "SETSLOT", slot, "NODE", &dst_id])
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn two_instances_racing_while_the_keys_slots_move_admit_exactly_the_limit() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let rules = shared_rules();
+    // REDIS_TIMEOUT and REDIS_FAILURE_MODE (local) at the defaults a user gets.
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "cluster".into()),
+        ("REDIS_URL", cluster.seeds()),
+        ("CACHE_KEY_PREFIX", "mv:".into()),
+    ];
+    let mut a = Served::with_env(rules.path(), &env);
+    let mut b = Served::with_env(rules.path(), &env);
+    let (ca, cb) = (a.client().await, b.client().await);
+    let nodes = std::sync::Arc::new(cluster.nodes);
+    for (key, limit) in SHARED_LIMITS {
+        // One request first, so the key exists and its slot can be found.
+        let first = fire(ca.clone(), key, "hot".into(), 1, 1).await;
+        let text = format!("mv:shared|{key}=hot|");
+        let stored = nodes
+            .iter()
+            .find_map(|n| {
+                let found = n.cli(&["KEYS", &format!("{text}*")]).ok()?;
+                let k = found.split_whitespace().next()?.to_owned();
+                let slot = n.cli(&["CLUSTER", "KEYSLOT", &k]).ok()?;
+                let owner = nodes.iter().position(|m| m.addr() == n.addr())?;
+                Some((slot.trim().to_owned(), owner))
+            })
+            .expect("the key is on a master");
+        let (slot, owner) = stored;
+        let moving = {
+            let nodes = nodes.clone();
+            std::thread::spawn(move || {
+                // Back and forth while the race runs.
+                let mut at = owner;
+                for _ in 0..4 {
+                    let next = (at + 1) % nodes.len();
+                    migrate_slot(&nodes, &slot, at, next);
+                    at = next;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        let (oa, ob) = tokio::join!(
+            fire(ca.clone(), key, "hot".into(), 1000, 256),
+            fire(cb.clone(), key, "hot".into(), 1000, 256),
+        );
+        moving.join().unwrap();
+        eprintln!("{key} while its slot moved: {first} + {oa} + {ob}");
+        assert_eq!(first + oa + ob, limit, "{key}");
+    }
+    for s in [&a, &b] {
+        let page = common::metrics::scrape(&format!("{}/metrics", s.http)).await;
+        assert_eq!(
+            common::metrics::sum(&page, "ratelimit_store_failure_mode_decisions"),
+            0.0,
+            "{}",
+            s.log()
+        );
+    }
+}
