@@ -281,18 +281,26 @@ impl RateLimit {
 
     /// Same, letting the test adjust the settings first.
     pub async fn start_with(rules: &str, adjust: impl FnOnce(&mut ServeSettings)) -> RateLimit {
+        Self::try_start_with(rules, adjust)
+            .await
+            .expect("ratelimit-server starts")
+    }
+
+    /// Same, saying why it could not start (e.g. its address is taken).
+    pub async fn try_start_with(
+        rules: &str,
+        adjust: impl FnOnce(&mut ServeSettings),
+    ) -> Result<RateLimit, app::StartError> {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join(RULES_FILE), rules).expect("write rules");
         let mut settings = ServeSettings::for_tests(dir.path().to_path_buf());
         adjust(&mut settings);
-        let server = app::start(&settings, Arc::new(SystemClock))
-            .await
-            .expect("ratelimit-server starts");
-        RateLimit {
+        let server = app::start(&settings, Arc::new(SystemClock)).await?;
+        Ok(RateLimit {
             grpc_addr: server.grpc_addr,
             server: Some(server),
             rules: dir,
-        }
+        })
     }
 
     /// Replaces the rules file in place (as an editor would), for the hot-reload watcher.

@@ -171,7 +171,11 @@ async fn without_the_server_assignments_expire_and_envoy_recovers_when_it_is_bac
     let Some(bin) = envoy_or_skip("rlqs_restart") else {
         return;
     };
-    let mut ratelimit = RateLimit::start(&rules()).await;
+    // A port below the kernel's ephemeral range, so that no outgoing connection takes it while
+    // the server is down.
+    let port = crate::common::free_port();
+    let mut ratelimit =
+        RateLimit::start_with(&rules(), |s| s.grpc_addr = ([127, 0, 0, 1], port).into()).await;
     let addr = ratelimit.grpc_addr;
     let envoy = start_envoy(&bin, addr.port()).await;
     let mut limited = false;
@@ -198,7 +202,19 @@ async fn without_the_server_assignments_expire_and_envoy_recovers_when_it_is_bac
     }
     // The server comes back on the same port; Envoy reopens its stream from its report timer,
     // its reports reach the new server, and k1 is limited again.
-    let back = RateLimit::start_with(&rules(), |s| s.grpc_addr = addr).await;
+    // While it was down (20 s and more) another process may have taken the port for a while
+    // (a test's server, a cluster bus port): try again until it is free.
+    let started = tokio::time::Instant::now();
+    let back = loop {
+        match RateLimit::try_start_with(&rules(), |s| s.grpc_addr = addr).await {
+            Ok(back) => break back,
+            Err(e) => assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the server never got its port back: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let started = tokio::time::Instant::now();
     loop {
         if status(&envoy, "k1").await == 429 {
