@@ -121,24 +121,5 @@ pub async fn drive(
             })
         })
         .collect();
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
-    let (mut count, mut errors, mut answered) = (0, 0, 0);
-    for t in tasks {
-        let (c, e, a, h) = t.await.expect("worker");
-        count += c;
-        errors += e;
-        answered += a;
-        latency.add(h).expect("same bounds");
-    }
-    Outcome {
-        throughput: count as f64 / duration.as_secs_f64(),
-        latency,
-        errors,
-        answered,
-        round_trips: None,
-        attempts: None,
-        recorded: None,
-        server_cpu: 0.0,
-        peak_rss_mib: 0.0,
-    }
+    Outcome::of_workers(tasks, duration).await
 }

@@ -405,25 +405,37 @@ async fn drive(
             })
         })
         .collect();
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
-    let (mut count, mut errors, mut answered) = (0, 0, 0);
-    for t in tasks {
-        let (c, e, a, h) = t.await.expect("worker");
-        count += c;
-        errors += e;
-        answered += a;
-        latency.add(h).expect("same bounds");
-    }
-    Outcome {
-        throughput: count as f64 / duration.as_secs_f64(),
-        latency,
-        errors,
-        answered,
-        round_trips: None,
-        attempts: None,
-        recorded: None,
-        peak_rss_mib: 0.0,
-        server_cpu: 0.0,
+    Outcome::of_workers(tasks, duration).await
+}
+
+/// One worker's tally: calls measured, errors, calls answered (warm-up included), latencies.
+type Tally = (u64, u64, u64, Histogram<u64>);
+
+impl Outcome {
+    /// The workers' tallies added up: throughput over `duration`; the server-side fields are
+    /// filled in by the caller.
+    async fn of_workers(tasks: Vec<tokio::task::JoinHandle<Tally>>, duration: Duration) -> Outcome {
+        let mut latency =
+            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
+        let (mut count, mut errors, mut answered) = (0, 0, 0);
+        for t in tasks {
+            let (c, e, a, h) = t.await.expect("worker");
+            count += c;
+            errors += e;
+            answered += a;
+            latency.add(h).expect("same bounds");
+        }
+        Outcome {
+            throughput: count as f64 / duration.as_secs_f64(),
+            latency,
+            errors,
+            answered,
+            round_trips: None,
+            attempts: None,
+            recorded: None,
+            peak_rss_mib: 0.0,
+            server_cpu: 0.0,
+        }
     }
 }
 
