@@ -20,6 +20,7 @@ fn params(algorithm: Algorithm) -> LimitParams {
         period: NANOS_PER_SECOND,
         burst: u32::MAX,
         max_delay: NANOS_PER_SECOND,
+        charge_denied: false,
     }
 }
 

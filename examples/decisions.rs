@@ -37,6 +37,7 @@ fn main() {
         period: NANOS_PER_SECOND,
         burst: u32::MAX,
         max_delay: NANOS_PER_SECOND,
+        charge_denied: false,
     };
     let keys = KeyBuilder::new(1, 2);
     let store = MemoryBackend::new(args.keys.max(1_000_000));

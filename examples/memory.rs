@@ -35,6 +35,7 @@ fn fill(store: &MemoryBackend, keys: &KeyBuilder, count: usize, now: u64, algori
         period: 60 * NANOS_PER_SECOND,
         burst: 100,
         max_delay: 0,
+        charge_denied: false,
     };
     let mut value = String::new();
     for i in 0..count {

@@ -29,6 +29,7 @@ fn params(algorithm: Algorithm) -> LimitParams {
         period: NANOS_PER_SECOND,
         burst: 10,
         max_delay: NANOS_PER_SECOND,
+        charge_denied: false,
     }
 }
 

@@ -4,8 +4,11 @@
 //! `rule-<r>-match-<m>` for header matches, no value when distinct, `rule-<r>-match--1` when the
 //! rule matches everything; the policy on the chain's last descriptor; `shadow_mode` on a rule in
 //! shadow mode), and the requests Envoy then sends: one descriptor per rule whose actions all
-//! produced an entry, `hits_addend` on the descriptor for a request cost (0 = check only), and a
-//! `limit` override taken from dynamic metadata.
+//! produced an entry, `hits_addend` on the descriptor for a request cost (0 = check only), a
+//! `limit` override taken from dynamic metadata, and Envoy AI Gateway's token limits (a check
+//! with no cost when the request arrives, the response's token count charged when the stream
+//! ends). The server runs as Envoy Gateway's environment sets it: fixed windows that count denied
+//! hits, as the reference does (`reference_env` pins that translation).
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor as Descriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
@@ -20,6 +23,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 
 use crate::common::{self, Code, TestServer};
 use crate::support::ads::Ads;
+use ratelimit_server::config::Algorithm;
 use ratelimit_server::settings::ConfigType;
 
 /// The listener's name: Envoy Gateway's domain.
@@ -47,7 +51,8 @@ fn rule(key: &str, value: &str, limit: Option<RateLimitPolicy>) -> RateLimitDesc
 /// A BackendTrafficPolicy with four rules on one route, as the translator writes it: a distinct
 /// header (`x-user-id`, 3 an hour), a header value match in shadow mode (2 a minute), a
 /// match-everything rule with a request cost (10 a minute), and a CIDR rule, distinct per
-/// address (masked_remote_address → remote_address, 1 a minute).
+/// address (masked_remote_address → remote_address, 1 a minute); and an AI Gateway token limit,
+/// distinct per `x-user-id` (100 tokens an hour).
 fn gateway_config() -> RateLimitConfig {
     let mut shadow = rule(
         "rule-1-match-0",
@@ -67,6 +72,7 @@ fn gateway_config() -> RateLimitConfig {
             policy(RateLimitUnit::Minute, 10),
         ),
         cidr,
+        rule("rule-4-match-0", "", policy(RateLimitUnit::Hour, 100)),
     ];
     RateLimitConfig {
         name: DOMAIN.into(),
@@ -110,6 +116,9 @@ async fn gateway_server() -> (Ads, TestServer) {
         s.xds.config_type = ConfigType::GrpcXdsSotw;
         s.xds.xds_server_url = url;
         s.xds.xds_node_id = "envoy-ratelimit".into();
+        // What CONFIG_TYPE=GRPC_XDS_SOTW sets (crates/app/src/reference_env.rs).
+        s.defaults.default_algorithm = Algorithm::FixedWindow;
+        s.defaults.charge_denied_hits = true;
     })
     .await;
     ads.wait_ack("1").await;
@@ -184,10 +193,58 @@ async fn a_request_cost_is_the_descriptor_s_hits_addend_and_zero_only_checks() {
         (Code::Ok, vec![(Code::Ok, 2)])
     );
     assert_eq!(overall(&mut t, vec![costing(4)]).await.0, Code::OverLimit);
-    // A cost that fits still passes.
+    // The denied cost was counted, as the reference counts it: the window is over (12 of 10)
+    // for any cost, and for a check.
+    assert_eq!(overall(&mut t, vec![costing(2)]).await.0, Code::OverLimit);
+    assert_eq!(overall(&mut t, vec![costing(0)]).await.0, Code::OverLimit);
+    t.server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ai_gateway_token_cost_charged_at_stream_end_stays_spent_even_over_the_budget() {
+    let (_ads, mut t) = gateway_server().await;
+    // The request-time entry: hits_addend 0 (a check); the stream-done entry: the same
+    // descriptor with the response's token count.
+    let tokens = |user: &str, n: u64| {
+        let mut d = descriptor(&[("rule-4-match-0", user)]);
+        d.hits_addend = Some(UInt64Value { value: n });
+        d
+    };
     assert_eq!(
-        overall(&mut t, vec![costing(2)]).await,
-        (Code::Ok, vec![(Code::Ok, 0)])
+        overall(&mut t, vec![tokens("alice", 0)]).await,
+        (Code::Ok, vec![(Code::Ok, 100)])
+    );
+    assert_eq!(
+        overall(&mut t, vec![tokens("alice", 70)]).await,
+        (Code::Ok, vec![(Code::Ok, 30)])
+    );
+    // Within budget still: the next request is let through, and its answer costs 45 tokens
+    // against 30 left. Envoy ignores the answer of a stream-done call: the tokens are spent.
+    assert_eq!(overall(&mut t, vec![tokens("alice", 0)]).await.0, Code::Ok);
+    assert_eq!(
+        overall(&mut t, vec![tokens("alice", 45)]).await,
+        (Code::OverLimit, vec![(Code::OverLimit, 0)])
+    );
+    // So alice's next requests are refused at request time, for the rest of the hour.
+    assert_eq!(
+        overall(&mut t, vec![tokens("alice", 0)]).await.0,
+        Code::OverLimit
+    );
+    t.clock.advance(std::time::Duration::from_secs(1800));
+    assert_eq!(
+        overall(&mut t, vec![tokens("alice", 0)]).await.0,
+        Code::OverLimit
+    );
+    // Another user's budget is their own.
+    assert_eq!(
+        overall(&mut t, vec![tokens("bob", 0)]).await,
+        (Code::Ok, vec![(Code::Ok, 100)])
+    );
+    // The next hour's window starts afresh.
+    t.clock.advance(std::time::Duration::from_secs(3600));
+    assert_eq!(
+        overall(&mut t, vec![tokens("alice", 0)]).await,
+        (Code::Ok, vec![(Code::Ok, 100)])
     );
     t.server.shutdown().await;
 }

@@ -46,6 +46,39 @@ async fn memory_and_redis_give_the_same_verdicts_for_every_algorithm() {
 
 #[tokio::test]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn windows_that_count_denied_hits_count_them_alike_on_memory_and_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let base = SystemClock.now();
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let mut steps = trace(99, algorithm, 120);
+        for (_, specs) in &mut steps {
+            for spec in specs.iter_mut() {
+                spec.2.charge_denied = true;
+            }
+        }
+        let memory = memory_store(10_000);
+        let shared = redis_store(&redis, &format!("cd-{algorithm}:")).await;
+        let expected = run(&memory, base, &steps).await;
+        let got = run(&shared, base, &steps).await;
+        for (n, (e, g)) in expected.iter().zip(&got).enumerate() {
+            assert_eq!(e, g, "{algorithm} step {n}: {:?}", steps[n]);
+        }
+        let denied_but_counted = got
+            .iter()
+            .flatten()
+            .filter(|v| !v.allowed && v.charged)
+            .count();
+        assert!(
+            denied_but_counted > 10,
+            "{algorithm}: denied hits are counted ({denied_but_counted})"
+        );
+    }
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn all_or_nothing_shadow_and_hits_addend_on_both_stores() {
     let Some(redis) = RedisServer::start() else {
         return;

@@ -114,6 +114,9 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
         // A RateLimitConfig cannot name an algorithm: what its sender means is the reference's
         // fixed window.
         set("DEFAULT_ALGORITHM", Some("fixed_window".into()));
+        // Its senders (Envoy Gateway, Envoy AI Gateway) charge token costs after the response,
+        // expecting the reference's counting: denied hits count.
+        set("CHARGE_DENIED_HITS", Some("true".into()));
         // Envoy Gateway sets the runtime directory and its watch settings with xDS: unused.
         if runtime.iter().any(|n| lookup(n).is_some()) {
             t.notes.push(
@@ -325,6 +328,7 @@ mod tests {
             t.set,
             [
                 ("DEFAULT_ALGORITHM", "fixed_window".to_owned()),
+                ("CHARGE_DENIED_HITS", "true".to_owned()),
                 ("BACKEND_TYPE", "redis".to_owned())
             ]
         );

@@ -66,6 +66,12 @@ pub struct DefaultsArgs {
     /// Envoy's rate-limit filter `timeout` must be longer.
     #[arg(long, env = "DEFAULT_MAX_DELAY", default_value = "1s", value_parser = parse_max_delay)]
     pub default_max_delay: Duration,
+    /// Fixed and sliding windows count the hits of denied requests too, as the reference counts
+    /// them: a cost charged after the fact (Envoy's `apply_on_stream_done`, an AI Gateway's token
+    /// count) stays spent even when it did not fit, and keeps the window over until it ends.
+    /// On by default with CONFIG_TYPE=GRPC_XDS_SOTW.
+    #[arg(long, env = "CHARGE_DENIED_HITS", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub charge_denied_hits: bool,
 }
 
 impl DefaultsArgs {
@@ -73,6 +79,7 @@ impl DefaultsArgs {
         LimitDefaults {
             algorithm: self.default_algorithm,
             max_delay: self.default_max_delay.as_nanos() as u64,
+            charge_denied: self.charge_denied_hits,
         }
     }
 }

@@ -44,6 +44,7 @@ mod tests {
             period: 60 * S,
             burst: limit,
             max_delay: 30 * S,
+            charge_denied: false,
         }
     }
 

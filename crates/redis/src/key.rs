@@ -161,6 +161,7 @@ mod tests {
             period: period_s * NANOS_PER_SECOND,
             burst: 10,
             max_delay: 0,
+            charge_denied: false,
         }
     }
 

@@ -21,6 +21,7 @@ pub fn params(algorithm: Algorithm, rpu: u32, period_s: u64, burst: u32) -> Limi
         period: period_s * S,
         burst,
         max_delay: 2 * S,
+        charge_denied: false,
     }
 }
 

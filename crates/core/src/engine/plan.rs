@@ -114,6 +114,7 @@ pub(super) fn plan<'p>(
                     period,
                     burst: limit.requests_per_unit,
                     max_delay: defaults.max_delay,
+                    charge_denied: defaults.charges_denied(defaults.algorithm),
                 },
                 slot: 0,
             }]);

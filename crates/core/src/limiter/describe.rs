@@ -92,6 +92,7 @@ mod tests {
             period: S,
             burst: 5,
             max_delay: 2 * S,
+            charge_denied: false,
         }
     }
 

@@ -56,7 +56,11 @@ pub(super) fn evaluate(
     };
     let after = count.saturating_add(hits);
     let allowed = after <= limit;
-    let kept = if allowed { after } else { count };
+    let kept = if allowed || params.charge_denied {
+        after
+    } else {
+        count
+    };
     Evaluation {
         allowed,
         state_after: FixedWindowState { end, count: kept }.into_state(),
@@ -96,6 +100,7 @@ mod tests {
             period: period_s * S,
             burst: rpu,
             max_delay: 0,
+            charge_denied: false,
         }
     }
 
@@ -128,6 +133,24 @@ mod tests {
         assert!(!e2.allowed);
         assert_eq!(FixedWindowState::from_state(&e2.state_after).count, 4);
         assert!(eval(&p, Some(e2.state_after), 0, 1).allowed);
+    }
+
+    #[test]
+    fn with_charge_denied_a_cost_over_the_limit_is_counted_and_keeps_the_window_over() {
+        let p = LimitParams {
+            charge_denied: true,
+            ..params(10, 60)
+        };
+        let e = eval(&p, None, 0, 6);
+        assert!(e.allowed);
+        // 8 tokens reported after the fact against 4 left: denied, and spent all the same.
+        let e2 = eval(&p, Some(e.state_after), S, 8);
+        assert!(!e2.allowed);
+        assert_eq!(FixedWindowState::from_state(&e2.state_after).count, 14);
+        assert_eq!(e2.after_charge.remaining, 0);
+        // A check (no hits) is now denied until the window ends, as the reference's count > limit.
+        assert!(!eval(&p, Some(e2.state_after), 59 * S, 0).allowed);
+        assert!(eval(&p, Some(e2.state_after), 60 * S, 0).allowed);
     }
 
     #[test]

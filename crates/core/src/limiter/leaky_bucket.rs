@@ -94,6 +94,7 @@ mod tests {
             period: period_s * S,
             burst,
             max_delay,
+            charge_denied: false,
         }
     }
 

@@ -23,6 +23,7 @@ fn hourly(algorithm: Algorithm, rpu: u32, burst: u32) -> LimitParams {
         period: 3_600 * S,
         burst,
         max_delay: 86_400 * S,
+        charge_denied: false,
     }
 }
 

@@ -28,6 +28,9 @@ pub struct LimitDefaults {
     pub algorithm: Algorithm,
     /// Leaky bucket: the longest a request waits for its turn.
     pub max_delay: Nanos,
+    /// `--charge-denied-hits`: fixed and sliding windows count the hits of denied requests too,
+    /// as the reference counts them (a token cost reported after the fact stays spent).
+    pub charge_denied: bool,
 }
 
 impl Default for LimitDefaults {
@@ -35,7 +38,16 @@ impl Default for LimitDefaults {
         LimitDefaults {
             algorithm: Algorithm::TokenBucket,
             max_delay: NANOS_PER_SECOND,
+            charge_denied: false,
         }
+    }
+}
+
+impl LimitDefaults {
+    /// Whether a limit of `algorithm` counts denied hits: with `charge_denied`, the windows do;
+    /// the buckets never hold a debt.
+    pub fn charges_denied(&self, algorithm: Algorithm) -> bool {
+        self.charge_denied && matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
     }
 }
 
@@ -50,19 +62,25 @@ pub struct LimitParams {
     pub burst: u32,
     /// Leaky bucket: the longest wait for a turn (ignored by the other algorithms).
     pub max_delay: Nanos,
+    /// Fixed and sliding window: a denied request's hits are counted all the same (the
+    /// reference's counting), so the window stays over until it ends. Always false for the
+    /// buckets, which hold no debt.
+    pub charge_denied: bool,
 }
 
 impl LimitParams {
     /// The limit's numbers, with the server's defaults for what it leaves unsaid.
     pub fn from_limit(limit: &Limit, defaults: &LimitDefaults) -> Self {
+        let algorithm = limit.algorithm.unwrap_or(defaults.algorithm);
         LimitParams {
-            algorithm: limit.algorithm.unwrap_or(defaults.algorithm),
+            algorithm,
             requests_per_unit: limit.requests_per_unit,
             period: limit.period_seconds().saturating_mul(NANOS_PER_SECOND),
             burst: limit.effective_burst(),
             max_delay: limit.max_delay.map_or(defaults.max_delay, |d| {
                 d.as_nanos().min(u128::from(u64::MAX)) as u64
             }),
+            charge_denied: defaults.charges_denied(algorithm),
         }
     }
 
@@ -112,7 +130,7 @@ pub struct Evaluation {
     /// Whether `hits` fit now.
     pub allowed: bool,
     /// The key's state once the request is charged: what the store writes if it charges (when not
-    /// `allowed`, the state as it stands).
+    /// `allowed`, the state as it stands, unless the limit counts denied hits: then with them).
     pub state_after: State,
     /// The outlook once charged.
     pub after_charge: Outlook,

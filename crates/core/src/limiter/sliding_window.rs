@@ -111,7 +111,11 @@ pub(super) fn evaluate(
         reset_after: reset_after(cur),
     };
     let allowed = prev_weighted + (u128::from(cur) + u128::from(hits)) * p <= limit * p;
-    let new_cur = if allowed { cur + hits } else { cur };
+    let new_cur = if allowed || params.charge_denied {
+        cur.saturating_add(hits)
+    } else {
+        cur
+    };
     Evaluation {
         allowed,
         state_after: SlidingWindowState {
@@ -154,6 +158,7 @@ mod tests {
             period: period_s * S,
             burst: rpu,
             max_delay: 0,
+            charge_denied: false,
         }
     }
 

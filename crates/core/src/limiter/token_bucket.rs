@@ -159,6 +159,7 @@ mod tests {
             period: period_s * S,
             burst,
             max_delay: 0,
+            charge_denied: false,
         }
     }
 

@@ -16,6 +16,7 @@ fn limit(algorithm: Algorithm, rpu: u32, period_s: u64) -> LimitParams {
         period: period_s * S,
         burst: rpu,
         max_delay: 86_400 * S,
+        charge_denied: false,
     }
 }
 

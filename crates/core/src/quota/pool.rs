@@ -83,6 +83,7 @@ mod tests {
             period: secs * NANOS_PER_SECOND,
             burst,
             max_delay: 0,
+            charge_denied: false,
         }
     }
 

@@ -111,9 +111,10 @@ pub fn decide_one<K>(
     now: Nanos,
 ) -> (Verdict, Option<State>) {
     let evaluation = limiter::evaluate(&charge.params, state, now, charge.hits);
+    let charged = evaluation.allowed || charge.params.charge_denied;
     (
-        verdict(&evaluation, evaluation.allowed),
-        evaluation.allowed.then_some(evaluation.state_after),
+        verdict(&evaluation, charged),
+        charged.then_some(evaluation.state_after),
     )
 }
 
@@ -123,8 +124,9 @@ pub struct Decision {
     pub verdicts: Verdicts,
     /// Whether the request is charged (every enforced charge fits).
     pub commit: bool,
-    /// When committing: (charge index, state to store) in charge order; a key charged twice
-    /// appears twice, the later state including the earlier charge.
+    /// (charge index, state to store) in charge order: when committing, every charge that fit;
+    /// whether or not, every charge whose limit counts denied hits (`LimitParams::charge_denied`).
+    /// A key charged twice appears twice, the later state including the earlier charge.
     pub writes: SmallVec<[(usize, State); 4]>,
 }
 
@@ -163,7 +165,9 @@ fn fits<K>(charges: &[Charge<K>], evaluations: &[limiter::Evaluation]) -> bool {
 }
 
 /// Evaluates every charge at `now` (each as if the earlier charges of the request on the same key
-/// were charged), and charges all iff every enforced one fits. `stored` gives a key's state.
+/// were charged), and charges all iff every enforced one fits. Charges whose limit counts denied
+/// hits are charged either way, as the reference counts every descriptor of every request.
+/// `stored` gives a key's state.
 pub fn decide<K: PartialEq>(
     charges: &[Charge<K>],
     now: Nanos,
@@ -182,7 +186,7 @@ pub fn decide<K: PartialEq>(
         stacked.push(earlier.is_some());
         let current = earlier.or_else(|| stored(&charge.key));
         let evaluation = limiter::evaluate(&charge.params, current, now, charge.hits);
-        if evaluation.allowed {
+        if evaluation.allowed || charge.params.charge_denied {
             pending.push((evaluations.len(), evaluation.state_after));
         }
         evaluations.push(evaluation);
@@ -195,18 +199,19 @@ pub fn decide<K: PartialEq>(
             .iter()
             .zip(evaluations.iter_mut())
             .zip(&stacked)
-            .filter(|(_, stacked)| **stacked)
+            .filter(|((charge, _), stacked)| **stacked && !charge.params.charge_denied)
         {
             evaluation.without_charge =
                 limiter::evaluate(&charge.params, stored(&charge.key), now, charge.hits)
                     .without_charge;
         }
-        pending.clear();
+        pending.retain(|(i, _)| charges[*i].params.charge_denied);
     }
     Decision {
         verdicts: evaluations
             .iter()
-            .map(|e| verdict(e, commit && e.allowed))
+            .zip(charges)
+            .map(|(e, c)| verdict(e, (commit && e.allowed) || c.params.charge_denied))
             .collect(),
         commit,
         writes: pending,
@@ -230,6 +235,7 @@ mod tests {
                 period: S,
                 burst: 1,
                 max_delay: 0,
+                charge_denied: false,
             },
             hits: 1,
             enforced: true,
@@ -261,6 +267,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn with_charge_denied_every_charge_of_a_denied_request_is_written() {
+        let counting = |key| {
+            let mut c = charge(key, None);
+            c.params.charge_denied = true;
+            c
+        };
+        let full = |k: &u32| (*k == 2).then_some(State { a: 11 * S, b: 1 });
+        let charges = [counting(1), counting(2)];
+        let d = decide(&charges, 10 * S, full);
+        assert!(!d.commit, "key 2 is over");
+        let written: Vec<(usize, u64)> = d.writes.iter().map(|(i, s)| (*i, s.b)).collect();
+        assert_eq!(
+            written,
+            [(0, 1), (1, 2)],
+            "both counted, as the reference counts"
+        );
+        assert!(d.verdicts.iter().all(|v| v.charged));
+        assert!(d.verdicts[0].allowed && !d.verdicts[1].allowed);
+        // Without it, a denied request writes nothing.
+        let d = decide(&[charge(1, None), charge(2, None)], 10 * S, full);
+        assert!(d.writes.is_empty());
+        // One charge: `decide_one` writes the same.
+        let (v, write) = decide_one(&counting(2), full(&2), 10 * S);
+        assert!(!v.allowed && v.charged);
+        assert_eq!(write.map(|s| s.b), Some(2));
     }
 
     #[test]

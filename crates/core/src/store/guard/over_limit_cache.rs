@@ -146,6 +146,7 @@ mod tests {
             period: 60 * S,
             burst: limit,
             max_delay: 0,
+            charge_denied: false,
         }
     }
 

@@ -79,6 +79,7 @@ mod tests {
             period,
             burst: rpu,
             max_delay: 0,
+            charge_denied: false,
         }
     }
 

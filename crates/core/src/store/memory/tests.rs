@@ -25,6 +25,7 @@ fn params(rpu: u32) -> LimitParams {
         period: 60 * S,
         burst: rpu,
         max_delay: 0,
+        charge_denied: false,
     }
 }
 
@@ -142,6 +143,7 @@ fn leaky(key: u128, hits: u64) -> Charge<StoreKey> {
             period: S,
             burst: 3,
             max_delay: S,
+            charge_denied: false,
         },
         hits,
         enforced: true,
