@@ -10,7 +10,10 @@ fn main() {
     // envoyproxy/ratelimit's settings fill in ours that are not set (flag > our env > theirs):
     // each translated value becomes the default of the argument that reads that variable, below
     // the command line and our own variable, without changing the environment.
-    let reference = reference_env::translate(&|name| std::env::var(name).ok());
+    let as_reference = std::env::args_os()
+        .next()
+        .is_some_and(|argv0| reference_env::invoked_as_reference(&argv0));
+    let reference = reference_env::translate(&|name| std::env::var(name).ok(), as_reference);
     let cli = parse(&reference.set);
     ratelimit_server::logging::init();
     if matches!(cli.command, None | Some(Command::Serve(_))) {

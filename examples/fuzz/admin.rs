@@ -105,6 +105,7 @@ impl AdminTarget {
             status: Arc::new(ServerStatus::new(LoadReport::default())),
             healthy_needs_a_domain: false,
             quotas: None,
+            mapper: None,
         });
         AdminTarget {
             runtime: tokio::runtime::Builder::new_current_thread()

@@ -6,8 +6,13 @@
 //! TLS 1.3 as Envoy Gateway's does, the Redis URL → a redis-server, and the listeners
 //! (defaults 8080/8081, Prometheus `:19001`) → free ports. It must start, say what it does
 //! differently, take its rules over xDS, decide over TLS, answer `/healthcheck` on the admin port
-//! and serve the metrics on the Prometheus port.
+//! and serve the metrics on the Prometheus port, named by Envoy Gateway's statsd-exporter mapping
+//! (`PROMETHEUS_MAPPER_YAML`, tests/fixtures/envoy-gateway/statsd-exporter.yaml). Run as root (CI),
+//! it runs as the pod's user, 65534, in a working directory it cannot write.
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::Command;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -21,6 +26,7 @@ use crate::common::redis::RedisServer;
 use crate::common::{Code, code, free_port, request};
 use crate::support::ads::{Ads, tls13_requiring_client_certs};
 use crate::support::certs::{Ca, client_config};
+use crate::support::pod::is_root;
 use crate::xds::user_limit;
 use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
 
@@ -70,15 +76,39 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
         "1",
         &[user_limit("default/eg", "eg", 2, RateLimitUnit::Day)],
     );
+    // Envoy Gateway's mapping file, where its ConfigMap is mounted (under a temporary root).
+    let etc = tempfile::tempdir().unwrap();
+    let mapping = etc.path().join("statsd-exporter/conf.yaml");
+    std::fs::create_dir_all(mapping.parent().unwrap()).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/envoy-gateway/statsd-exporter.yaml"
+        ),
+        &mapping,
+    )
+    .unwrap();
+    // Readable by the pod's user; the working directory writable by nobody but root.
+    let read_only = tempfile::tempdir().unwrap();
+    for dir in [
+        certs.path(),
+        etc.path(),
+        mapping.parent().unwrap(),
+        read_only.path(),
+    ] {
+        chmod(dir, 0o555);
+    }
     let (http, grpc, prometheus) = (free_port(), free_port(), free_port());
     let certs_dir = format!("{}/", certs.path().display());
     let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
-    command.env_clear();
+    // Envoy Gateway's container command.
+    command.arg0("/bin/ratelimit").env_clear();
     for (name, value) in ENVOY_GATEWAY_ENV {
         let value = match *name {
             "CONFIG_GRPC_XDS_SERVER_URL" => ads.url(),
             "REDIS_URL" => redis.addr(),
             "PROMETHEUS_ADDR" => format!(":{prometheus}"),
+            "PROMETHEUS_MAPPER_YAML" => mapping.display().to_string(),
             _ => value.replace("/certs/", &certs_dir),
         };
         command.env(name, value);
@@ -87,7 +117,12 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
         .env("HOST", "127.0.0.1")
         .env("PORT", http.to_string())
         .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", grpc.to_string());
+        .env("GRPC_PORT", grpc.to_string())
+        .current_dir(read_only.path());
+    if is_root() {
+        // The pod's securityContext: runAsUser/runAsGroup 65534.
+        command.uid(65534).gid(65534);
+    }
     let mut served = Served::spawn_command(command, grpc, http);
     served.wait_healthy().await;
     let read_log = || served.log();
@@ -133,7 +168,7 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
         "DEFAULT_ALGORITHM=fixed_window (from envoyproxy/ratelimit's settings)",
         "GRPC_SERVER_TLS_CA_CERT=",
         &format!("METRICS_ADDR=0.0.0.0:{prometheus} (from envoyproxy/ratelimit's settings)"),
-        "PROMETHEUS_MAPPER_YAML=",
+        "named by the statsd-exporter mapping",
         "rules from xDS: subscribing",
         "rules loaded from xDS",
     ] {
@@ -144,4 +179,39 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     }
     // Each difference is named once.
     assert_eq!(log_text.matches("GRPC_SERVER_TLS_CA_CERT=").count(), 1);
+    // The Prometheus port: the reference's stats as Envoy Gateway's mapping names them (what its
+    // dashboard queries), beside the process metrics.
+    let page = reqwest::get(format!("http://127.0.0.1:{prometheus}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"ratelimit_service_rate_limit_total_hits{domain="eg",key1="user"} 3"#,
+        r#"ratelimit_service_rate_limit_within_limit{domain="eg",key1="user"} 2"#,
+        r#"ratelimit_service_rate_limit_over_limit{domain="eg",key1="user"} 1"#,
+        "ratelimit_service_config_load_success 1",
+    ] {
+        assert!(page.contains(series), "no {series} in:\n{page}");
+    }
+    assert!(page.contains("process_resident_memory_bytes "), "{page}");
+    assert!(
+        !page.contains("rule=\"user\""),
+        "the mapping replaces our per-rule labels:\n{page}"
+    );
+    if is_root() {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", served.pid())).unwrap();
+        let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        assert!(uid.contains("65534"), "{uid}");
+    }
+    assert_eq!(
+        std::fs::read_dir(read_only.path()).unwrap().count(),
+        0,
+        "nothing written in the working directory"
+    );
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }

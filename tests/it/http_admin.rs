@@ -50,7 +50,7 @@ async fn rule_counters_move_by_exactly_the_hits_sent() {
     s.call(request("web", &[&[("shadowed", "a")]])).await;
     let (status, text) = get(s.http("/metrics")).await;
     assert_eq!(status, 200);
-    let user = r#"domain="web",rule="user""#;
+    let user = r#"domain="web",rule="user",key1="user""#;
     assert_eq!(
         labelled(&text, "ratelimit_service_rate_limit_total_hits", user),
         12
@@ -67,7 +67,7 @@ async fn rule_counters_move_by_exactly_the_hits_sent() {
         labelled(&text, "ratelimit_service_rate_limit_over_limit", user),
         3
     );
-    let shadowed = r#"domain="web",rule="shadowed""#;
+    let shadowed = r#"domain="web",rule="shadowed",key1="shadowed""#;
     assert_eq!(
         labelled(&text, "ratelimit_service_rate_limit_total_hits", shadowed),
         2
@@ -136,11 +136,36 @@ async fn detailed_metrics_carry_values_under_a_cap() {
     }
     let text = get(s.http("/metrics")).await.1;
     let total = "ratelimit_service_rate_limit_total_hits";
-    assert_eq!(labelled(&text, total, r#"domain="web",rule="tenant_a""#), 1);
-    assert_eq!(labelled(&text, total, r#"domain="web",rule="tenant_b""#), 1);
-    assert_eq!(labelled(&text, total, r#"domain="web",rule="tenant_c""#), 0);
     assert_eq!(
-        labelled(&text, total, r#"domain="web",rule="tenant_overflow""#),
+        labelled(
+            &text,
+            total,
+            r#"domain="web",rule="tenant_a",key1="tenant_a""#
+        ),
+        1
+    );
+    assert_eq!(
+        labelled(
+            &text,
+            total,
+            r#"domain="web",rule="tenant_b",key1="tenant_b""#
+        ),
+        1
+    );
+    assert_eq!(
+        labelled(
+            &text,
+            total,
+            r#"domain="web",rule="tenant_c",key1="tenant_c""#
+        ),
+        0
+    );
+    assert_eq!(
+        labelled(
+            &text,
+            total,
+            r#"domain="web",rule="tenant_overflow",key1="tenant_overflow""#
+        ),
         2
     );
 }
@@ -304,7 +329,7 @@ async fn per_rule_series_follow_the_live_rules() {
     let text = get(s.http("/metrics")).await.1;
     let user: Vec<&str> = rule_lines(&text)
         .into_iter()
-        .filter(|l| l.contains(r#"{domain="web",rule="user"}"#))
+        .filter(|l| l.contains(r#"{domain="web",rule="user",key1="user"}"#))
         .collect();
     assert_eq!(user.len(), 5, "{user:?}");
     assert_eq!(rule_lines(&text).len(), 10, "user and shadowed only");
@@ -316,8 +341,8 @@ async fn per_rule_series_follow_the_live_rules() {
     std::fs::write(s.dir.path().join("web.yaml"), without_user).unwrap();
     s.server.reloader.reload().expect("valid rules");
     let text = get(s.http("/metrics")).await.1;
-    assert!(!text.contains(r#"rule="user""#), "{text}");
-    let shadowed = r#"domain="web",rule="shadowed""#;
+    assert!(!text.contains(r#"rule="user",key1="user""#), "{text}");
+    let shadowed = r#"domain="web",rule="shadowed",key1="shadowed""#;
     let total = "ratelimit_service_rate_limit_total_hits";
     assert_eq!(labelled(&text, total, shadowed), 1);
     s.call(request("web", &[&[("shadowed", "a")]])).await;
@@ -331,7 +356,7 @@ async fn huge_hits_addend_is_over_the_limit_and_never_turns_counters_down() {
     let mut s = start(&[("web.yaml", RULES)]).await;
     let total = "ratelimit_service_rate_limit_total_hits";
     let over = "ratelimit_service_rate_limit_over_limit";
-    let user = r#"domain="web",rule="user""#;
+    let user = r#"domain="web",rule="user",key1="user""#;
     let mut last = (0, 0);
     for hits in [u64::MAX, 1 << 63, 1 << 63, 1 << 32, u64::from(u32::MAX)] {
         let mut r = request("web", &[&[("user", "big")]]);
@@ -361,10 +386,11 @@ async fn detailed_metric_labels_are_bounded_in_length() {
     let text = get(s.http("/metrics")).await.1;
     let lines = rule_lines(&text);
     let longest = lines.iter().map(|l| l.len()).max().unwrap();
-    assert!(longest <= 400, "a sample line of {longest} bytes");
+    // The bounded label appears twice: as `rule` and as the reference's `key1`.
+    assert!(longest <= 700, "a sample line of {longest} bytes");
     assert_eq!(lines.len(), 5 * 300, "distinct values stay distinct series");
     assert!(
-        text.len() < 600_000,
+        text.len() < 1_100_000,
         "{} bytes for 300 values of 4 KiB",
         text.len()
     );
@@ -564,7 +590,7 @@ async fn json_decisions_come_through_the_front_door_as_grpc_ones_do() {
         labelled(
             &metrics,
             "ratelimit_service_rate_limit_total_hits",
-            r#"domain="web",rule="user""#
+            r#"domain="web",rule="user",key1="user""#
         ),
         3
     );

@@ -178,9 +178,14 @@ async fn value_to_metric_and_detailed_metric_label_rule_series() {
         .text()
         .await
         .unwrap();
-    for rule in ["route_r1.method", "path_/api/users", "client_c7"] {
-        let series =
-            format!("ratelimit_service_rate_limit_total_hits{{domain=\"vtm\",rule=\"{rule}\"}} 1");
+    for (rule, keys) in [
+        ("route_r1.method", r#"key1="route_r1",key2="method""#),
+        ("path_/api/users", r#"key1="path_/api/users""#),
+        ("client_c7", r#"key1="client_c7""#),
+    ] {
+        let series = format!(
+            "ratelimit_service_rate_limit_total_hits{{domain=\"vtm\",rule=\"{rule}\",{keys}}} 1"
+        );
         assert!(text.contains(&series), "missing {series} in:\n{text}");
     }
 }

@@ -210,7 +210,9 @@ async fn reports_count_in_the_rules_series_and_the_rlqs_series() {
     let metrics = s.http("/metrics");
     let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
     let series = |family: &str| {
-        format!("{family}{{domain=\"rlqs-test\",rule=\"name_per-api-key.api_key\"}}")
+        format!(
+            "{family}{{domain=\"rlqs-test\",rule=\"name_per-api-key.api_key\",key1=\"name_per-api-key\",key2=\"api_key\"}}"
+        )
     };
     for (family, want) in [
         ("ratelimit_service_rate_limit_total_hits", 30),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 
+use crate::common::process::Served;
 use crate::common::{self, Code};
 
 const RULES: &str = "
@@ -107,4 +108,84 @@ async fn the_reference_s_statsd_names_over_tcp_count_the_hits_sent() {
         );
     }
     t.server.shutdown().await;
+}
+
+/// `PROMETHEUS_MAPPER_YAML`: the admin page shows the reference's stats as the mapping names
+/// them (here a rule of two levels → {domain, key1, key2}; what no mapping matches keeps its
+/// escaped statsd name; a dropped stat is gone), and every family of ours stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mapping_file_names_the_reference_s_stats_on_the_metrics_page() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("web.yaml"), RULES).unwrap();
+    let mapping = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        mapping.path(),
+        r#"
+mappings:
+  - match: "ratelimit.service.rate_limit.*.*.*.total_hits"
+    name: "rl_hits"
+    labels: {domain: "$1", key1: "$2", key2: "$3"}
+  - match: "ratelimit.service.rate_limit.*.*.within_limit"
+    action: drop
+"#,
+    )
+    .unwrap();
+    let mut server = Served::with_env(
+        dir.path(),
+        &[(
+            "PROMETHEUS_MAPPER_YAML",
+            mapping.path().display().to_string(),
+        )],
+    );
+    let mut client = server.client().await;
+    for entries in [&[("plan", "free"), ("path", "/x")][..], &[("user", "a")]] {
+        client
+            .should_rate_limit(common::request("web", &[entries]))
+            .await
+            .unwrap();
+    }
+    let page = common::metrics::scrape(&format!("{}/metrics", server.http)).await;
+    for series in [
+        r#"rl_hits{domain="web",key1="plan_free",key2="path"} 1"#,
+        // One level: not matched by the three-part glob, so its statsd name, escaped.
+        "ratelimit_service_rate_limit_web_user_total_hits 1",
+        // Not matched by any mapping: escaped as statsd-exporter escapes it.
+        "ratelimit_service_config_load_success 1",
+        // Ours stay.
+        "ratelimit_service_total_requests{",
+    ] {
+        assert!(page.contains(series), "no {series} in:\n{page}");
+    }
+    // Dropped: the one-level rule's within_limit (the drop's glob is `*.*`, one key level).
+    assert!(!page.contains("web_user_within_limit"), "dropped:\n{page}");
+    assert!(
+        page.contains("ratelimit_service_rate_limit_web_plan_free_path_within_limit 1"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("ratelimit_service_rate_limit_total_hits"),
+        "{page}"
+    );
+}
+
+#[test]
+fn a_broken_mapping_file_stops_start_up_naming_the_mapping_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("web.yaml"), RULES).unwrap();
+    let mapping = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(mapping.path(), "mappings:\n  - name: x\n").unwrap();
+    let mut server = Served::with_env(
+        dir.path(),
+        &[(
+            "PROMETHEUS_MAPPER_YAML",
+            mapping.path().display().to_string(),
+        )],
+    );
+    assert!(!server.wait_exit().success(), "the server must not start");
+    let log = server.log();
+    assert!(
+        log.contains("invalid PROMETHEUS_MAPPER_YAML")
+            && log.contains("mappings[0]: match is required"),
+        "{log}"
+    );
 }

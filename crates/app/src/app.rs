@@ -30,6 +30,7 @@ use crate::rlqs;
 use crate::service::RateLimitGrpc;
 use crate::settings::TransportArgs;
 use crate::settings::{BackendType, ServeSettings};
+use crate::statsd::Mapper;
 use crate::status::{LoadReport, ServerStatus};
 use crate::store::guard::{GuardSettings, Guarded};
 use crate::store::memory::MemoryBackend;
@@ -65,6 +66,8 @@ pub enum StartError {
         path: String,
         source: std::io::Error,
     },
+    #[error("invalid PROMETHEUS_MAPPER_YAML {path}: {error}")]
+    Mapper { path: String, error: String },
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -261,6 +264,7 @@ async fn start_on<B: Backend>(
         Some(xds) => xds_first_rules(settings, xds, &status),
     };
     let recorder = recorder(settings, &engine, &metrics)?;
+    let mapper = metrics_mapper(settings)?;
     let tls_metrics = TlsMetrics::register(metrics.registry());
     let grpc_tls = tls_source(settings.tls.grpc()?, &tls_metrics, &clock)?;
     let admin_tls = tls_source(settings.tls.admin()?, &tls_metrics, &clock)?;
@@ -331,6 +335,7 @@ async fn start_on<B: Backend>(
         status: status.clone(),
         healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
         quotas: quotas.map(|table| table as Arc<dyn crate::quota::BucketLookup>),
+        mapper,
     });
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));
@@ -435,6 +440,26 @@ fn rules_reloader(
 
 /// Loads the rules directory for the first time and returns the summary to log. Invalid rules
 /// stop the start, unless `FORCE_START_WITHOUT_INITIAL_CONFIG` says to serve with none.
+/// `PROMETHEUS_MAPPER_YAML`, read once: a file that cannot be read or parsed stops start-up.
+fn metrics_mapper(settings: &ServeSettings) -> Result<Option<Arc<Mapper>>, StartError> {
+    let Some(path) = &settings.prometheus_mapper_yaml else {
+        return Ok(None);
+    };
+    let error = |error: String| StartError::Mapper {
+        path: path.display().to_string(),
+        error,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    let mapper = Mapper::parse(&text).map_err(error)?;
+    tracing::info!(
+        file = %path.display(),
+        ignored = ?mapper.ignored(),
+        "the reference's stats are named by the statsd-exporter mapping (what it says of timers \
+         and histograms is not used: only counters are mapped)"
+    );
+    Ok(Some(Arc::new(mapper)))
+}
+
 fn load_first_rules(settings: &ServeSettings, reloader: &Reloader) -> Result<String, StartError> {
     match reloader.reload() {
         Ok(loaded) => Ok(loaded.summary),

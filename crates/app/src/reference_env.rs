@@ -31,10 +31,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "USE_DOG_STATSD",
         "statsd is sent plain (USE_STATSD), without DogStatsD tags",
     ),
-    (
-        "PROMETHEUS_MAPPER_YAML",
-        "metric names are fixed (the reference's default mapping)",
-    ),
     ("DISABLE_STATS", "metrics are always on"),
     ("EXTRA_TAGS", "metrics carry no extra tags"),
     ("REDIS_PERSECOND", "one Redis serves every unit"),
@@ -94,8 +90,20 @@ fn host_port(
     })
 }
 
-/// Reads the reference's settings through `lookup` (an environment).
-pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
+/// The reference's command name: run as `/bin/ratelimit` (Envoy Gateway's container command, the
+/// reference's image), its defaults apply where ours differ.
+pub const REFERENCE_COMMAND: &str = "ratelimit";
+
+/// Whether the binary was started under the reference's command name (`argv[0]`'s file name).
+pub fn invoked_as_reference(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0)
+        .file_name()
+        .is_some_and(|name| name == REFERENCE_COMMAND)
+}
+
+/// Reads the reference's settings through `lookup` (an environment). `as_reference`: the binary
+/// runs as the reference's command, so the reference's defaults where ours differ (statsd on).
+pub fn translate(lookup: &dyn Fn(&str) -> Option<String>, as_reference: bool) -> Translation {
     let mut t = Translation::default();
     let mut set = |ours: &'static str, value: Option<String>| {
         if let Some(v) = value
@@ -104,6 +112,10 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>) -> Translation {
             t.set.push((ours, v));
         }
     };
+    if as_reference && lookup("USE_STATSD").is_none() {
+        // The reference sends its stats to statsd unless told not to.
+        set("USE_STATSD", Some("true".into()));
+    }
     let runtime = [
         "RUNTIME_ROOT",
         "RUNTIME_SUBDIRECTORY",
@@ -232,7 +244,24 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).into(), (*v).into()))
             .collect();
-        translate(&|name| env.get(name).cloned())
+        translate(&|name| env.get(name).cloned(), false)
+    }
+
+    #[test]
+    fn as_the_reference_s_command_statsd_is_on_unless_the_environment_says() {
+        assert!(invoked_as_reference("/bin/ratelimit".as_ref()));
+        assert!(invoked_as_reference("ratelimit".as_ref()));
+        assert!(!invoked_as_reference(
+            "/usr/local/bin/ratelimit-server".as_ref()
+        ));
+        let env: HashMap<&str, &str> = HashMap::new();
+        let t = translate(&|name| env.get(name).map(|v| v.to_string()), true);
+        assert_eq!(t.set, [("USE_STATSD", "true".to_owned())]);
+        let off: HashMap<&str, &str> = [("USE_STATSD", "false")].into();
+        let t = translate(&|name| off.get(name).map(|v| v.to_string()), true);
+        assert!(t.set.is_empty(), "{:?}", t.set);
+        let t = translate(&|name| env.get(name).map(|v| v.to_string()), false);
+        assert!(t.set.is_empty(), "{:?}", t.set);
     }
 
     #[test]

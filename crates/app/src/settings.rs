@@ -174,6 +174,11 @@ pub struct ServeSettings {
     /// The metrics' path on METRICS_ADDR (the reference's PROMETHEUS_PATH).
     #[arg(long, env = "METRICS_PATH", default_value = "/metrics", value_parser = parse_metrics_path)]
     pub metrics_path: String,
+    /// A statsd-exporter mapping file (the reference's PROMETHEUS_MAPPER_YAML; Envoy Gateway
+    /// passes one): the reference's stats (per rule, config loads) appear on the metrics pages
+    /// under the names and labels it maps them to, instead of ours. Unset: ours.
+    #[arg(long, env = "PROMETHEUS_MAPPER_YAML")]
+    pub prometheus_mapper_yaml: Option<PathBuf>,
     /// Serve the Rate Limit Quota Service (`StreamRateLimitQuotas`, for Envoy's rate_limit_quota
     /// filter) on the gRPC listener beside ShouldRateLimit.
     #[arg(long, env = "RLQS_ENABLED", action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]

@@ -179,6 +179,11 @@ impl Served {
         }
     }
 
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap()

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render, repo_root, shout};
 use crate::envoy_e2e::http;
 
-const RULE: &str = "{domain=\"rlqs\",rule=\"name_per-api-key.api_key\"}";
+const RULE: &str = "{domain=\"rlqs\",rule=\"name_per-api-key.api_key\",key1=\"name_per-api-key\",key2=\"api_key\"}";
 
 fn rules() -> String {
     std::fs::read_to_string(repo_root().join("examples/envoy/rlqs.yaml")).expect("shipped rules")

@@ -18,6 +18,8 @@ use axum::routing::{get, post};
 use crate::engine::Engine;
 use crate::front::FrontDoor;
 use crate::metrics::Metrics;
+use crate::statsd::Mapper;
+use crate::statsd::exposition::mapped;
 use crate::status::ServerStatus;
 use crate::store::Backend;
 
@@ -32,6 +34,8 @@ pub struct Admin<B> {
     pub healthy_needs_a_domain: bool,
     /// The RLQS buckets, for `/explain?bucket=…`.
     pub quotas: Option<Arc<dyn crate::quota::BucketLookup>>,
+    /// `PROMETHEUS_MAPPER_YAML`: how the metrics pages name the reference's stats.
+    pub mapper: Option<Arc<Mapper>>,
 }
 
 type AdminState<B> = State<Arc<Admin<B>>>;
@@ -68,10 +72,20 @@ async fn debug_index() -> &'static str {
 }
 
 async fn metrics<B: Backend>(State(admin): AdminState<B>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        admin.metrics.encode(),
-    )
+    let page = match &admin.mapper {
+        None => admin.metrics.encode(),
+        Some(mapper) => encode(&mapped(admin.metrics.registry().gather(), mapper)),
+    };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page)
+}
+
+/// The Prometheus text exposition of `families`.
+fn encode(families: &[prometheus::proto::MetricFamily]) -> String {
+    let mut buffer = Vec::new();
+    match prometheus::Encoder::encode(&prometheus::TextEncoder::new(), families, &mut buffer) {
+        Ok(()) => String::from_utf8(buffer).unwrap_or_default(),
+        Err(_) => String::new(),
+    }
 }
 
 /// The reference's health check: 200 `OK`, or 500 once shutting down.

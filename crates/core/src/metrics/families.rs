@@ -1,6 +1,8 @@
 //! Exports the live policy's per-rule series as the five `ratelimit_service_rate_limit_*` counter
-//! families (labels `domain` and `rule`), read from the live series table at scrape time: a series
-//! exists exactly while its rule is live and has been hit.
+//! families, read from the live series table at scrape time: a series exists exactly while its
+//! rule is live and has been hit. Labels: `domain`, `rule` (the rule's stats key), and the
+//! reference's `key1`, `key2` (its first two dot-separated parts; `key2` absent for a one-level
+//! key), so queries written for the reference's Prometheus names work unchanged.
 
 use std::sync::Arc;
 
@@ -24,7 +26,7 @@ impl RuleFamilies {
                 Desc::new(
                     (*name).into(),
                     (*help).into(),
-                    vec!["domain".into(), "rule".into()],
+                    vec!["domain".into(), "rule".into(), "key1".into(), "key2".into()],
                     Default::default(),
                 )
                 .expect("valid metric definition")
@@ -39,6 +41,20 @@ fn label(name: &str, value: &str) -> LabelPair {
     pair.set_name(name.to_owned());
     pair.set_value(value.to_owned());
     pair
+}
+
+/// A series' labels: domain and rule, then the reference's key1 and key2 (the first two parts of
+/// the rule's key, split at dots as its statsd-exporter mapping splits the stat name).
+fn labels_of(domain: &str, rule: &str) -> Vec<LabelPair> {
+    let mut parts = rule.splitn(3, '.');
+    let mut labels = vec![label("domain", domain), label("rule", rule)];
+    if let Some(key1) = parts.next() {
+        labels.push(label("key1", key1));
+    }
+    if let Some(key2) = parts.next().filter(|k| !k.is_empty()) {
+        labels.push(label("key2", key2));
+    }
+    labels
 }
 
 /// Rows sorted by labels, with rows of equal labels added up (a detailed label can spell another
@@ -70,9 +86,9 @@ impl Collector for RuleFamilies {
         let mut rows = Vec::new();
         table.rows(&hit, &mut rows);
         let rows = merged(rows);
-        let labels: Vec<[LabelPair; 2]> = rows
+        let labels: Vec<Vec<LabelPair>> = rows
             .iter()
-            .map(|(domain, rule, _)| [label("domain", domain), label("rule", rule)])
+            .map(|(domain, rule, _)| labels_of(domain, rule))
             .collect();
         FAMILIES
             .iter()
@@ -88,7 +104,7 @@ impl Collector for RuleFamilies {
                         .map(|((_, _, values), labels)| {
                             let mut counter = Counter::default();
                             counter.set_value(values[i] as f64);
-                            let mut metric = Metric::from_label(labels.to_vec());
+                            let mut metric = Metric::from_label(labels.clone());
                             metric.set_counter(counter);
                             metric
                         })

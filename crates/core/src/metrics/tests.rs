@@ -28,8 +28,10 @@ fn rule_lines(metrics: &Metrics) -> Vec<String> {
 }
 
 fn total(metrics: &Metrics, rule: &str) -> Option<u64> {
-    let prefix =
-        format!("ratelimit_service_rate_limit_total_hits{{domain=\"d\",rule=\"{rule}\"}} ");
+    // The rules of these tests are one level: key1 is the rule's key, no key2.
+    let prefix = format!(
+        "ratelimit_service_rate_limit_total_hits{{domain=\"d\",rule=\"{rule}\",key1=\"{rule}\"}} "
+    );
     metrics.encode().lines().find_map(|l| {
         l.strip_prefix(&prefix)
             .map(|v| v.parse::<f64>().unwrap() as u64)
@@ -56,7 +58,7 @@ fn a_rule_has_no_series_until_hit_then_five() {
     hit(&table, &p, "a", 2);
     let lines = rule_lines(&m);
     assert_eq!(lines.len(), 5, "{lines:?}");
-    assert!(lines.iter().all(|l| l.contains(r#"rule="a""#)));
+    assert!(lines.iter().all(|l| l.contains(r#"rule="a",key1="a""#)));
     assert_eq!(total(&m, "a"), Some(2));
 }
 
@@ -137,7 +139,8 @@ fn detailed_labels_are_bounded_in_length() {
     let lines = rule_lines(&m);
     assert_eq!(lines.len(), 5 * 50, "distinct values stay distinct");
     let longest = lines.iter().map(String::len).max().unwrap();
-    assert!(longest < MAX_LABEL_LEN + 80, "{longest} bytes");
+    // The label twice: as `rule` and as the reference's `key1`.
+    assert!(longest < 2 * MAX_LABEL_LEN + 100, "{longest} bytes");
 }
 
 #[test]
@@ -155,12 +158,12 @@ fn overrides_count_per_domain_and_go_with_their_domain() {
         .record(HitOutcome::Over, 1);
     assert!(
         m.encode()
-            .contains(r#"over_limit{domain="d",rule="override"} 1"#)
+            .contains(r#"over_limit{domain="d",rule="override",key1="override"} 1"#)
     );
     let t = m.install(&p);
     assert!(
         m.encode()
-            .contains(r#"over_limit{domain="d",rule="override"} 1"#),
+            .contains(r#"over_limit{domain="d",rule="override",key1="override"} 1"#),
         "kept"
     );
     drop(t);

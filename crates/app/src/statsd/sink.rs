@@ -1,11 +1,9 @@
-//! The reference's statsd stats (`USE_STATSD=true`), for deployments whose dashboards read them
+//! The statsd sink (`USE_STATSD=true`), for deployments whose dashboards read the reference's stats
 //! through a `statsd-exporter` (some Envoy Gateway versions): every `STATS_FLUSH_INTERVAL` the
 //! counters that moved since the last flush are sent over TCP, as the reference's gostats sends
-//! them, under the reference's names (`ratelimit.service.rate_limit.<domain>.<key>.total_hits`,
-//! `.over_limit`, `.near_limit`, `.within_limit`, `.shadow_mode`;
-//! `ratelimit.service.config_load_success`, `_error`). Read from the metrics registry off the hot
-//! path: a decision never waits on the sink; a sink that is down loses those flushes' counts (as
-//! a statsd counter would) and is reconnected on the next.
+//! them, under the reference's names ([`super::names`]). Read from the metrics registry off the
+//! hot path: a decision never waits on the sink; a sink that is down loses those flushes' counts
+//! (as a statsd counter would) and is reconnected on the next.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -40,65 +38,20 @@ pub struct StatsdArgs {
     pub stats_flush_interval: Duration,
 }
 
-/// A counter family's statsd name, and whether it is per rule (`<prefix>.<domain>.<rule>.<stat>`).
-fn statsd_name(family: &str) -> Option<(&'static str, bool)> {
-    Some(match family {
-        "ratelimit_service_rate_limit_total_hits" => ("total_hits", true),
-        "ratelimit_service_rate_limit_over_limit" => ("over_limit", true),
-        "ratelimit_service_rate_limit_near_limit" => ("near_limit", true),
-        "ratelimit_service_rate_limit_within_limit" => ("within_limit", true),
-        "ratelimit_service_rate_limit_shadow_mode" => ("shadow_mode", true),
-        "ratelimit_service_config_load_success" => ("ratelimit.service.config_load_success", false),
-        "ratelimit_service_config_load_error" => ("ratelimit.service.config_load_error", false),
-        "ratelimit_service_global_shadow_mode" => ("ratelimit.service.global_shadow_mode", false),
-        _ => return None,
-    })
-}
-
-/// A stat name as the reference writes it: `:` and `|` (statsd's separators) become `_`.
-fn clean(part: &str) -> String {
-    part.replace([':', '|', '\n'], "_")
-}
-
 /// The statsd lines of the counters that moved since `last` (which is updated): `name:delta|c`.
 /// Pure.
 pub fn lines(families: &[MetricFamily], last: &mut HashMap<String, f64>) -> String {
     let mut out = String::new();
-    for family in families {
-        let Some((stat, per_rule)) = statsd_name(family.name()) else {
-            continue;
+    for (name, value) in super::names::stats(families) {
+        let before = last.insert(name.clone(), value).unwrap_or(0.0);
+        // A series that went away and came back starts again from zero.
+        let delta = if value >= before {
+            value - before
+        } else {
+            value
         };
-        for metric in family.get_metric() {
-            let label = |name: &str| {
-                metric
-                    .get_label()
-                    .iter()
-                    .find(|l| l.name() == name)
-                    .map(|l| l.value().to_owned())
-            };
-            let name = if per_rule {
-                let (Some(domain), Some(rule)) = (label("domain"), label("rule")) else {
-                    continue;
-                };
-                format!(
-                    "ratelimit.service.rate_limit.{}.{}.{stat}",
-                    clean(&domain),
-                    clean(&rule)
-                )
-            } else {
-                stat.to_owned()
-            };
-            let value = metric.get_counter().value();
-            let before = last.insert(name.clone(), value).unwrap_or(0.0);
-            // A series that went away and came back starts again from zero.
-            let delta = if value >= before {
-                value - before
-            } else {
-                value
-            };
-            if delta > 0.0 {
-                out.push_str(&format!("{name}:{delta}|c\n"));
-            }
+        if delta > 0.0 {
+            out.push_str(&format!("{name}:{delta}|c\n"));
         }
     }
     out
@@ -193,10 +146,5 @@ mod tests {
             next.contains("ratelimit.service.config_load_error:1|c\n"),
             "{next}"
         );
-    }
-
-    #[test]
-    fn separators_in_names_are_replaced() {
-        assert_eq!(clean("path_/a:b|c"), "path_/a_b_c");
     }
 }

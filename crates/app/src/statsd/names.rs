@@ -1,0 +1,76 @@
+//! The reference's statsd stat names for our counters, read off a gathered registry: per rule
+//! `ratelimit.service.rate_limit.<domain>.<key>.total_hits` (`.over_limit`, `.near_limit`,
+//! `.within_limit`, `.shadow_mode`), and `ratelimit.service.config_load_success`, `_error`,
+//! `global_shadow_mode`. Pure: both the statsd sink and the mapped Prometheus exposition
+//! (`PROMETHEUS_MAPPER_YAML`) start from these.
+
+use prometheus::proto::MetricFamily;
+
+/// A counter family's statsd name, and whether it is per rule (`<prefix>.<domain>.<rule>.<stat>`).
+fn statsd_name(family: &str) -> Option<(&'static str, bool)> {
+    Some(match family {
+        "ratelimit_service_rate_limit_total_hits" => ("total_hits", true),
+        "ratelimit_service_rate_limit_over_limit" => ("over_limit", true),
+        "ratelimit_service_rate_limit_near_limit" => ("near_limit", true),
+        "ratelimit_service_rate_limit_within_limit" => ("within_limit", true),
+        "ratelimit_service_rate_limit_shadow_mode" => ("shadow_mode", true),
+        "ratelimit_service_config_load_success" => ("ratelimit.service.config_load_success", false),
+        "ratelimit_service_config_load_error" => ("ratelimit.service.config_load_error", false),
+        "ratelimit_service_global_shadow_mode" => ("ratelimit.service.global_shadow_mode", false),
+        _ => return None,
+    })
+}
+
+/// Whether a family is one of those the reference sends as statsd stats.
+pub fn has_statsd_name(family: &str) -> bool {
+    statsd_name(family).is_some()
+}
+
+/// A stat name as the reference writes it: `:` and `|` (statsd's separators) become `_`.
+pub(super) fn clean(part: &str) -> String {
+    part.replace([':', '|', '\n'], "_")
+}
+
+/// Every counter of `families` that the reference sends, as (statsd name, value), in the
+/// families' order.
+pub fn stats(families: &[MetricFamily]) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    for family in families {
+        let Some((stat, per_rule)) = statsd_name(family.name()) else {
+            continue;
+        };
+        for metric in family.get_metric() {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map(|l| l.value().to_owned())
+            };
+            let name = if per_rule {
+                let (Some(domain), Some(rule)) = (label("domain"), label("rule")) else {
+                    continue;
+                };
+                format!(
+                    "ratelimit.service.rate_limit.{}.{}.{stat}",
+                    clean(&domain),
+                    clean(&rule)
+                )
+            } else {
+                stat.to_owned()
+            };
+            out.push((name, metric.get_counter().value()));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn separators_in_names_are_replaced() {
+        assert_eq!(clean("path_/a:b|c"), "path_/a_b_c");
+    }
+}
