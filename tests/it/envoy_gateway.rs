@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use tonic::transport::{Endpoint, Uri};
+use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::common::process::Served;
 use crate::common::redis::RedisServer;
@@ -129,21 +129,7 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     ads.wait_ack("1").await;
     // gRPC over TLS, as Envoy reaches it (no client certificate: GRPC_SERVER_TLS_CA_CERT is not
     // the reference's name for the client CA, and the reference does not ask for one either).
-    let connector = TlsConnector::from(client_config(&ca.cert_pem(), None, &[b"h2"]));
-    let channel = Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: Uri| {
-            let connector = connector.clone();
-            async move {
-                let tcp = TcpStream::connect(("127.0.0.1", grpc)).await?;
-                let name = ServerName::try_from("localhost").unwrap();
-                let tls = connector.connect(name, tcp).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
-            }
-        }))
-        .await
-        .unwrap();
-    let mut client = RateLimitServiceClient::new(channel);
+    let mut client = tls_client(&ca.cert_pem(), grpc).await;
     let mut codes = Vec::new();
     for _ in 0..3 {
         let r = client
@@ -214,4 +200,200 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
 
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A ShouldRateLimit client over TLS to `grpc` (no client certificate), as Envoy reaches it.
+async fn tls_client(ca_pem: &str, grpc: u16) -> RateLimitServiceClient<Channel> {
+    let connector = TlsConnector::from(client_config(ca_pem, None, &[b"h2"]));
+    let channel = Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let connector = connector.clone();
+            async move {
+                let tcp = TcpStream::connect(("127.0.0.1", grpc)).await?;
+                let name = ServerName::try_from("localhost").unwrap();
+                let tls = connector.connect(name, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        }))
+        .await
+        .unwrap();
+    RateLimitServiceClient::new(channel)
+}
+
+/// Three ShouldRateLimit calls for `user=gateway` in domain `eg` (a limit of 2): their codes.
+async fn three_calls(client: &mut RateLimitServiceClient<Channel>) -> Vec<Code> {
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .should_rate_limit(request("eg", &[&[("user", "gateway")]]))
+            .await
+            .unwrap()
+            .into_inner();
+        codes.push(code(r.overall_code));
+    }
+    codes
+}
+
+/// Envoy Gateway's listeners moved to free loopback ports, as the other tests here do.
+fn on_free_ports(command: &mut Command) -> (u16, u16) {
+    let (http, grpc) = (free_port(), free_port());
+    command
+        .env("HOST", "127.0.0.1")
+        .env("PORT", http.to_string())
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string());
+    (http, grpc)
+}
+
+/// Envoy Gateway's `redis-auth-settings` Deployment (an older shape, still rendered): rules from
+/// the ConfigMap mounted at `/data/ratelimit/config` (no xDS), Redis with a password, statsd on
+/// (to the default sink, localhost:8125, which need not be there: decisions never wait on it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH")]
+async fn envoy_gateway_s_file_rules_with_redis_auth_variant_decides_on_redis() {
+    const ENV: &[(&str, &str)] = &[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis.redis.svc:6379"),
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("LOG_LEVEL", "info"),
+        ("USE_STATSD", "true"),
+        ("REDIS_AUTH", "redis_auth_password"),
+    ];
+    let redis = RedisServer::spawn(
+        free_port(),
+        &["--requirepass", "redis_auth_password"],
+        ["-a", "redis_auth_password", "--no-auth-warning"]
+            .map(String::from)
+            .to_vec(),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("ratelimit/config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.yaml"),
+        "domain: eg\ndescriptors:\n  - key: user\n    rate_limit: {unit: day, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    command.arg0("/bin/ratelimit").env_clear();
+    for (name, value) in ENV {
+        let value = match *name {
+            "REDIS_URL" => redis.addr(),
+            "RUNTIME_ROOT" => data.path().display().to_string(),
+            _ => (*value).to_owned(),
+        };
+        command.env(name, value);
+    }
+    let (http, grpc) = on_free_ports(&mut command);
+    let mut served = Served::spawn_command(command, grpc, http);
+    served.wait_healthy().await;
+    let mut client = served.client().await;
+    assert_eq!(
+        three_calls(&mut client).await,
+        [Code::Ok, Code::Ok, Code::OverLimit],
+        "{}",
+        served.log()
+    );
+    assert!(
+        !redis.keys("*").is_empty(),
+        "no key in Redis:\n{}",
+        served.log()
+    );
+    let log = served.log();
+    for expected in [
+        "BACKEND_TYPE=redis",
+        "statsd stats (the reference's names) sent over TCP",
+    ] {
+        assert!(log.contains(expected), "no '{expected}' in:\n{log}");
+    }
+}
+
+/// Envoy Gateway's `enable-tracing-custom` Deployment: the default one plus the reference's
+/// tracing settings (OTLP to a collector that is not there here), and its statsd-exporter
+/// ConfigMap, which is optional, absent: the server starts, decides, and keeps our metric names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server on PATH")]
+async fn envoy_gateway_s_tracing_variant_without_its_optional_mapping_decides() {
+    let tracing_env = [
+        ("TRACING_ENABLED", "true".to_owned()),
+        ("TRACING_SERVICE_NAME", "envoy-ratelimit".to_owned()),
+        (
+            "TRACING_SERVICE_NAMESPACE",
+            "envoy-gateway-system".to_owned(),
+        ),
+        (
+            "TRACING_SERVICE_INSTANCE_ID",
+            "envoy-ratelimit-5d8f7b-x2x9q".to_owned(),
+        ),
+        ("TRACING_SAMPLING_RATE", "0.6".to_owned()),
+        // trace-collector.envoy-gateway-system.svc.cluster.local:4317, where nothing listens.
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{}", free_port()),
+        ),
+    ];
+    let redis = RedisServer::start().expect("redis-server");
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new("envoy-gateway CA");
+    ca.server_and_client("envoy-ratelimit")
+        .write(certs.path(), "tls");
+    std::fs::write(certs.path().join("ca.crt"), ca.cert_pem()).unwrap();
+    let leaf = ca.server("envoy-gateway");
+    let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
+    ads.set(
+        "1",
+        &[user_limit("default/eg", "eg", 2, RateLimitUnit::Day)],
+    );
+    let prometheus = free_port();
+    let certs_dir = format!("{}/", certs.path().display());
+    let absent = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    command.arg0("/bin/ratelimit").env_clear();
+    for (name, value) in ENVOY_GATEWAY_ENV {
+        let value = match *name {
+            "CONFIG_GRPC_XDS_SERVER_URL" => ads.url(),
+            "REDIS_URL" => redis.addr(),
+            "PROMETHEUS_ADDR" => format!(":{prometheus}"),
+            "PROMETHEUS_MAPPER_YAML" => absent
+                .path()
+                .join("statsd-exporter/conf.yaml")
+                .display()
+                .to_string(),
+            _ => value.replace("/certs/", &certs_dir),
+        };
+        command.env(name, value);
+    }
+    command.envs(tracing_env);
+    let (http, grpc) = on_free_ports(&mut command);
+    let mut served = Served::spawn_command(command, grpc, http);
+    served.wait_healthy().await;
+    ads.wait_ack("1").await;
+    let mut client = tls_client(&ca.cert_pem(), grpc).await;
+    assert_eq!(
+        three_calls(&mut client).await,
+        [Code::Ok, Code::Ok, Code::OverLimit],
+        "{}",
+        served.log()
+    );
+    let page = reqwest::get(format!("http://127.0.0.1:{prometheus}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains(
+            r#"ratelimit_service_rate_limit_total_hits{domain="eg",rule="user",key1="user"} 3"#
+        ),
+        "{page}"
+    );
+    let log = served.log();
+    assert!(
+        log.contains("PROMETHEUS_MAPPER_YAML names no file"),
+        "{log}"
+    );
 }

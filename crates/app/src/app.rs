@@ -440,7 +440,9 @@ fn rules_reloader(
 
 /// Loads the rules directory for the first time and returns the summary to log. Invalid rules
 /// stop the start, unless `FORCE_START_WITHOUT_INITIAL_CONFIG` says to serve with none.
-/// `PROMETHEUS_MAPPER_YAML`, read once: a file that cannot be read or parsed stops start-up.
+/// `PROMETHEUS_MAPPER_YAML`, read once. A file that is not there serves our names, with a warning
+/// (Envoy Gateway mounts its mapping from an optional ConfigMap); one that cannot be read or
+/// parsed stops start-up.
 fn metrics_mapper(settings: &ServeSettings) -> Result<Option<Arc<Mapper>>, StartError> {
     let Some(path) = &settings.prometheus_mapper_yaml else {
         return Ok(None);
@@ -449,7 +451,18 @@ fn metrics_mapper(settings: &ServeSettings) -> Result<Option<Arc<Mapper>>, Start
         path: path.display().to_string(),
         error,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            tracing::warn!(
+                file = %path.display(),
+                "PROMETHEUS_MAPPER_YAML names no file: the metrics keep our names (the \
+                 reference's default mapping's, with `rule`, `key1` and `key2` labels)"
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(error(e.to_string())),
+    };
     let mapper = Mapper::parse(&text).map_err(error)?;
     tracing::info!(
         file = %path.display(),
