@@ -24,6 +24,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000}
   - key: tight
     rate_limit: {unit: hour, requests_per_unit: 2, algorithm: fixed_window}
+  - key: outage
+    rate_limit: {unit: day, requests_per_unit: 300}
 ";
 
 /// Generous bound on anything the test waits for (CI machines are slow and shared).
@@ -414,4 +416,110 @@ async fn the_local_cache_saves_redis_calls_and_a_raised_limit_is_admitted_at_onc
 /// A series that must be on the page.
 fn present(page: &str, series: &str) -> f64 {
     value(page, series).unwrap_or_else(|| panic!("{series} is not on /metrics"))
+}
+
+/// The count of `series` on `s`'s metrics page (0 when absent).
+async fn metric(s: &TestServer, series: &str) -> f64 {
+    present(&scrape(&s.http("/metrics")).await, series)
+}
+
+/// Admitted answers among `n` requests on `outage=shared` to `s`.
+async fn admitted(s: &TestServer, n: usize) -> u64 {
+    let mut ok = 0;
+    for _ in 0..n {
+        if decide(s, "outage", "shared").await == Ok(Code::Ok) {
+            ok += 1;
+        }
+    }
+    ok
+}
+
+/// Issue 23, finding 3: an outage no longer gives every instance the whole limit again. Three
+/// instances on one Redis (they count each other by heartbeat) share a 300/day key and use half of
+/// it; Redis is frozen; each instance then decides alone from the value it last saw, keeping a
+/// third of what was left, so the three together admit about the 150 left (before: each started
+/// from zero, 300 each). When Redis answers again, what they admitted is written back: Redis
+/// holds the whole limit spent and every instance refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn an_outage_in_local_mode_admits_only_what_was_left_and_writes_it_back() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(server(&redis.addr(), FailureMode::Local).await);
+    }
+    for s in &servers {
+        let started = monotonic();
+        while metric(s, "ratelimit_redis_instances").await < 3.0 {
+            assert!(
+                started.elapsed() < DEADLINE,
+                "the instances never counted each other"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Half the limit on Redis, taken by turns.
+    let mut before = 0;
+    for _ in 0..50 {
+        for s in &servers {
+            before += admitted(s, 1).await;
+        }
+    }
+    assert_eq!(before, 150);
+    redis.freeze();
+    let mut during = Vec::new();
+    for s in &servers {
+        during.push(admitted(s, 120).await);
+    }
+    let outage: u64 = during.iter().sum();
+    for s in &servers {
+        assert!(metric(s, "ratelimit_outage_keys_handed_over").await >= 1.0);
+    }
+    redis.thaw();
+    for s in &servers {
+        store_up_becomes(s, true).await;
+    }
+    // Each instance counts what it wrote back once, when done.
+    let mut written = 0.0;
+    for s in &servers {
+        let started = monotonic();
+        loop {
+            let mine = metric(s, "ratelimit_outage_hits_written_back").await;
+            if mine > 0.0 {
+                written += mine;
+                break;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "an instance wrote nothing back"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Each instance's first call into the frozen Redis timed out, but Redis ran it when thawed:
+    // up to three hits were in Redis already, and the write-back stops at the limit.
+    assert!(
+        written >= (outage - 3) as f64,
+        "{written} of {outage} written back"
+    );
+    let mut after = 0;
+    for s in &servers {
+        after += admitted(s, 5).await;
+    }
+    eprintln!(
+        "300/day: {before} admitted on Redis, {during:?} by the three instances alone while Redis \
+         was frozen ({outage} in all), {written} written back, {after} after"
+    );
+    // Each instance keeps a third of what it saw left: the last value each saw is at most two
+    // charges behind, so the three together admit at most what was left plus two.
+    assert!(
+        (148..=152).contains(&outage),
+        "the outage admitted {outage} where 150 were left"
+    );
+    assert_eq!(
+        after, 0,
+        "the outage's hits count in Redis: the limit is spent"
+    );
 }

@@ -211,6 +211,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
                 mode,
                 local_max_keys: settings.max_keys,
                 local_cache_bytes: settings.store.local_cache_size_in_bytes,
+                local_share: settings.store.redis_failure_local_share,
             };
             let backend =
                 Guarded::start(RedisConnect::new(config), guard, metrics.store.clone()).await?;

@@ -96,6 +96,11 @@ impl TextKeyBuilder {
         }
     }
 
+    /// The prefix every key starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The key of a counter.
     pub fn key(&self, id: &CounterId<'_>) -> TextKey {
         let mut key = String::with_capacity(64);

@@ -108,6 +108,9 @@ struct Inner {
     slow_warning: Every,
 }
 
+/// The sorted set of live instances, after the key prefix (no `|`: no counter key looks like it).
+pub const INSTANCES_KEY: &str = "__ratelimit_instances";
+
 /// The default `timeout` of Envoy's ratelimit filter (20 ms): a call slower than this fails
 /// behind an Envoy that keeps the default.
 pub const ENVOY_FILTER_TIMEOUT: Duration = Duration::from_millis(20);
@@ -377,6 +380,61 @@ impl RedisBackend {
         self.bounded(async move { ::redis::cmd("PING").query_async::<String>(&mut c).await })
             .await
             .map(drop)
+    }
+
+    /// Says this instance (`id`) is alive at `now_ms` and counts the instances that said so within
+    /// the last `window_ms`: one sorted set (`<prefix>__ratelimit_instances`, scores in ms, kept
+    /// for two windows), one script call.
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> Result<usize, StoreError> {
+        static HEARTBEAT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| {
+            ::redis::Script::new(
+                "redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1]) \
+                 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3])) \
+                 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2) \
+                 return redis.call('ZCARD', KEYS[1])",
+            )
+        });
+        let key = format!("{}{INSTANCES_KEY}", self.inner.keys.prefix());
+        let id = id.to_owned();
+        let mut c = self.inner.conns.get();
+        let timeout = self.inner.timeout;
+        // Not counted as a decision's call (`ratelimit_redis_calls`, latency): bookkeeping.
+        let result = io::run(async move {
+            within(timeout, async move {
+                HEARTBEAT
+                    .key(key)
+                    .arg(id)
+                    .arg(now_ms)
+                    .arg(window_ms)
+                    .invoke_async::<usize>(&mut c)
+                    .await
+            })
+            .await
+        })
+        .await;
+        match result {
+            None => Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            )),
+            Some(Err(())) => Err(StoreError::Unreachable("heartbeat timed out".into())),
+            Some(Ok(Err(e))) => Err(StoreError::Unreachable(format!("heartbeat: {e}"))),
+            Some(Ok(Ok(live))) => Ok(live),
+        }
+    }
+
+    /// The state this instance last saw in `key` (no call), unless Redis has dropped it by `now`.
+    pub fn last_seen(&self, key: &TextKey, now: Nanos) -> Option<State> {
+        let now_ms = now / 1_000_000;
+        self.inner
+            .seen
+            .get(key)
+            .and_then(|v| decode(&v))
+            .filter(|s| cas::pxat(s) > now_ms)
     }
 
     /// Compare-and-set conflicts seen so far (each one cost a retry).
@@ -745,6 +803,14 @@ impl RemoteKey for TextKey {
 impl Remote for RedisBackend {
     async fn ping(&self) -> Result<(), StoreError> {
         RedisBackend::ping(self).await
+    }
+
+    fn last_seen(&self, key: &TextKey, now: Nanos) -> Option<State> {
+        RedisBackend::last_seen(self, key, now)
+    }
+
+    async fn heartbeat(&self, id: &str, now_ms: u64, window_ms: u64) -> Result<usize, StoreError> {
+        RedisBackend::heartbeat(self, id, now_ms, window_ms).await
     }
 
     fn answered_since(&self, since: Instant) -> bool {

@@ -7,7 +7,7 @@
 use ratelimit_server::clock::NANOS_PER_SECOND as S;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::LimitParams;
-use ratelimit_server::store::guard::{FailureMode, GuardSettings, Guarded};
+use ratelimit_server::store::guard::{FailureMode, GuardSettings, Guarded, LocalShare};
 use ratelimit_server::store::memory::MemoryBackend;
 use ratelimit_server::store::redis::{RedisConfig, RedisConnect};
 use ratelimit_server::store::{Backend, Charge, CounterId, Store, StoreMetrics, Verdicts};
@@ -40,6 +40,7 @@ pub async fn guarded(config: RedisConfig) -> Store<Redis> {
         mode: FailureMode::Error,
         local_max_keys: 0,
         local_cache_bytes: 0,
+        local_share: LocalShare::Auto,
     };
     let backend = Guarded::start(
         RedisConnect::new(config),

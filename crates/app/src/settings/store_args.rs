@@ -9,7 +9,7 @@ use clap::{ArgAction, Args};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::config::parse_duration;
-use crate::store::guard::FailureMode;
+use crate::store::guard::{FailureMode, LocalShare};
 use ratelimit_redis::{RedisConfig, RedisTls, Topology};
 
 /// Where counters live.
@@ -152,6 +152,12 @@ pub struct StoreArgs {
     /// allow (OK), deny (OVER_LIMIT) or error (gRPC UNAVAILABLE).
     #[arg(long, env = "REDIS_FAILURE_MODE", default_value = "local", value_parser = parse_failure_mode)]
     pub redis_failure_mode: FailureMode,
+    /// With REDIS_FAILURE_MODE=local: the share of what each limit had left (by the values this
+    /// instance last saw in Redis) that this instance may admit alone during an outage; what it
+    /// admits is written back into Redis when it answers. `auto`: one over the instances alive on
+    /// this Redis (each says so every 2 s; `ratelimit_redis_instances`), or a fraction (0.5).
+    #[arg(long, env = "REDIS_FAILURE_LOCAL_SHARE", default_value = "auto", value_parser = LocalShare::parse)]
+    pub redis_failure_local_share: LocalShare,
     /// Bytes for the local over-limit cache (0 = off; 1MiB, 64KiB accepted): a fixed-window key
     /// Redis denied is answered OVER_LIMIT without a Redis call until its window ends.
     #[arg(long, env = "LOCAL_CACHE_SIZE_IN_BYTES", default_value = "0", value_parser = cache_bytes)]

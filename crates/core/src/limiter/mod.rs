@@ -6,6 +6,8 @@ mod fixed_window;
 mod leaky_bucket;
 #[cfg(test)]
 mod limit_change_tests;
+#[cfg(test)]
+mod share_tests;
 mod sliding_window;
 #[cfg(test)]
 mod testing;
@@ -187,6 +189,43 @@ pub fn uncharge(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> S
         Algorithm::FixedWindow => fixed_window::uncharge(params, state, now, hits),
         Algorithm::SlidingWindow => sliding_window::uncharge(params, state, now, hits),
     }
+}
+
+/// A key's state as one instance should decide on it alone while the shared store is away: of
+/// what the limit has left at `now` (by `state`, the last value the instance saw), the instance
+/// keeps `share` (0 to 1, rounded down) and the rest is charged, as taken by the other instances.
+/// Every algorithm, by a charge of the part that is not ours: `None` stays `None` only when
+/// nothing is charged.
+pub fn keep_share(
+    params: &LimitParams,
+    state: Option<State>,
+    now: Nanos,
+    share: f64,
+) -> Option<State> {
+    let remaining = u64::from(evaluate(params, state, now, 0).without_charge.remaining);
+    let share = if share.is_nan() {
+        1.0
+    } else {
+        share.clamp(0.0, 1.0)
+    };
+    let kept = ((remaining as f64) * share).floor() as u64;
+    let others = remaining - kept.min(remaining);
+    if others == 0 {
+        return state;
+    }
+    let e = evaluate(params, state, now, others);
+    if e.allowed {
+        Some(e.state_after)
+    } else {
+        state
+    }
+}
+
+/// Of `hits` admitted elsewhere (by the local failure mode during an outage), how many the limit
+/// can still take at `now`: all of them if they fit, else what is left.
+pub fn settled_hits(params: &LimitParams, state: Option<State>, now: Nanos, hits: u64) -> u64 {
+    let remaining = u64::from(evaluate(params, state, now, 0).without_charge.remaining);
+    hits.min(remaining)
 }
 
 /// `n / d`, by the 64-bit divide instruction when both fit, as they nearly always do here (the

@@ -42,6 +42,12 @@ pub struct StoreMetrics {
     /// Redis calls slower than the Envoy filter's default timeout (20 ms), which Envoy would
     /// have given up on.
     pub redis_slow_calls: IntCounter,
+    /// Keys the local failure mode took over from the values last seen in Redis.
+    pub outage_keys_handed_over: IntCounter,
+    /// Hits admitted by the local failure mode and written back into Redis when it answered.
+    pub outage_hits_written_back: IntCounter,
+    /// Live instances on the shared Redis, as the last heartbeat counted them.
+    pub redis_instances: IntGauge,
 }
 
 fn counter_vec(name: &str, help: &str, label: &str, values: &[&str]) -> IntCounterVec {
@@ -141,6 +147,21 @@ impl StoreMetrics {
                 "Redis calls that took longer than Envoy's default ratelimit filter timeout (20 ms): behind such an Envoy the call would have failed",
             )
             .expect("valid metric definition"),
+            outage_keys_handed_over: IntCounter::new(
+                "ratelimit_outage_keys_handed_over",
+                "Keys REDIS_FAILURE_MODE=local started deciding from the value last seen in Redis, keeping this instance's share of what was left (REDIS_FAILURE_LOCAL_SHARE)",
+            )
+            .expect("valid metric definition"),
+            outage_hits_written_back: IntCounter::new(
+                "ratelimit_outage_hits_written_back",
+                "Hits admitted by REDIS_FAILURE_MODE=local during an outage and charged to Redis once it answered again (at most what each limit had left)",
+            )
+            .expect("valid metric definition"),
+            redis_instances: IntGauge::new(
+                "ratelimit_redis_instances",
+                "Server instances sharing this Redis that sent a heartbeat in the last 30 s (the local failure mode's share is 1 / this with REDIS_FAILURE_LOCAL_SHARE=auto)",
+            )
+            .expect("valid metric definition"),
             over_limit_with_local_cache: IntCounter::new(
                 "ratelimit_over_limit_with_local_cache",
                 "Requests answered OVER_LIMIT from the local over-limit cache, without a Redis call",
@@ -151,7 +172,10 @@ impl StoreMetrics {
 
     /// Registers every series in `registry`.
     pub fn register(&self, registry: &Registry) {
-        let all: [Box<dyn Collector>; 15] = [
+        let all: [Box<dyn Collector>; 18] = [
+            Box::new(self.outage_keys_handed_over.clone()),
+            Box::new(self.outage_hits_written_back.clone()),
+            Box::new(self.redis_instances.clone()),
             Box::new(self.redis_connects.clone()),
             Box::new(self.redis_slow_calls.clone()),
             Box::new(self.redis_batch_requests.clone()),

@@ -12,7 +12,8 @@ mod over_limit_cache;
 
 pub use every::Every;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -30,7 +31,7 @@ use super::{
     Verdicts,
 };
 use crate::clock::Nanos;
-use crate::limiter::{self, Outlook, State};
+use crate::limiter::{self, LimitParams, Outlook, State};
 
 /// What the guard needs of a remote backend's keys: a memory key for the local failure mode, and
 /// a size, for the over-limit cache's bound.
@@ -45,6 +46,17 @@ pub trait Remote: Backend<Key: RemoteKey> {
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Whether any call got an answer at or after `since`.
     fn answered_since(&self, since: std::time::Instant) -> bool;
+    /// The state this instance last saw in `key`, without a call (for the local failure mode's
+    /// hand-over), unless the backend has dropped it by `now`.
+    fn last_seen(&self, key: &Self::Key, now: Nanos) -> Option<State>;
+    /// Says this instance (`id`) is alive at `now_ms`; the count of instances that said so within
+    /// the last `window_ms`.
+    fn heartbeat(
+        &self,
+        id: &str,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
 }
 
 /// How to reach a remote backend: at start-up, and again in the background while it is away.
@@ -99,6 +111,54 @@ impl FailureMode {
     }
 }
 
+/// How much of what each limit has left the local failure mode gives this instance
+/// (`REDIS_FAILURE_LOCAL_SHARE`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LocalShare {
+    /// One over the live instances, as the last heartbeat counted them (1 while none is known).
+    Auto,
+    /// This fraction (0 < share ≤ 1).
+    Fixed(f64),
+}
+
+impl LocalShare {
+    /// `auto` or a fraction in (0, 1].
+    pub fn parse(text: &str) -> Result<LocalShare, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("auto") {
+            return Ok(LocalShare::Auto);
+        }
+        match text.parse::<f64>() {
+            Ok(f) if f > 0.0 && f <= 1.0 => Ok(LocalShare::Fixed(f)),
+            _ => Err(format!(
+                "invalid share '{text}' (expected auto, or a fraction above 0 and at most 1)"
+            )),
+        }
+    }
+}
+
+/// How often an instance says it is alive in Redis, and how long a heartbeat counts.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+const HEARTBEAT_WINDOW: Duration = Duration::from_secs(10);
+
+/// A name for this store in the heartbeat set, unique across processes and within one.
+fn instance_id() -> String {
+    static STORES: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{:x}-{}-{}",
+        crate::clock::Clock::now(&crate::clock::SystemClock),
+        std::process::id(),
+        STORES.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// What the local failure mode decided in one outage: per key, its limit and the hits it admitted
+/// (written back into the remote backend once it answers), and the last `now` it decided at.
+struct Outage<K> {
+    keys: HashMap<K, (LimitParams, u64)>,
+    last_now: Option<(Nanos, std::time::Instant)>,
+}
+
 /// First wait of the background (re)connection, doubled after each failure up to
 /// [`RECONNECT_MAX`].
 const RECONNECT_BASE: Duration = Duration::from_millis(100);
@@ -127,6 +187,14 @@ struct Shared<C: Connect> {
     epoch: std::time::Instant,
     /// A `check_again` is pending.
     checking: AtomicBool,
+    share: LocalShare,
+    /// Live instances on the remote backend, by the last heartbeat (at least 1).
+    live_instances: AtomicUsize,
+    /// This instance's name in the heartbeat set.
+    instance_id: String,
+    /// The keys the local failure mode took over in this outage (at most `outage_cap`).
+    outage: Mutex<Outage<<C::Backend as Backend>::Key>>,
+    outage_cap: usize,
 }
 
 /// A flapping Redis (62 switches in 8 s were 62 WARN lines) is said once per this long each way;
@@ -154,6 +222,8 @@ pub struct GuardSettings {
     pub local_max_keys: usize,
     /// `LOCAL_CACHE_SIZE_IN_BYTES` (0: no over-limit cache).
     pub local_cache_bytes: usize,
+    /// `REDIS_FAILURE_LOCAL_SHARE`: the local failure mode's share of what each limit has left.
+    pub local_share: LocalShare,
 }
 
 impl<C: Connect> Guarded<C> {
@@ -169,6 +239,7 @@ impl<C: Connect> Guarded<C> {
             mode,
             local_max_keys,
             local_cache_bytes,
+            local_share,
         } = settings;
         let timeout = connect.timeout();
         let probe_timeout = timeout * 2 + Duration::from_millis(50);
@@ -209,10 +280,21 @@ impl<C: Connect> Guarded<C> {
             up_log: Every::new(SWITCH_LOG_EVERY),
             epoch: monotonic(),
             checking: AtomicBool::new(false),
+            share: local_share,
+            live_instances: AtomicUsize::new(1),
+            instance_id: instance_id(),
+            outage: Mutex::new(Outage {
+                keys: HashMap::new(),
+                last_now: None,
+            }),
+            outage_cap: local_max_keys,
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
             tokio::spawn(reconnect(Arc::downgrade(&shared)));
+        }
+        if mode == FailureMode::Local && local_share == LocalShare::Auto {
+            tokio::spawn(heartbeat(Arc::downgrade(&shared)));
         }
         Ok(Guarded { shared })
     }
@@ -306,12 +388,74 @@ impl<C: Connect> Guarded<C> {
             .with_label_values(&[mode.name()])
             .inc();
         match mode {
-            FailureMode::Local => Ok(self.shared.local.run(tx)),
+            FailureMode::Local => {
+                self.hand_over(&tx);
+                let verdicts = self.shared.local.run(tx);
+                self.count_outage_use(&tx, &verdicts);
+                Ok(verdicts)
+            }
             FailureMode::Allow => Ok(fixed(tx.charges, tx.now, true)),
             FailureMode::Deny => Ok(fixed(tx.charges, tx.now, false)),
             FailureMode::Error => Err(StoreError::Unavailable(
                 "Redis is unreachable (REDIS_FAILURE_MODE=error)".into(),
             )),
+        }
+    }
+
+    /// This instance's share of what each limit has left, while the local failure mode decides.
+    fn share(&self) -> f64 {
+        match self.shared.share {
+            LocalShare::Fixed(share) => share,
+            LocalShare::Auto => {
+                1.0 / self.shared.live_instances.load(Ordering::Relaxed).max(1) as f64
+            }
+        }
+    }
+
+    /// The local failure mode's first decision on a key in this outage starts from the value this
+    /// instance last saw in the remote backend, of which it keeps its share of what is left: an
+    /// outage does not give every instance the whole limit again.
+    fn hand_over(&self, tx: &Transaction<'_, <C::Backend as Backend>::Key>) {
+        let share = self.share();
+        let remote = self.shared.remote.load_full();
+        let mut outage = self
+            .shared
+            .outage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        outage.last_now = Some((tx.now, monotonic()));
+        for charge in tx.charges {
+            if outage.keys.contains_key(&charge.key) || outage.keys.len() >= self.shared.outage_cap
+            {
+                continue;
+            }
+            let seen = remote
+                .as_ref()
+                .and_then(|r| r.last_seen(&charge.key, tx.now));
+            let state = limiter::keep_share(&charge.params, seen, tx.now, share);
+            self.shared.local.put(charge.key.id(), state, tx.now);
+            outage.keys.insert(charge.key.clone(), (charge.params, 0));
+            self.shared.metrics.outage_keys_handed_over.inc();
+        }
+    }
+
+    /// Adds what the local failure mode admitted to what is written back.
+    fn count_outage_use(
+        &self,
+        tx: &Transaction<'_, <C::Backend as Backend>::Key>,
+        verdicts: &Verdicts,
+    ) {
+        let mut outage = self
+            .shared
+            .outage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (charge, verdict) in tx.charges.iter().zip(verdicts) {
+            if verdict.charged
+                && let Some((_, hits)) = outage.keys.get_mut(&charge.key)
+            {
+                *hits = hits.saturating_add(charge.hits);
+            }
         }
     }
 
@@ -366,8 +510,9 @@ impl<C: Connect> Guarded<C> {
     }
 }
 
-/// Counts, logs and shows one switch.
-fn metrics_switch<C: Connect>(shared: &Shared<C>, change: Change, log: bool) {
+/// Counts, logs and shows one switch; back on the remote backend, writes what the local failure
+/// mode admitted into it.
+fn metrics_switch<C: Connect>(shared: &Arc<Shared<C>>, change: Change, log: bool) {
     let m = &shared.metrics;
     let now = monotonic()
         .saturating_duration_since(shared.epoch)
@@ -392,6 +537,9 @@ fn metrics_switch<C: Connect>(shared: &Shared<C>, change: Change, log: bool) {
             }
             m.store_up.set(1);
             m.switches.with_label_values(&["redis"]).inc();
+            if shared.mode == FailureMode::Local {
+                tokio::spawn(write_back(Arc::downgrade(shared)));
+            }
             if shared.up_log.due(now) {
                 tracing::warn!("Redis answers again: decisions are back on Redis");
             }
@@ -423,6 +571,102 @@ async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
                 }
             }
         }
+    }
+}
+
+/// Once the remote backend answers again: charges it with what the local failure mode admitted
+/// during the outage (per key at most what its limit has left now, so the instances' outage
+/// decisions count against the shared limit), then forgets the outage's local state.
+async fn write_back<C: Connect>(shared: Weak<Shared<C>>) {
+    let Some(shared) = shared.upgrade() else {
+        return;
+    };
+    let (keys, last_now) = {
+        let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
+        (std::mem::take(&mut outage.keys), outage.last_now.take())
+    };
+    shared.local.clear();
+    let (Some(remote), Some((last_now, at))) = (shared.remote.load_full(), last_now) else {
+        return;
+    };
+    // The decisions' clock, carried forward from the outage's last decision.
+    let now = last_now.saturating_add(at.elapsed().as_nanos() as u64);
+    let mut written = 0u64;
+    for (key, (params, hits)) in keys.into_iter().filter(|(_, (_, hits))| *hits > 0) {
+        // Another instance may charge the key between the read and the write: a few tries.
+        for _ in 0..3 {
+            let Ok(state) = remote.peek(&key).await else {
+                break;
+            };
+            let take = limiter::settled_hits(&params, state, now, hits);
+            if take == 0 {
+                break;
+            }
+            let charge = Charge {
+                key: key.clone(),
+                params,
+                hits: take,
+                enforced: true,
+                quota: None,
+            };
+            match remote
+                .transact(Transaction::apply(std::slice::from_ref(&charge), now))
+                .await
+            {
+                Ok(v) if v.first().is_some_and(|v| v.charged) => {
+                    written += take;
+                    break;
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    tracing::debug!(error = %e, "writing the outage's hits back failed");
+                    break;
+                }
+            }
+        }
+    }
+    shared.metrics.outage_hits_written_back.inc_by(written);
+    if written > 0 {
+        tracing::info!(
+            hits = written,
+            "written back into Redis: the hits REDIS_FAILURE_MODE=local admitted during the outage"
+        );
+    }
+}
+
+/// While the local failure mode may decide with `REDIS_FAILURE_LOCAL_SHARE=auto`: says every
+/// [`HEARTBEAT_EVERY`] that this instance is alive, and learns how many are, so an outage's share
+/// is one over that count.
+async fn heartbeat<C: Connect>(shared: Weak<Shared<C>>) {
+    loop {
+        let Some(s) = shared.upgrade() else {
+            return;
+        };
+        let remote = s.remote.load_full();
+        let up = s
+            .breaker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_up();
+        if let (Some(remote), true) = (remote, up) {
+            let now_ms = crate::clock::Clock::now(&crate::clock::SystemClock) / 1_000_000;
+            let window = HEARTBEAT_WINDOW.as_millis() as u64;
+            match tokio::time::timeout(
+                s.connect.timeout() * 4,
+                remote.heartbeat(&s.instance_id, now_ms, window),
+            )
+            .await
+            {
+                Ok(Ok(live)) => {
+                    s.live_instances.store(live.max(1), Ordering::Relaxed);
+                    s.metrics.redis_instances.set(live as i64);
+                }
+                Ok(Err(e)) => tracing::debug!(error = %e, "heartbeat failed"),
+                Err(_) => tracing::debug!("heartbeat timed out"),
+            }
+        }
+        drop(s);
+        tokio::time::sleep(HEARTBEAT_EVERY).await;
     }
 }
 

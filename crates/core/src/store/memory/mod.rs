@@ -233,6 +233,26 @@ impl MemoryBackend {
         dropped
     }
 
+    /// Sets a key's state (`None`: drops it), as a failure mode's hand-over seeds it.
+    pub fn put(&self, key: StoreKey, state: Option<State>, now: Nanos) {
+        let mut shard = self.lock(Self::shard_of(key));
+        match state {
+            Some(state) => self.write(&mut shard, key, state, now),
+            None => {
+                if let Ok(slot) = shard.find_entry(hash_of(key.0), |s| s.key == key.0) {
+                    slot.remove();
+                }
+            }
+        }
+    }
+
+    /// Forgets every key (the local failure mode's store, once the shared store is back).
+    pub fn clear(&self) {
+        for id in 0..SHARDS {
+            self.lock(id).clear();
+        }
+    }
+
     /// Builds this store's keys (with its per-process secret).
     pub fn key_builder(&self) -> &KeyBuilder {
         &self.keys
