@@ -30,6 +30,7 @@ use ratelimit_core::{clock, config, limiter, store};
 mod batch;
 mod cas;
 mod conn;
+mod demand;
 mod dispatch;
 mod io;
 mod key;
@@ -48,6 +49,7 @@ use tokio::sync::oneshot;
 
 pub use cas::{EXPIRY_GRACE_MS, decode, encode};
 pub use conn::{RedisConfig, RedisTls, Topology};
+pub use demand::{KEY_TTL_MS, Snapshot};
 pub use key::{MAX_DOMAIN, MAX_KEY, TextKey, TextKeyBuilder};
 pub use queue::{MAX_BATCH_KEYS, MAX_BATCH_REQUESTS};
 pub use seen::SEEN_PER_SHARD;
