@@ -22,6 +22,9 @@
 //!
 //! Time: the instance's clock (`now` is passed in, as for the memory store); see docs/redis.md for
 //! the skew tolerance. Values are `a` or `a:b`, the two words of `limiter::State` in decimal.
+//!
+//! Beside the counters, the RLQS demand exchange (`demand`): each instance's demand per bucket in
+//! a hash with a TTL, so instances can split a bucket's pool (docs/rlqs.md "Several servers").
 #![forbid(unsafe_code)]
 
 // The core's modules, by the names this crate's code uses for them.
