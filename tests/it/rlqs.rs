@@ -540,3 +540,40 @@ async fn two_servers_on_the_memory_store_each_give_the_whole_limit() {
     assert_eq!(b.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
     assert_eq!(one.metric("ratelimit_rlqs_instances").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn without_redis_each_server_keeps_its_last_fraction_and_says_so_once() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_URL", redis.addr()),
+    ];
+    let (_dir, one, two) = two_servers(&env).await;
+    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
+    a.report(&[(&k1, 1, 0)]).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    redis.kill_now();
+    one.wait_for_metric("ratelimit_rlqs_exchange_errors_total", 3)
+        .await;
+    // The stream is still answered, on the last fraction (half), not the whole pool.
+    a.report(&[(&k1, 0, 0)]).await;
+    let Told::TokenBucket(max, fill, 3600, 20) = a.last_told().await else {
+        panic!("a token bucket");
+    };
+    assert!(max <= 5 && fill <= 300, "{max} {fill}");
+    // Said once (at most once a minute), counted every time.
+    assert_eq!(
+        one.log_lines("the RLQS demand exchange with Redis failed"),
+        1,
+        "{}",
+        one.log()
+    );
+}

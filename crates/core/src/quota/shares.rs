@@ -15,6 +15,10 @@
 //! bound covers it; the old bucket's bound is released, since Envoy drops that bucket. A stream
 //! that cannot be covered gets DENY_ALL until its share comes back. A stream whose stream closed
 //! keeps its bound until its assignment's TTL has passed (Envoy enforces it until then).
+//!
+//! With instances sharing the pool through Redis, this instance hands out only its fraction of
+//! it (`set_fraction`, see `quota::fraction`): the rate, the burst and the ledger's cap scaled
+//! down; a smaller fraction clamps the level at once, a larger one only refills faster.
 
 use std::collections::BTreeMap;
 
