@@ -331,6 +331,7 @@ impl<B: Backend> Table<B> {
                 (Some(shares), Governed::Limited { pool, .. }) => shares.set_pool(*pool, now),
                 (_, Governed::Limited { pool, .. }) => {
                     let mut shares = Shares::new(*pool, now);
+                    shares.set_fraction(even(inner.instances), now);
                     for stream in &bucket.streams {
                         shares.report(*stream, 0, 0, now);
                     }
