@@ -1,41 +1,26 @@
-//! The RLQS demand exchange: one script call per bucket that writes this instance's demand into
-//! the bucket's hash (field: the instance, value: `demand:ms` on Redis's clock), renews the key's
-//! TTL, drops fields older than the TTL, and returns every field left with Redis's time. The
-//! instances' hash (their beats) is the same call with no demand. Every key written carries a
-//! TTL ([`KEY_TTL_MS`]); times are Redis's, so the instances' clocks need not agree.
+//! The RLQS demand exchange: per round, Redis's time (`TIME`, so the instances' clocks need not
+//! agree), then per bucket one pipeline that writes this instance's demand into the bucket's hash
+//! (field: the instance, value: `demand:ms`), renews the key's TTL and reads every field back;
+//! fields older than the TTL (their instance gone or cut off for that long) are then deleted (had
+//! that instance written again in between, its entry is missing for one round). The
+//! instances' hash (their beats) is the same write with no demand. Every key written carries a
+//! TTL ([`KEY_TTL_MS`]). Plain commands, no script: these calls are not the counters' and show
+//! apart from them in Redis's command statistics; nor are they counted in the store's
+//! `ratelimit_redis_*` series (the RLQS service counts its failed exchanges).
+
+use std::collections::HashMap;
 
 use ratelimit_core::quota::fraction::{InstanceId, Peer, STALE_AFTER_MS};
 
-use super::{RedisBackend, StoreError, TextKey};
+use super::{RedisBackend, StoreError, TextKey, io, within};
 
 /// A demand hash lives this long after its last write; its fields are dropped once older.
 pub const KEY_TTL_MS: u64 = 2 * STALE_AFTER_MS;
 
-/// KEYS[1]: the hash; ARGV: instance, demand, TTL in ms. Returns `now_ms, field, value, …`.
-const SCRIPT: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ttl = tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. now)
-redis.call('PEXPIRE', KEYS[1], ttl)
-local all = redis.call('HGETALL', KEYS[1])
-local out = {tostring(now)}
-for i = 1, #all, 2 do
-  local at = tonumber(string.match(all[i + 1], ':(%d+)$'))
-  if at == nil or now - at > ttl then
-    redis.call('HDEL', KEYS[1], all[i])
-  else
-    out[#out + 1] = all[i]
-    out[#out + 1] = all[i + 1]
-  end
-end
-return out
-";
-
 /// What a bucket's hash held after this instance's write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
-    /// Redis's time of the write, in ms.
+    /// Redis's time at the round's start, in ms.
     pub now_ms: u64,
     /// Every instance's entry, this one's included (unreadable fields are left out).
     pub peers: Vec<Peer>,
@@ -46,23 +31,28 @@ pub fn field(instance: InstanceId) -> String {
     format!("{instance:016x}")
 }
 
-/// Reads the script's reply (`now_ms, field, value, …`).
-fn parse(reply: &[String]) -> Option<Snapshot> {
-    let (now, rest) = reply.split_first()?;
-    let now_ms = now.parse().ok()?;
-    let peers = rest
-        .chunks_exact(2)
-        .filter_map(|pair| {
-            let instance = InstanceId::from_str_radix(&pair[0], 16).ok()?;
-            let (demand, at) = pair[1].rsplit_once(':')?;
+/// Reads a hash's fields at `now_ms`: the entries younger than the TTL, and the fields to delete
+/// (older, or unreadable).
+fn parse(now_ms: u64, fields: HashMap<String, String>) -> (Snapshot, Vec<String>) {
+    let mut peers = Vec::with_capacity(fields.len());
+    let mut stale = Vec::new();
+    for (name, value) in fields {
+        let peer = (|| {
+            let instance = InstanceId::from_str_radix(&name, 16).ok()?;
+            let (demand, at) = value.rsplit_once(':')?;
             Some(Peer {
                 instance,
                 demand: demand.parse().ok()?,
                 at_ms: at.parse().ok()?,
             })
-        })
-        .collect();
-    Some(Snapshot { now_ms, peers })
+        })();
+        match peer {
+            Some(p) if now_ms.saturating_sub(p.at_ms) <= KEY_TTL_MS => peers.push(p),
+            _ => stale.push(name),
+        }
+    }
+    peers.sort_by_key(|p| p.instance);
+    (Snapshot { now_ms, peers }, stale)
 }
 
 impl RedisBackend {
@@ -76,34 +66,75 @@ impl RedisBackend {
         self.inner.keys.instances_key()
     }
 
-    /// Writes `instance`'s `demand` (requests per second) into the hash at `key` and returns
-    /// what it holds then; bounded by `REDIS_TIMEOUT`.
+    /// `call` on the Redis I/O thread within `REDIS_TIMEOUT`, not counted as a store call.
+    async fn quiet<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let timeout = self.inner.timeout;
+        match io::run(async move { within(timeout, call).await }).await {
+            Some(Ok(Ok(value))) => Ok(value),
+            Some(Ok(Err(e))) => Err(StoreError::Unavailable(e.to_string())),
+            Some(Err(())) => Err(StoreError::Unreachable(format!(
+                "no answer from Redis within {timeout:?}"
+            ))),
+            None => Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            )),
+        }
+    }
+
+    /// Redis's time, in ms (one round's clock).
+    pub async fn time_ms(&self) -> Result<u64, StoreError> {
+        let mut c = self.inner.conns.get();
+        let (secs, micros): (u64, u64) = self
+            .quiet(async move { ::redis::cmd("TIME").query_async(&mut c).await })
+            .await?;
+        Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+    }
+
+    /// Writes `instance`'s `demand` (requests per second) at `now_ms` (Redis's time, from
+    /// [`RedisBackend::time_ms`]) into the hash at `key` and returns what it holds then; bounded
+    /// by `REDIS_TIMEOUT`.
     pub async fn exchange_demand(
         &self,
         key: &TextKey,
         instance: InstanceId,
         demand: f64,
+        now_ms: u64,
     ) -> Result<Snapshot, StoreError> {
         let demand = if demand.is_finite() && demand > 0.0 {
             demand
         } else {
             0.0
         };
-        let mut cmd = ::redis::cmd("EVAL");
-        cmd.arg(SCRIPT)
-            .arg(1)
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("HSET")
             .arg(key.as_str())
             .arg(field(instance))
-            .arg(format!("{demand:.6}"))
-            .arg(KEY_TTL_MS);
+            .arg(format!("{demand:.6}:{now_ms}"))
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(key.as_str())
+            .arg(KEY_TTL_MS)
+            .ignore()
+            .cmd("HGETALL")
+            .arg(key.as_str());
         let mut c = self.inner.conns.get();
-        let reply: Vec<String> = self
-            .bounded(async move { cmd.query_async(&mut c).await })
+        let (fields,): (HashMap<String, String>,) = self
+            .quiet(async move { pipe.query_async(&mut c).await })
             .await?;
-        parse(&reply).ok_or_else(|| {
-            self.inner.metrics.error("script");
-            StoreError::Unavailable("an RLQS demand reply that does not parse".into())
-        })
+        let (snapshot, stale) = parse(now_ms, fields);
+        if !stale.is_empty() {
+            // Best effort: a field left over is deleted by the next round.
+            let mut hdel = ::redis::cmd("HDEL");
+            hdel.arg(key.as_str()).arg(stale);
+            let mut c = self.inner.conns.get();
+            let _ = self
+                .quiet(async move { hdel.query_async::<i64>(&mut c).await })
+                .await;
+        }
+        Ok(snapshot)
     }
 }
 
@@ -112,30 +143,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn replies_parse_and_unreadable_fields_are_left_out() {
-        let reply: Vec<String> = [
-            "1700000000123",
-            &field(7),
-            "2.500000:1700000000100",
-            "zz",
-            "1:1",
-            &field(9),
-            "nan-ish",
+    fn fields_parse_and_old_or_unreadable_ones_are_to_delete() {
+        let now = 1_700_000_000_123;
+        let fields: HashMap<String, String> = [
+            (field(7), format!("2.500000:{}", now - 100)),
+            (field(8), format!("1.0:{}", now - KEY_TTL_MS - 1)),
+            ("zz".to_owned(), "1:1".to_owned()),
+            (field(9), "nan-ish".to_owned()),
         ]
-        .iter()
-        .map(|s| (*s).to_owned())
+        .into_iter()
         .collect();
-        let snapshot = parse(&reply).unwrap();
-        assert_eq!(snapshot.now_ms, 1_700_000_000_123);
+        let (snapshot, mut stale) = parse(now, fields);
+        assert_eq!(snapshot.now_ms, now);
         assert_eq!(
             snapshot.peers,
             vec![Peer {
                 instance: 7,
                 demand: 2.5,
-                at_ms: 1_700_000_000_100
+                at_ms: now - 100
             }]
         );
-        assert_eq!(parse(&[]), None);
-        assert_eq!(parse(&["x".to_owned()]), None);
+        stale.sort();
+        assert_eq!(stale, vec![field(8), field(9), "zz".to_owned()]);
     }
 }

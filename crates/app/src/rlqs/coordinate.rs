@@ -1,5 +1,5 @@
 //! Instances sharing RLQS buckets: every second, this instance publishes its demand for each
-//! enforced bucket and reads every instance's ([`Exchange`], Redis in `rlqs::redis`), then takes
+//! limited bucket and reads every instance's ([`Exchange`], Redis in `rlqs::redis`), then takes
 //! its fraction of each bucket's pool (`quota::fraction`, pure). It runs in a task of its own:
 //! no gRPC stream ever waits on Redis. When an exchange fails, each bucket keeps the last
 //! fraction it had and a new bucket starts at an even split among the instances last seen; the

@@ -1,5 +1,5 @@
-//! The RLQS demand exchange on the Redis store (`BACKEND_TYPE=redis`): one beat in the
-//! instances' hash and one write-and-read per bucket (`ratelimit_redis`'s demand script), buckets
+//! The RLQS demand exchange on the Redis store (`BACKEND_TYPE=redis`): Redis's time, one beat in
+//! the instances' hash and one write-and-read per bucket (`ratelimit_redis`'s `exchange_demand`), buckets
 //! [`IN_FLIGHT`] at a time, each call bounded by `REDIS_TIMEOUT`. Not connected yet: the round fails
 //! (and the last fractions are kept).
 
@@ -40,8 +40,9 @@ impl Exchange for RedisExchange {
                 .store
                 .remote()
                 .ok_or_else(|| "not connected to Redis yet".to_owned())?;
+            let now_ms = redis.time_ms().await.map_err(|e| e.to_string())?;
             let instances = redis
-                .exchange_demand(&redis.instances_key(), instance, 0.0)
+                .exchange_demand(&redis.instances_key(), instance, 0.0, now_ms)
                 .await
                 .map_err(|e| e.to_string())?;
             let mut buckets = Vec::with_capacity(demands.len());
@@ -50,7 +51,7 @@ impl Exchange for RedisExchange {
                     let redis = redis.clone();
                     let hash = redis.demand_key(&key.0, &key.1);
                     let demand = *demand;
-                    async move { redis.exchange_demand(&hash, instance, demand).await }
+                    async move { redis.exchange_demand(&hash, instance, demand, now_ms).await }
                 });
                 for answer in futures_util::future::join_all(calls).await {
                     buckets.push(answer.ok().map(seen));

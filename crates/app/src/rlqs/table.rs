@@ -348,13 +348,13 @@ impl<B: Backend> Table<B> {
         }
     }
 
-    /// Every enforced bucket and this instance's demand for it (requests per second), to publish.
+    /// Every limited bucket and this instance's demand for it (requests per second), to publish:
+    /// enforced ones, and shadow-mode ones, whose over-limit counts follow the fraction too.
     pub(super) fn demands(&self) -> Vec<(Arc<BucketKey>, f64)> {
         let inner = self.lock();
         inner
             .buckets
             .iter()
-            .filter(|(_, b)| b.enforced())
             .filter_map(|(key, b)| Some((key.clone(), b.shares.as_ref()?.demand())))
             .collect()
     }
