@@ -577,3 +577,35 @@ async fn without_redis_each_server_keeps_its_last_fraction_and_says_so_once() {
         one.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn two_servers_on_a_redis_cluster_split_a_bucket_too() {
+    let Some(cluster) = crate::redis_cluster::Cluster::start() else {
+        return;
+    };
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_TYPE", "cluster".to_owned()),
+        ("REDIS_URL", cluster.seeds()),
+    ];
+    let (_dir, one, two) = two_servers(&env).await;
+    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
+    a.report(&[(&k1, 1, 0)]).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    // A few rounds with the bucket's hash on whichever master holds its slot.
+    let reports = one.metric("ratelimit_rlqs_reports_total").await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        a.report(&[(&k1, 1, 3)]).await;
+    }
+    one.wait_for_metric("ratelimit_rlqs_reports_total", reports + 3)
+        .await;
+    assert_eq!(one.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
+    assert_eq!(two.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
+}
