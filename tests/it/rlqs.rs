@@ -514,6 +514,14 @@ async fn two_servers_on_one_redis_split_one_buckets_limit() {
         max_a >= 1 && max_b >= 1 && fill_a >= 1 && fill_b >= 1,
         "{ta:?} {tb:?}"
     );
+    // `/explain` shows each instance's part of the pool, about half.
+    let url = format!(
+        "{}/explain?domain=rlqs-test&bucket=api_key%3Dk1%2Cname%3Dper-api-key",
+        one.http
+    );
+    let view: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    let fraction = view["fraction"].as_f64().expect("a fraction");
+    assert!((0.25..=0.75).contains(&fraction), "{view}");
     // Every key the exchange wrote carries a TTL.
     let keys = redis.keys("*%rlqs*");
     assert_eq!(

@@ -457,6 +457,7 @@ impl<B: Backend> BucketLookup for Table<B> {
         let bucket = inner.buckets.get(&key)?;
         Some(BucketView {
             mapping: bucket.mapping.clone(),
+            fraction: bucket.shares.as_ref().map_or(1.0, Shares::fraction),
             grants: bucket
                 .shares
                 .as_ref()

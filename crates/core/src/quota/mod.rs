@@ -13,11 +13,13 @@ pub use bucket::{Governed, Mapping, Unruled, map_bucket};
 pub use pool::Pool;
 pub use shares::{Grant, Shares, StreamId, TokenGrant};
 
-/// What the server holds for one RLQS bucket: the rule it was read on and, per stream, its grant
-/// (if any) and its demand in requests per second (`/explain?bucket=…`).
+/// What the server holds for one RLQS bucket: the rule it was read on, this instance's fraction of
+/// the pool (1 unless instances share it through Redis) and, per stream, its grant (if any) and
+/// its demand in requests per second (`/explain?bucket=…`).
 #[derive(Debug, Clone)]
 pub struct BucketView {
     pub mapping: Mapping,
+    pub fraction: f64,
     pub grants: Vec<(StreamId, Option<Grant>, f64)>,
 }
 
