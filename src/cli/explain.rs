@@ -184,6 +184,13 @@ fn print_live_bucket(server: &str, live: &Value) {
         live["rule"].as_str().unwrap_or("no rule"),
         streams.len()
     );
+    if let Some(fraction) = live["fraction"].as_f64().filter(|f| *f < 1.0) {
+        println!(
+            "     this instance hands out {:.0} % of the pool (shared with the other instances \
+             through Redis)",
+            fraction * 100.0
+        );
+    }
     for stream in streams {
         println!(
             "     stream {}: demand {:.2}/s, grant {}",

@@ -30,7 +30,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             &["cas", "slot", "key", "queue", "io"],
             &["batch", "seen", "conn"],
             &["dispatch"],
-            &["spread"],
+            &["spread", "demand"],
         ],
     ),
     (

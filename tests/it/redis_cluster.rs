@@ -29,12 +29,13 @@ fn cluster_port() -> u16 {
     }
 }
 
-struct Cluster {
+/// Three masters, no replicas (also for `rlqs`).
+pub(crate) struct Cluster {
     nodes: Vec<RedisServer>,
 }
 
 impl Cluster {
-    fn start() -> Option<Cluster> {
+    pub(crate) fn start() -> Option<Cluster> {
         if !available() {
             return None;
         }
@@ -76,7 +77,7 @@ impl Cluster {
         Some(Cluster { nodes })
     }
 
-    fn seeds(&self) -> String {
+    pub(crate) fn seeds(&self) -> String {
         self.nodes
             .iter()
             .map(RedisServer::addr)

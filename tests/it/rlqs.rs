@@ -17,6 +17,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
 use crate::common::metrics::scrape_count as scrape_metric;
+use crate::common::process::Served;
+use crate::common::redis::RedisServer;
 use crate::common::{self, TestServer};
 
 const RULES: &str = "
@@ -86,6 +88,14 @@ impl Envoy {
         Envoy::on(client).await
     }
 
+    /// A stream to a server process's gRPC port.
+    async fn at(port: u16) -> Envoy {
+        let client = RateLimitQuotaServiceClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .expect("connects");
+        Envoy::on(client).await
+    }
+
     async fn on(mut client: RateLimitQuotaServiceClient<tonic::transport::Channel>) -> Envoy {
         let (reports, rx) = mpsc::channel(16);
         let assignments = client
@@ -140,6 +150,21 @@ impl Envoy {
                 )
             })
             .collect()
+    }
+
+    /// Every message until none comes for 2 s: the last action told (at least one message is
+    /// awaited).
+    async fn last_told(&mut self) -> Told {
+        let mut last = self.next_one().await;
+        while let Ok(message) =
+            tokio::time::timeout(Duration::from_secs(2), self.assignments.message()).await
+        {
+            let message = message.expect("stream healthy").expect("stream not ended");
+            if let Some(action) = message.bucket_action.last() {
+                last = told(action.bucket_action.as_ref().unwrap());
+            }
+        }
+        last
     }
 
     /// The next message's one action.
@@ -434,4 +459,163 @@ async fn the_stream_is_served_on_the_unix_socket_too() {
     let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
     envoy.report(&[(&k1, 1, 0)]).await;
     assert_eq!(envoy.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+}
+
+/// Two server processes with `env` on one rules directory, healthy.
+async fn two_servers(env: &[(&str, String)]) -> (tempfile::TempDir, Served, Served) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rlqs.yaml"), RULES).unwrap();
+    let (mut one, mut two) = (
+        Served::with_env(dir.path(), env),
+        Served::with_env(dir.path(), env),
+    );
+    one.wait_healthy().await;
+    two.wait_healthy().await;
+    (dir, one, two)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn two_servers_on_one_redis_split_one_buckets_limit() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_URL", redis.addr()),
+    ];
+    let (_dir, one, two) = two_servers(&env).await;
+    // Each sees the other's beat in Redis.
+    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
+    a.report(&[(&k1, 1, 0)]).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    // A new bucket starts at an even split among the instances alive: half of 10 (less the
+    // request before the assignment) and half of 600 per hour, on each.
+    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    // Equal demand for a few beats: the fractions follow the demands exchanged in Redis.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        a.report(&[(&k1, 1, 3)]).await;
+        b.report(&[(&k1, 1, 3)]).await;
+    }
+    let (ta, tb) = (a.last_told().await, b.last_told().await);
+    eprintln!("rlqs two servers on one Redis, after 4 beats of equal demand: {ta:?} + {tb:?}");
+    let (Told::TokenBucket(max_a, fill_a, 3600, 20), Told::TokenBucket(max_b, fill_b, 3600, 20)) =
+        (ta.clone(), tb.clone())
+    else {
+        panic!("token buckets on both: {ta:?} {tb:?}");
+    };
+    // Together within the rule (burst 10, 600 per hour), each with a share.
+    assert!(max_a + max_b <= 10, "{ta:?} {tb:?}");
+    assert!(fill_a + fill_b <= 600, "{ta:?} {tb:?}");
+    assert!(
+        max_a >= 1 && max_b >= 1 && fill_a >= 1 && fill_b >= 1,
+        "{ta:?} {tb:?}"
+    );
+    // `/explain` shows each instance's part of the pool, about half.
+    let url = format!(
+        "{}/explain?domain=rlqs-test&bucket=api_key%3Dk1%2Cname%3Dper-api-key",
+        one.http
+    );
+    let view: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+    let fraction = view["fraction"].as_f64().expect("a fraction");
+    assert!((0.25..=0.75).contains(&fraction), "{view}");
+    // Every key the exchange wrote carries a TTL.
+    let keys = redis.keys("*%rlqs*");
+    assert_eq!(
+        keys.len(),
+        2,
+        "the bucket's hash and the instances': {keys:?}"
+    );
+    for key in keys {
+        let ttl: i64 = redis.cli(&["PTTL", &key]).unwrap().trim().parse().unwrap();
+        assert!(ttl > 0, "{key} has no TTL ({ttl})");
+    }
+    assert_eq!(one.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_the_memory_store_each_give_the_whole_limit() {
+    let (_dir, one, two) = two_servers(&[]).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
+    a.report(&[(&k1, 1, 0)]).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    // Per-instance limits, as documented: each instance hands out the whole pool.
+    assert_eq!(a.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+    assert_eq!(one.metric("ratelimit_rlqs_instances").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn without_redis_each_server_keeps_its_last_fraction_and_says_so_once() {
+    let Some(mut redis) = RedisServer::start() else {
+        return;
+    };
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_URL", redis.addr()),
+    ];
+    let (_dir, one, two) = two_servers(&env).await;
+    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
+    a.report(&[(&k1, 1, 0)]).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    redis.kill_now();
+    one.wait_for_metric("ratelimit_rlqs_exchange_errors_total", 3)
+        .await;
+    // The stream is still answered, on the last fraction (half), not the whole pool.
+    a.report(&[(&k1, 0, 0)]).await;
+    let Told::TokenBucket(max, fill, 3600, 20) = a.last_told().await else {
+        panic!("a token bucket");
+    };
+    assert!(max <= 5 && fill <= 300, "{max} {fill}");
+    // Said once (at most once a minute), counted every time.
+    assert_eq!(
+        one.log_lines("the RLQS demand exchange with Redis failed"),
+        1,
+        "{}",
+        one.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn two_servers_on_a_redis_cluster_split_a_bucket_too() {
+    let Some(cluster) = crate::redis_cluster::Cluster::start() else {
+        return;
+    };
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_TYPE", "cluster".to_owned()),
+        ("REDIS_URL", cluster.seeds()),
+    ];
+    let (_dir, one, two) = two_servers(&env).await;
+    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
+    a.report(&[(&k1, 1, 0)]).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    // A few rounds with the bucket's hash on whichever master holds its slot.
+    let reports = one.metric("ratelimit_rlqs_reports_total").await;
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        a.report(&[(&k1, 1, 3)]).await;
+    }
+    one.wait_for_metric("ratelimit_rlqs_reports_total", reports + 3)
+        .await;
+    assert_eq!(one.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
+    assert_eq!(two.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
 }

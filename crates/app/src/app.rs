@@ -201,7 +201,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         BackendType::Memory => {
             metrics.store.store_up.set(1);
             let backend = MemoryBackend::new(settings.max_keys);
-            start_on(settings, clock, metrics, backend).await
+            start_on(settings, clock, metrics, backend, None).await
         }
         BackendType::Redis => {
             let config = settings.store.redis_config()?;
@@ -216,7 +216,11 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             let backend =
                 Guarded::start(RedisConnect::new(config), guard, metrics.store.clone()).await?;
             tracing::info!(redis = %described.0, prefix = %described.1, failure_mode = mode.name(), "counters in Redis");
-            start_on(settings, clock, metrics, backend).await
+            // RLQS buckets are shared with the other instances through the same connections.
+            let exchange: Arc<dyn rlqs::Exchange> = Arc::new(rlqs::RedisExchange {
+                store: backend.clone(),
+            });
+            start_on(settings, clock, metrics, backend, Some(exchange)).await
         }
     }
 }
@@ -236,12 +240,13 @@ fn register_process_metrics(metrics: &Metrics) {
     let _ = metrics;
 }
 
-/// Starts serving on `backend`.
+/// Starts serving on `backend`; RLQS buckets are shared through `exchange` when there is one.
 async fn start_on<B: Backend>(
     settings: &ServeSettings,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     backend: B,
+    exchange: Option<Arc<dyn rlqs::Exchange>>,
 ) -> Result<Server, StartError> {
     let store = Store::new(backend);
     metrics.read_store_stats(store.clone());
@@ -325,6 +330,13 @@ async fn start_on<B: Backend>(
         );
     if let Some(table) = &quotas {
         tasks.spawn(rlqs::tick(table.clone(), tasks.shutdown.clone()));
+        if let Some(exchange) = exchange {
+            tasks.spawn(rlqs::coordinate(
+                table.clone(),
+                exchange,
+                tasks.shutdown.clone(),
+            ));
+        }
     }
     if let Some(path) = &settings.grpc_uds {
         tasks.serve_grpc_on_unix_socket(path, grpc_router.clone())?;

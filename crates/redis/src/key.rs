@@ -139,6 +139,45 @@ impl TextKeyBuilder {
         key.push_str(&tail);
         TextKey(key.into())
     }
+
+    /// The key of an RLQS bucket's demand hash (every instance's published demand):
+    /// `<prefix>%rlqs|<domain>|<k>=<v>…` with the entries in the order given (sorted by the
+    /// caller), encoded and bounded as counter keys are. No counter key starts so: an encoded
+    /// domain never holds a bare `%` followed by `r`.
+    pub fn quota_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
+        let mut key = String::with_capacity(64);
+        key.push_str(&self.prefix);
+        key.push_str("%rlqs|");
+        let mut name = String::new();
+        encode(&mut name, domain);
+        if name.len() > MAX_DOMAIN {
+            let digest = hash128(name.as_bytes()) as u64;
+            let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
+        } else {
+            key.push_str(&name);
+        }
+        let mut body = String::new();
+        for (k, v) in entries {
+            body.push('|');
+            encode(&mut body, k);
+            body.push('=');
+            encode(&mut body, v);
+        }
+        if key.len() + body.len() > MAX_KEY {
+            let room = MAX_KEY.saturating_sub(key.len() + 34);
+            let digest = hash128(body.as_bytes());
+            key.push_str(head(&body, room));
+            let _ = write!(key, "|~{digest:032x}");
+        } else {
+            key.push_str(&body);
+        }
+        TextKey(key.into())
+    }
+
+    /// The key of the hash of RLQS instances alive (each one's last beat).
+    pub fn instances_key(&self) -> TextKey {
+        TextKey(format!("{}%rlqs-instances", self.prefix).into())
+    }
 }
 
 #[cfg(test)]
@@ -168,6 +207,24 @@ mod tests {
             max_delay: 0,
             charge_denied: false,
         }
+    }
+
+    #[test]
+    fn quota_keys_are_apart_from_counter_keys_and_bounded() {
+        let b = TextKeyBuilder::new("rl:");
+        let entries = vec![
+            ("api_key".to_owned(), "k|1".to_owned()),
+            ("name".to_owned(), "per-api-key".to_owned()),
+        ];
+        assert_eq!(
+            b.quota_key("rlqs", &entries).as_str(),
+            "rl:%rlqs|rlqs|api_key=k%7C1|name=per-api-key"
+        );
+        assert_eq!(b.instances_key().as_str(), "rl:%rlqs-instances");
+        let long = vec![("k".to_owned(), "v".repeat(3000))];
+        let key = b.quota_key(&"d".repeat(500), &long);
+        assert!(key.as_str().len() <= MAX_KEY, "{}", key.as_str());
+        assert_ne!(key, b.quota_key(&"d".repeat(500), &[]));
     }
 
     #[test]

@@ -22,6 +22,9 @@
 //!
 //! Time: the instance's clock (`now` is passed in, as for the memory store); see docs/redis.md for
 //! the skew tolerance. Values are `a` or `a:b`, the two words of `limiter::State` in decimal.
+//!
+//! Beside the counters, the RLQS demand exchange (`demand`): each instance's demand per bucket in
+//! a hash with a TTL, so instances can split a bucket's pool (docs/rlqs.md "Several servers").
 #![forbid(unsafe_code)]
 
 // The core's modules, by the names this crate's code uses for them.
@@ -30,6 +33,7 @@ use ratelimit_core::{clock, config, limiter, store};
 mod batch;
 mod cas;
 mod conn;
+mod demand;
 mod dispatch;
 mod io;
 mod key;
@@ -48,6 +52,7 @@ use tokio::sync::oneshot;
 
 pub use cas::{EXPIRY_GRACE_MS, decode, encode};
 pub use conn::{RedisConfig, RedisTls, Topology};
+pub use demand::{KEY_TTL_MS, Snapshot};
 pub use key::{MAX_DOMAIN, MAX_KEY, TextKey, TextKeyBuilder};
 pub use queue::{MAX_BATCH_KEYS, MAX_BATCH_REQUESTS};
 pub use seen::SEEN_PER_SHARD;

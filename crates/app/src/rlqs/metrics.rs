@@ -1,5 +1,6 @@
 //! The RLQS series: streams open, buckets known, reports read, assignments sent by kind, and
-//! buckets refused past the caps. Per-rule hits and over-limit counts of reported requests go
+//! buckets refused past the caps; with Redis, the instances sharing the buckets and the demand
+//! exchanges that failed. Per-rule hits and over-limit counts of reported requests go
 //! to the rules' own series (`Engine::record_quota_usage`).
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
@@ -11,6 +12,8 @@ pub struct QuotaMetrics {
     pub reports: IntCounter,
     pub assignments: IntCounterVec,
     pub refused: IntCounter,
+    pub instances: IntGauge,
+    pub exchange_errors: IntCounter,
 }
 
 impl QuotaMetrics {
@@ -44,12 +47,26 @@ impl QuotaMetrics {
                  it may",
             )
             .expect("valid metric"),
+            instances: IntGauge::new(
+                "ratelimit_rlqs_instances",
+                "Server instances sharing RLQS buckets through Redis, as last seen (1 without Redis)",
+            )
+            .expect("valid metric"),
+            exchange_errors: IntCounter::new(
+                "ratelimit_rlqs_exchange_errors_total",
+                "RLQS demand exchanges with Redis that failed (a whole round or one bucket's); the \
+                 last fractions are kept",
+            )
+            .expect("valid metric"),
         };
+        metrics.instances.set(1);
         let _ = registry.register(Box::new(metrics.streams.clone()));
         let _ = registry.register(Box::new(metrics.buckets.clone()));
         let _ = registry.register(Box::new(metrics.reports.clone()));
         let _ = registry.register(Box::new(metrics.assignments.clone()));
         let _ = registry.register(Box::new(metrics.refused.clone()));
+        let _ = registry.register(Box::new(metrics.instances.clone()));
+        let _ = registry.register(Box::new(metrics.exchange_errors.clone()));
         metrics
     }
 }

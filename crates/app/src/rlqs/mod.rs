@@ -3,11 +3,14 @@
 //! bidirectional stream per Envoy (and domain). Each usage report goes into the shared [`Table`]
 //! (the core's `quota` logic: which rule governs the bucket, each stream's share); the answer and
 //! any push to other streams leave through each stream's bounded outbox. A ticker moves shares
-//! every second (demand, TTLs, reloads). At shutdown every stream ends, so the drain does not
-//! wait on them.
+//! every second (demand, TTLs, reloads). With Redis, instances share each bucket's pool: each
+//! hands out its fraction, from the demands they exchange every second (`coordinate`). At shutdown
+//! every stream ends, so the drain does not wait on them.
 
 mod actions;
+mod coordinate;
 mod metrics;
+mod redis;
 mod table;
 
 use std::pin::Pin;
@@ -25,7 +28,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+pub use coordinate::{Exchange, coordinate};
 pub use metrics::QuotaMetrics;
+pub use redis::RedisExchange;
 pub use table::Table;
 
 use crate::engine::Engine;

@@ -4,7 +4,9 @@
 //! [`MAX_BUCKETS_PER_STREAM`] buckets per stream and [`MAX_BUCKETS`] in all, each of at most
 //! `MAX_BUCKET_ENTRIES` entries and `MAX_BUCKET_BYTES` bytes (larger ones are not kept, so Envoy
 //! keeps its no-assignment behaviour for them); a stream whose outbox is full misses pushes (its
-//! next report's answer carries every assignment again).
+//! next report's answer carries every assignment again). With instances sharing buckets through
+//! Redis (`coordinate`), each bucket's shares hand out only this instance's fraction of the pool:
+//! a new bucket starts at an even split among the instances last seen alive.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,6 +22,7 @@ use crate::clock::Nanos;
 use crate::engine::Engine;
 use crate::policy::Policy;
 use crate::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
+use crate::quota::fraction::even;
 use crate::quota::{BucketLookup, BucketView, Governed, Mapping, Shares, StreamId};
 use crate::store::Backend;
 
@@ -31,7 +34,7 @@ pub const MAX_BUCKETS: usize = 200_000;
 pub const MAX_DOMAIN_BYTES: usize = 256;
 
 /// A bucket's identity: its domain and its entries sorted.
-type BucketKey = (String, Vec<(String, String)>);
+pub(super) type BucketKey = (String, Vec<(String, String)>);
 
 /// One stream's sending side and what it reported.
 struct Stream {
@@ -75,6 +78,9 @@ struct Inner {
     /// The rules the buckets were read on (a reload shows as another snapshot).
     policy: Option<Arc<Policy>>,
     next_stream: StreamId,
+    /// Instances sharing the buckets, as last seen (1 without Redis): a new bucket's fraction is
+    /// an even split among them until its first exchange.
+    instances: usize,
 }
 
 /// Messages to send once the lock is released.
@@ -97,6 +103,7 @@ impl<B: Backend> Table<B> {
                 buckets: HashMap::new(),
                 policy: None,
                 next_stream: 1,
+                instances: 1,
             }),
         }
     }
@@ -193,10 +200,11 @@ impl<B: Backend> Table<B> {
                     continue;
                 }
                 state.buckets.insert(key.clone());
+                let fraction = even(inner.instances);
                 let bucket = inner
                     .buckets
                     .entry(key.clone())
-                    .or_insert_with(|| self.new_bucket(&key, id.clone(), now));
+                    .or_insert_with(|| self.new_bucket(&key, id.clone(), fraction, now));
                 bucket.streams.insert(stream);
                 let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
                 let mut shadow_over = 0;
@@ -276,10 +284,14 @@ impl<B: Backend> Table<B> {
         self.send(outgoing);
     }
 
-    fn new_bucket(&self, key: &BucketKey, id: BucketId, now: Nanos) -> Bucket {
+    fn new_bucket(&self, key: &BucketKey, id: BucketId, fraction: f64, now: Nanos) -> Bucket {
         let (_, mapping) = self.engine.map_bucket(&key.0, &key.1);
         let shares = match &mapping.governed {
-            Governed::Limited { pool, .. } => Some(Shares::new(*pool, now)),
+            Governed::Limited { pool, .. } => {
+                let mut shares = Shares::new(*pool, now);
+                shares.set_fraction(fraction, now);
+                Some(shares)
+            }
             _ => None,
         };
         Bucket {
@@ -319,6 +331,7 @@ impl<B: Backend> Table<B> {
                 (Some(shares), Governed::Limited { pool, .. }) => shares.set_pool(*pool, now),
                 (_, Governed::Limited { pool, .. }) => {
                     let mut shares = Shares::new(*pool, now);
+                    shares.set_fraction(even(inner.instances), now);
                     for stream in &bucket.streams {
                         shares.report(*stream, 0, 0, now);
                     }
@@ -333,6 +346,45 @@ impl<B: Backend> Table<B> {
                 }
             }
         }
+    }
+
+    /// Every limited bucket and this instance's demand for it (requests per second), to publish:
+    /// enforced ones, and shadow-mode ones, whose over-limit counts follow the fraction too.
+    pub(super) fn demands(&self) -> Vec<(Arc<BucketKey>, f64)> {
+        let inner = self.lock();
+        inner
+            .buckets
+            .iter()
+            .filter_map(|(key, b)| Some((key.clone(), b.shares.as_ref()?.demand())))
+            .collect()
+    }
+
+    /// This instance's fraction of each bucket's pool, from an exchange, and the instances seen
+    /// alive: buckets whose fraction moved are reassigned and their streams told at once.
+    pub(super) fn set_fractions(&self, fractions: Vec<(Arc<BucketKey>, f64)>, instances: usize) {
+        let now = self.engine.now();
+        let mut outgoing: Outgoing = Vec::new();
+        {
+            let mut guard = self.lock();
+            let inner = &mut *guard;
+            inner.instances = instances.max(1);
+            for (key, fraction) in fractions {
+                let moved = inner
+                    .buckets
+                    .get_mut(&key)
+                    .and_then(|b| b.shares.as_mut())
+                    .is_some_and(|shares| shares.set_fraction(fraction, now));
+                if moved {
+                    Self::reassign(inner, &key, now, 0, &mut outgoing);
+                }
+            }
+        }
+        self.send(outgoing);
+    }
+
+    /// The RLQS series.
+    pub(super) fn metrics(&self) -> &QuotaMetrics {
+        &self.metrics
     }
 
     /// Moves a bucket's shares and queues the changed grants; `answering`'s own are left to its
@@ -405,6 +457,7 @@ impl<B: Backend> BucketLookup for Table<B> {
         let bucket = inner.buckets.get(&key)?;
         Some(BucketView {
             mapping: bucket.mapping.clone(),
+            fraction: bucket.shares.as_ref().map_or(1.0, Shares::fraction),
             grants: bucket
                 .shares
                 .as_ref()

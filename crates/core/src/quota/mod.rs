@@ -1,9 +1,11 @@
 //! The Rate Limit Quota Service's logic, transport-free and pure (time is passed in): which rule
 //! governs an RLQS bucket ([`bucket`]), what one rule allows as a pool of tokens ([`pool`]), and
-//! how a pool is split among the Envoys that report the bucket ([`shares`]). The gRPC stream
-//! around it lives in `ratelimit-app`.
+//! how a pool is split among the Envoys that report the bucket ([`shares`]), and which part of it
+//! one server instance hands out when instances share the bucket through Redis ([`fraction`]).
+//! The gRPC stream and the Redis exchange around it live in `ratelimit-app`.
 
 pub mod bucket;
+pub mod fraction;
 pub mod pool;
 pub mod shares;
 
@@ -11,11 +13,13 @@ pub use bucket::{Governed, Mapping, Unruled, map_bucket};
 pub use pool::Pool;
 pub use shares::{Grant, Shares, StreamId, TokenGrant};
 
-/// What the server holds for one RLQS bucket: the rule it was read on and, per stream, its grant
-/// (if any) and its demand in requests per second (`/explain?bucket=…`).
+/// What the server holds for one RLQS bucket: the rule it was read on, this instance's fraction of
+/// the pool (1 unless instances share it through Redis) and, per stream, its grant (if any) and
+/// its demand in requests per second (`/explain?bucket=…`).
 #[derive(Debug, Clone)]
 pub struct BucketView {
     pub mapping: Mapping,
+    pub fraction: f64,
     pub grants: Vec<(StreamId, Option<Grant>, f64)>,
 }
 

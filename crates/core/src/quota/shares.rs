@@ -15,10 +15,15 @@
 //! bound covers it; the old bucket's bound is released, since Envoy drops that bucket. A stream
 //! that cannot be covered gets DENY_ALL until its share comes back. A stream whose stream closed
 //! keeps its bound until its assignment's TTL has passed (Envoy enforces it until then).
+//!
+//! With instances sharing the pool through Redis, this instance hands out only its fraction of
+//! it (`set_fraction`, see `quota::fraction`): the rate, the burst and the ledger's cap scaled
+//! down; a smaller fraction clamps the level at once, a larger one only refills faster.
 
 use std::collections::BTreeMap;
 
 use crate::clock::{NANOS_PER_SECOND, Nanos};
+use crate::quota::fraction::scaled;
 use crate::quota::pool::Pool;
 
 /// A stream's identity, given by the caller.
@@ -123,6 +128,9 @@ fn secs(nanos: Nanos) -> f64 {
 #[derive(Debug, Clone)]
 pub struct Shares {
     pool: Pool,
+    /// This instance's part of the pool (1 unless instances share it through Redis: see
+    /// `quota::fraction`); the rate and burst handed out here are the pool's scaled by it.
+    fraction: f64,
     /// The pool's level (may go below zero when Envoys admitted more than it held, e.g. before
     /// their first assignment), at `level_at`.
     level: f64,
@@ -142,6 +150,7 @@ impl Shares {
     pub fn new(pool: Pool, now: Nanos) -> Shares {
         Shares {
             pool,
+            fraction: 1.0,
             level: f64::from(pool.burst),
             level_at: now,
             members: BTreeMap::new(),
@@ -161,16 +170,60 @@ impl Shares {
         self.members.is_empty()
     }
 
+    /// This instance's part of the pool.
+    pub fn fraction(&self) -> f64 {
+        self.fraction
+    }
+
+    /// The burst this instance hands out: the pool's, scaled by its fraction.
+    fn burst(&self) -> u64 {
+        scaled(u128::from(self.pool.burst), self.fraction) as u64
+    }
+
+    /// The rate this instance hands out, in tokens per second.
+    fn rate(&self) -> f64 {
+        self.pool.rate() * self.fraction.clamp(0.0, 1.0)
+    }
+
     /// The pool's cap in the ledger: its burst plus one report interval of refill, since what
     /// Envoys admitted in that time is not reported yet (their bounds grow alike).
     fn cap(&self) -> f64 {
-        f64::from(self.pool.burst) + self.pool.rate() * REPORT_LAG_SECS
+        self.burst() as f64 + self.rate() * REPORT_LAG_SECS
     }
 
     fn refill(&mut self, now: Nanos) {
         let elapsed = secs(now.saturating_sub(self.level_at));
-        self.level = (self.level + self.pool.rate() * elapsed).min(self.cap());
+        self.level = (self.level + self.rate() * elapsed).min(self.cap());
         self.level_at = self.level_at.max(now);
+    }
+
+    /// This instance's part of the pool is now `fraction` (clamped to `[0, 1]`; NaN is 0). A
+    /// smaller part clamps the level down to its cap at once; a larger one only refills faster
+    /// from now on, so no token is handed out twice within the instance. Shares follow at the
+    /// next [`Shares::assign`]. Returns whether the part changed.
+    pub fn set_fraction(&mut self, fraction: f64, now: Nanos) -> bool {
+        let fraction = if fraction.is_nan() {
+            0.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
+        if fraction == self.fraction {
+            return false;
+        }
+        self.refill(now);
+        self.fraction = fraction;
+        self.level = self.level.min(self.cap());
+        true
+    }
+
+    /// The open streams' demand for the bucket, in requests per second (what this instance
+    /// publishes for it).
+    pub fn demand(&self) -> f64 {
+        self.members
+            .values()
+            .filter(|m| !m.closed)
+            .filter_map(|m| m.demand.filter(|d| d.is_finite() && *d > 0.0))
+            .sum()
     }
 
     /// A reload changed the rule's numbers: shares follow at the next [`Shares::assign`].
@@ -281,8 +334,9 @@ impl Shares {
                 fixed_burst += u64::from(g.max_tokens);
             }
         }
-        let tokens_budget = self.pool.tokens_per(fill).saturating_sub(fixed_tokens);
-        let burst_budget = u64::from(self.pool.burst).saturating_sub(fixed_burst);
+        let tokens_budget =
+            scaled(self.pool.tokens_per(fill), self.fraction).saturating_sub(fixed_tokens);
+        let burst_budget = self.burst().saturating_sub(fixed_burst);
         let open: Vec<(StreamId, f64)> = self.weights();
         if open.is_empty() {
             return Vec::new();

@@ -56,6 +56,37 @@ fn one_stream_gets_the_pool_less_what_it_already_used() {
 }
 
 #[test]
+fn half_the_pool_hands_out_half_and_a_larger_part_only_refills_faster() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    assert!(shares.set_fraction(0.5, 0));
+    assert!(
+        !shares.set_fraction(0.5, 0),
+        "the same part changes nothing"
+    );
+    shares.report(1, 1, 0, 0);
+    shares.assign(0);
+    // Half of 10 (less the request before the assignment) and half of 600 per hour.
+    let g = bucket(shares.grant(1));
+    assert_eq!((g.max_tokens, g.tokens_per_fill), (4, 300));
+    assert!((shares.demand() - 1.0).abs() < 1e-9);
+    // The whole pool again: the rate doubles at once, but no burst is handed out that the
+    // level does not hold (4 are out, 0 left): the bucket keeps its 4 tokens.
+    assert!(shares.set_fraction(1.0, 0));
+    let moved = shares.assign(0);
+    let g = bucket(shares.grant(1));
+    assert!(g.max_tokens <= 4, "{moved:?}");
+    // A smaller part clamps what is left at once.
+    let mut full = Shares::new(ten_per_minute(), 0);
+    full.report(1, 0, 0, 0);
+    full.set_fraction(0.2, 0);
+    full.assign(0);
+    assert_eq!(bucket(full.grant(1)).max_tokens, 2);
+    // A NaN part is none.
+    assert!(full.set_fraction(f64::NAN, 0));
+    assert_eq!(full.fraction(), 0.0);
+}
+
+#[test]
 fn a_second_stream_takes_its_share_and_the_first_is_reduced_first() {
     let mut shares = Shares::new(ten_per_minute(), 0);
     shares.report(1, 1, 0, 0);
