@@ -48,6 +48,8 @@ pub struct StoreMetrics {
     pub outage_hits_written_back: IntCounter,
     /// Live instances on the shared Redis, as the last heartbeat counted them.
     pub redis_instances: IntGauge,
+    /// Decisions sent to Redis a second time after a failed call while Redis answered others.
+    pub redis_retries: IntCounter,
 }
 
 fn counter_vec(name: &str, help: &str, label: &str, values: &[&str]) -> IntCounterVec {
@@ -157,6 +159,11 @@ impl StoreMetrics {
                 "Hits admitted by REDIS_FAILURE_MODE=local during an outage and charged to Redis once it answered again (at most what each limit had left)",
             )
             .expect("valid metric definition"),
+            redis_retries: IntCounter::new(
+                "ratelimit_redis_retries",
+                "Decisions whose Redis call failed (a cut connection, one slow call) while Redis answered others, sent once more before REDIS_FAILURE_MODE would answer",
+            )
+            .expect("valid metric definition"),
             redis_instances: IntGauge::new(
                 "ratelimit_redis_instances",
                 "Server instances sharing this Redis that sent a heartbeat in the last 30 s (the local failure mode's share is 1 / this with REDIS_FAILURE_LOCAL_SHARE=auto)",
@@ -172,7 +179,8 @@ impl StoreMetrics {
 
     /// Registers every series in `registry`.
     pub fn register(&self, registry: &Registry) {
-        let all: [Box<dyn Collector>; 18] = [
+        let all: [Box<dyn Collector>; 19] = [
+            Box::new(self.redis_retries.clone()),
             Box::new(self.outage_keys_handed_over.clone()),
             Box::new(self.outage_hits_written_back.clone()),
             Box::new(self.redis_instances.clone()),

@@ -819,12 +819,27 @@ impl<C: Connect> Backend for Guarded<C> {
         }
         if let Some(remote) = self.shared.remote.load_full()
             && (tx.kind == Kind::Apply || self.is_up())
-            && let Some(answer) = self.through(remote.transact(tx)).await
         {
-            if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
-                cache.learn(tx.charges, verdicts, tx.now);
+            let started = monotonic();
+            let mut answer = self.through(remote.transact(tx)).await;
+            // The call failed while Redis answered others: one cut connection or one slow call,
+            // not an outage. Once more (the pool replaces a cut connection) before the failure
+            // mode. If the first call did reach Redis (its reply lost), the second counts the
+            // request twice: stricter, never more admitted.
+            if answer.is_none()
+                && tx.kind == Kind::Apply
+                && self.answered_since(started)
+                && let Some(remote) = self.shared.remote.load_full()
+            {
+                self.shared.metrics.redis_retries.inc();
+                answer = self.through(remote.transact(tx)).await;
             }
-            return answer;
+            if let Some(answer) = answer {
+                if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
+                    cache.learn(tx.charges, verdicts, tx.now);
+                }
+                return answer;
+            }
         }
         self.fallback(tx)
     }
