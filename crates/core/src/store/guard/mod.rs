@@ -195,6 +195,8 @@ struct Shared<C: Connect> {
     /// The keys the local failure mode took over in this outage (at most `outage_cap`).
     outage: Mutex<Outage<<C::Backend as Backend>::Key>>,
     outage_cap: usize,
+    /// Keys in `outage` (read without its lock on every decision).
+    outage_keys: AtomicUsize,
 }
 
 /// A flapping Redis (62 switches in 8 s were 62 WARN lines) is said once per this long each way;
@@ -288,6 +290,7 @@ impl<C: Connect> Guarded<C> {
                 last_now: None,
             }),
             outage_cap: local_max_keys,
+            outage_keys: AtomicUsize::new(0),
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
@@ -435,6 +438,7 @@ impl<C: Connect> Guarded<C> {
             let state = limiter::keep_share(&charge.params, seen, tx.now, share);
             self.shared.local.put(charge.key.id(), state, tx.now);
             outage.keys.insert(charge.key.clone(), (charge.params, 0));
+            self.shared.outage_keys.fetch_add(1, Ordering::Relaxed);
             self.shared.metrics.outage_keys_handed_over.inc();
         }
     }
@@ -456,6 +460,44 @@ impl<C: Connect> Guarded<C> {
             {
                 *hits = hits.saturating_add(charge.hits);
             }
+        }
+    }
+
+    /// The remote backend decided on keys the local failure mode had taken over (one master of a
+    /// cluster back, or the breaker closed): their local state goes, and what it admitted is
+    /// written into the remote backend in the background.
+    fn settle_taken_over(&self, tx: &Transaction<'_, <C::Backend as Backend>::Key>) {
+        if self.shared.outage_keys.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let taken: Vec<_> = {
+            let mut outage = self
+                .shared
+                .outage
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            tx.charges
+                .iter()
+                .filter_map(|c| {
+                    let (params, hits) = outage.keys.remove(&c.key)?;
+                    self.shared.outage_keys.fetch_sub(1, Ordering::Relaxed);
+                    self.shared.local.put(c.key.id(), None, tx.now);
+                    Some((c.key.clone(), params, hits))
+                })
+                .collect()
+        };
+        let Some(remote) = self.shared.remote.load_full() else {
+            return;
+        };
+        if taken.iter().any(|(_, _, hits)| *hits > 0) {
+            let shared = Arc::downgrade(&self.shared);
+            let now = tx.now;
+            tokio::spawn(async move {
+                let (written, _) = settle(&*remote, taken, now).await;
+                if let Some(shared) = shared.upgrade() {
+                    shared.metrics.outage_hits_written_back.inc_by(written);
+                }
+            });
         }
     }
 
@@ -583,23 +625,58 @@ async fn write_back<C: Connect>(shared: Weak<Shared<C>>) {
     };
     let (keys, last_now) = {
         let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
-        (std::mem::take(&mut outage.keys), outage.last_now.take())
+        shared.outage_keys.store(0, Ordering::Relaxed);
+        (std::mem::take(&mut outage.keys), outage.last_now)
     };
-    shared.local.clear();
     let (Some(remote), Some((last_now, at))) = (shared.remote.load_full(), last_now) else {
         return;
     };
     // The decisions' clock, carried forward from the outage's last decision.
     let now = last_now.saturating_add(at.elapsed().as_nanos() as u64);
+    let keys = keys.into_iter().map(|(k, (p, h))| (k, p, h)).collect();
+    let (written, unsettled) = settle(&*remote, keys, now).await;
+    shared.metrics.outage_hits_written_back.inc_by(written);
+    // Keys whose write failed (in a cluster, their master may still be away while the others
+    // answer) stay taken over, their local state with them, until a decision on Redis settles them.
+    let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
+    for (key, params, hits) in unsettled {
+        let entry = outage.keys.entry(key).or_insert((params, 0));
+        entry.1 = entry.1.saturating_add(hits);
+    }
+    shared
+        .outage_keys
+        .store(outage.keys.len(), Ordering::Relaxed);
+    if outage.keys.is_empty() {
+        shared.local.clear();
+    }
+    drop(outage);
+    if written > 0 {
+        tracing::info!(
+            hits = written,
+            "written back into Redis: the hits REDIS_FAILURE_MODE=local admitted during the outage"
+        );
+    }
+}
+
+/// Charges `remote` with `hits` admitted elsewhere on each key, at most what its limit has left at
+/// `now` (another instance may charge the key between the read and the write: a few tries).
+/// Returns the hits written, and the keys that could not be written (the remote failed).
+async fn settle<B: Remote>(
+    remote: &B,
+    keys: Vec<(B::Key, LimitParams, u64)>,
+    now: Nanos,
+) -> (u64, Vec<(B::Key, LimitParams, u64)>) {
     let mut written = 0u64;
-    for (key, (params, hits)) in keys.into_iter().filter(|(_, (_, hits))| *hits > 0) {
-        // Another instance may charge the key between the read and the write: a few tries.
+    let mut unsettled = Vec::new();
+    for (key, params, hits) in keys.into_iter().filter(|(_, _, hits)| *hits > 0) {
+        let mut settled = false;
         for _ in 0..3 {
             let Ok(state) = remote.peek(&key).await else {
                 break;
             };
             let take = limiter::settled_hits(&params, state, now, hits);
             if take == 0 {
+                settled = true;
                 break;
             }
             let charge = Charge {
@@ -615,6 +692,7 @@ async fn write_back<C: Connect>(shared: Weak<Shared<C>>) {
             {
                 Ok(v) if v.first().is_some_and(|v| v.charged) => {
                     written += take;
+                    settled = true;
                     break;
                 }
                 Ok(_) => continue,
@@ -624,14 +702,11 @@ async fn write_back<C: Connect>(shared: Weak<Shared<C>>) {
                 }
             }
         }
+        if !settled {
+            unsettled.push((key, params, hits));
+        }
     }
-    shared.metrics.outage_hits_written_back.inc_by(written);
-    if written > 0 {
-        tracing::info!(
-            hits = written,
-            "written back into Redis: the hits REDIS_FAILURE_MODE=local admitted during the outage"
-        );
-    }
+    (written, unsettled)
 }
 
 /// While the local failure mode may decide with `REDIS_FAILURE_LOCAL_SHARE=auto`: says every
@@ -837,6 +912,9 @@ impl<C: Connect> Backend for Guarded<C> {
             if let Some(answer) = answer {
                 if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
                     cache.learn(tx.charges, verdicts, tx.now);
+                }
+                if tx.kind == Kind::Apply && answer.is_ok() {
+                    self.settle_taken_over(&tx);
                 }
                 return answer;
             }
