@@ -525,7 +525,8 @@ async fn two_servers_on_one_redis_split_one_buckets_limit() {
     let fraction = view["fraction"].as_f64().expect("a fraction");
     assert!((0.25..=0.75).contains(&fraction), "{view}");
     // Every key the exchange wrote carries a TTL.
-    let keys = redis.keys("*%rlqs*");
+    let mut keys = redis.keys("*%rlqs*");
+    keys.extend(redis.keys("*%instances"));
     assert_eq!(
         keys.len(),
         2,

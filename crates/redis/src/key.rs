@@ -176,7 +176,7 @@ impl TextKeyBuilder {
 
     /// The key of the hash of RLQS instances alive (each one's last beat).
     pub fn instances_key(&self) -> TextKey {
-        TextKey(format!("{}%rlqs-instances", self.prefix).into())
+        TextKey(format!("{}%instances", self.prefix).into())
     }
 }
 
@@ -220,7 +220,7 @@ mod tests {
             b.quota_key("rlqs", &entries).as_str(),
             "rl:%rlqs|rlqs|api_key=k%7C1|name=per-api-key"
         );
-        assert_eq!(b.instances_key().as_str(), "rl:%rlqs-instances");
+        assert_eq!(b.instances_key().as_str(), "rl:%instances");
         let long = vec![("k".to_owned(), "v".repeat(3000))];
         let key = b.quota_key(&"d".repeat(500), &long);
         assert!(key.as_str().len() <= MAX_KEY, "{}", key.as_str());

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 // The core's modules, by the names this crate's code uses for them.
+use ratelimit_core::quota::fraction::InstanceId;
 use ratelimit_core::{clock, config, limiter, store};
 
 mod batch;
@@ -112,9 +113,6 @@ struct Inner {
     /// When the last "Redis is slower than Envoy waits" warning was said.
     slow_warning: Every,
 }
-
-/// The sorted set of live instances, after the key prefix (no `|`: no counter key looks like it).
-pub const INSTANCES_KEY: &str = "__ratelimit_instances";
 
 /// The default `timeout` of Envoy's ratelimit filter (20 ms): a call slower than this fails
 /// behind an Envoy that keeps the default.
@@ -387,49 +385,19 @@ impl RedisBackend {
             .map(drop)
     }
 
-    /// Says this instance (`id`) is alive at `now_ms` and counts the instances that said so within
-    /// the last `window_ms`: one sorted set (`<prefix>__ratelimit_instances`, scores in ms, kept
-    /// for two windows), one script call.
-    pub async fn heartbeat(
-        &self,
-        id: &str,
-        now_ms: u64,
-        window_ms: u64,
-    ) -> Result<usize, StoreError> {
-        static HEARTBEAT: std::sync::LazyLock<::redis::Script> = std::sync::LazyLock::new(|| {
-            ::redis::Script::new(
-                "redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1]) \
-                 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3])) \
-                 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]) * 2) \
-                 return redis.call('ZCARD', KEYS[1])",
-            )
-        });
-        let key = format!("{}{INSTANCES_KEY}", self.inner.keys.prefix());
-        let id = id.to_owned();
-        let mut c = self.inner.conns.get();
-        let timeout = self.inner.timeout;
-        // Not counted as a decision's call (`ratelimit_redis_calls`, latency): bookkeeping.
-        let result = io::run(async move {
-            within(timeout, async move {
-                HEARTBEAT
-                    .key(key)
-                    .arg(id)
-                    .arg(now_ms)
-                    .arg(window_ms)
-                    .invoke_async::<usize>(&mut c)
-                    .await
-            })
-            .await
-        })
-        .await;
-        match result {
-            None => Err(StoreError::Unavailable(
-                "the Redis I/O thread is gone".into(),
-            )),
-            Some(Err(())) => Err(StoreError::Unreachable("heartbeat timed out".into())),
-            Some(Ok(Err(e))) => Err(StoreError::Unreachable(format!("heartbeat: {e}"))),
-            Some(Ok(Ok(live))) => Ok(live),
-        }
+    /// Says this instance (`id`) is alive, in the instances' hash the RLQS exchange beats in too
+    /// (one registry of the server instances on this Redis, by Redis's clock), and counts the
+    /// instances alive there, this one included.
+    pub async fn heartbeat(&self, id: InstanceId) -> Result<usize, StoreError> {
+        let now_ms = self.time_ms().await?;
+        let seen = self
+            .exchange_demand(&self.instances_key(), id, 0.0, now_ms)
+            .await?;
+        Ok(ratelimit_core::quota::fraction::live(
+            id,
+            &seen.peers,
+            seen.now_ms,
+        ))
     }
 
     /// The state this instance last saw in `key` (no call), unless Redis has dropped it by `now`.
@@ -814,8 +782,8 @@ impl Remote for RedisBackend {
         RedisBackend::last_seen(self, key, now)
     }
 
-    async fn heartbeat(&self, id: &str, now_ms: u64, window_ms: u64) -> Result<usize, StoreError> {
-        RedisBackend::heartbeat(self, id, now_ms, window_ms).await
+    async fn heartbeat(&self, id: InstanceId) -> Result<usize, StoreError> {
+        RedisBackend::heartbeat(self, id).await
     }
 
     fn answered_since(&self, since: Instant) -> bool {

@@ -174,20 +174,19 @@ impl RedisServer {
         Ok(stdout)
     }
 
-    /// The keys matching `pattern` (SCAN). The RLQS demand exchange's keys (`<prefix>%rlqs…`,
-    /// which every server on Redis writes: at least its beat) and the instances' heartbeat set
-    /// (`<prefix>__ratelimit_instances`) are left out unless `pattern` names them, so tests of the
-    /// counters see the counters.
+    /// The keys matching `pattern` (SCAN). The RLQS demand exchange's keys (`<prefix>%rlqs…`)
+    /// and the instances' registry (`<prefix>%instances`, which every server on Redis beats in)
+    /// are left out unless `pattern` names them, so tests of the counters see the counters.
     pub fn keys(&self, pattern: &str) -> Vec<String> {
         let out = self
             .cli(&["--scan", "--pattern", pattern])
             .expect("redis-cli --scan");
         let rlqs = pattern.contains("%rlqs");
-        let instances = pattern.contains(ratelimit_server::store::redis::INSTANCES_KEY);
+        let instances = pattern.contains("%instances");
         let mut keys: Vec<String> = out
             .lines()
             .filter(|k| rlqs || !k.contains("%rlqs"))
-            .filter(|k| instances || !k.ends_with(ratelimit_server::store::redis::INSTANCES_KEY))
+            .filter(|k| instances || !k.ends_with("%instances"))
             .map(str::to_owned)
             .collect();
         keys.sort();

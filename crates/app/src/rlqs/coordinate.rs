@@ -41,19 +41,14 @@ pub struct Exchanged {
 
 /// Where instances publish and read their demands.
 pub trait Exchange: Send + Sync + 'static {
+    /// This instance's id among the instances on the shared store.
+    fn instance(&self) -> InstanceId;
     /// Publishes `instance`'s beat and its demand for each bucket; what each hash holds then.
     fn exchange<'a>(
         &'a self,
         instance: InstanceId,
         demands: &'a [(Arc<BucketKey>, f64)],
     ) -> Pin<Box<dyn Future<Output = Result<Exchanged, String>> + Send + 'a>>;
-}
-
-/// A fresh instance id: random (a randomly keyed hash; every `RandomState` has new keys, so two
-/// servers in one process differ too).
-pub fn instance_id() -> InstanceId {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
 }
 
 /// Each bucket's fraction from one round, and the instances alive.
@@ -88,7 +83,7 @@ pub async fn coordinate<B: Backend>(
     exchange: Arc<dyn Exchange>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let instance = instance_id();
+    let instance = exchange.instance();
     tracing::info!(
         instance = %format!("{instance:016x}"),
         "RLQS buckets are shared with the other instances on this Redis"

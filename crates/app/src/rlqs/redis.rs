@@ -30,6 +30,12 @@ fn seen(snapshot: Snapshot) -> Seen {
 }
 
 impl Exchange for RedisExchange {
+    /// The store's own id: one registry of the instances on this Redis for RLQS and the failure
+    /// mode's shares.
+    fn instance(&self) -> InstanceId {
+        self.store.instance_id()
+    }
+
     fn exchange<'a>(
         &'a self,
         instance: InstanceId,

@@ -166,7 +166,7 @@ impl StoreMetrics {
             .expect("valid metric definition"),
             redis_instances: IntGauge::new(
                 "ratelimit_redis_instances",
-                "Server instances sharing this Redis that sent a heartbeat in the last 30 s (the local failure mode's share is 1 / this with REDIS_FAILURE_LOCAL_SHARE=auto)",
+                "Server instances sharing this Redis whose beat is under 5 s old, by its registry (the local failure mode's share is 1 / this with REDIS_FAILURE_LOCAL_SHARE=auto)",
             )
             .expect("valid metric definition"),
             over_limit_with_local_cache: IntCounter::new(

@@ -20,6 +20,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 
 use crate::clock::monotonic;
+use crate::quota::fraction::InstanceId;
 
 use breaker::{Breaker, Change, Permit};
 use over_limit_cache::OverLimitCache;
@@ -49,14 +50,9 @@ pub trait Remote: Backend<Key: RemoteKey> {
     /// The state this instance last saw in `key`, without a call (for the local failure mode's
     /// hand-over), unless the backend has dropped it by `now`.
     fn last_seen(&self, key: &Self::Key, now: Nanos) -> Option<State>;
-    /// Says this instance (`id`) is alive at `now_ms`; the count of instances that said so within
-    /// the last `window_ms`.
-    fn heartbeat(
-        &self,
-        id: &str,
-        now_ms: u64,
-        window_ms: u64,
-    ) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    /// Says this instance (`id`) is alive in the backend's registry of server instances; the
+    /// count of instances alive there, this one included.
+    fn heartbeat(&self, id: InstanceId) -> impl Future<Output = Result<usize, StoreError>> + Send;
 }
 
 /// How to reach a remote backend: at start-up, and again in the background while it is away.
@@ -137,19 +133,15 @@ impl LocalShare {
     }
 }
 
-/// How often an instance says it is alive in Redis, and how long a heartbeat counts.
+/// How often an instance says it is alive in Redis (a beat counts for
+/// `quota::fraction::STALE_AFTER_MS`).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
-const HEARTBEAT_WINDOW: Duration = Duration::from_secs(10);
 
-/// A name for this store in the heartbeat set, unique across processes and within one.
-fn instance_id() -> String {
-    static STORES: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "{:x}-{}-{}",
-        crate::clock::Clock::now(&crate::clock::SystemClock),
-        std::process::id(),
-        STORES.fetch_add(1, Ordering::Relaxed)
-    )
+/// A fresh id for this store among the instances on the remote backend: random (a randomly
+/// keyed hash; every `RandomState` has new keys, so two servers in one process differ too).
+fn instance_id() -> InstanceId {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
 }
 
 /// What the local failure mode decided in one outage: per key, its limit and the hits it admitted
@@ -190,8 +182,8 @@ struct Shared<C: Connect> {
     share: LocalShare,
     /// Live instances on the remote backend, by the last heartbeat (at least 1).
     live_instances: AtomicUsize,
-    /// This instance's name in the heartbeat set.
-    instance_id: String,
+    /// This instance's id among those on the remote backend (the RLQS exchange uses it too).
+    instance_id: InstanceId,
     /// The keys the local failure mode took over in this outage (at most `outage_cap`).
     outage: Mutex<Outage<<C::Backend as Backend>::Key>>,
     outage_cap: usize,
@@ -300,6 +292,11 @@ impl<C: Connect> Guarded<C> {
             tokio::spawn(heartbeat(Arc::downgrade(&shared)));
         }
         Ok(Guarded { shared })
+    }
+
+    /// This store's id among the instances on the remote backend.
+    pub fn instance_id(&self) -> InstanceId {
+        self.shared.instance_id
     }
 
     /// The remote backend, once connected (for tests and tools).
@@ -724,13 +721,8 @@ async fn heartbeat<C: Connect>(shared: Weak<Shared<C>>) {
             .unwrap_or_else(PoisonError::into_inner)
             .is_up();
         if let (Some(remote), true) = (remote, up) {
-            let now_ms = crate::clock::Clock::now(&crate::clock::SystemClock) / 1_000_000;
-            let window = HEARTBEAT_WINDOW.as_millis() as u64;
-            match tokio::time::timeout(
-                s.connect.timeout() * 4,
-                remote.heartbeat(&s.instance_id, now_ms, window),
-            )
-            .await
+            match tokio::time::timeout(s.connect.timeout() * 4, remote.heartbeat(s.instance_id))
+                .await
             {
                 Ok(Ok(live)) => {
                     s.live_instances.store(live.max(1), Ordering::Relaxed);
