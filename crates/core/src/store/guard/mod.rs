@@ -20,7 +20,6 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 
 use crate::clock::monotonic;
-use crate::quota::fraction::InstanceId;
 
 use breaker::{Breaker, Change, Permit};
 use over_limit_cache::OverLimitCache;
@@ -136,6 +135,10 @@ impl LocalShare {
 /// How often an instance says it is alive in Redis (a beat counts for
 /// `quota::fraction::STALE_AFTER_MS`).
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+
+/// A server instance's id among those on one remote backend (the RLQS exchange's
+/// `quota::fraction::InstanceId` is the same type).
+pub type InstanceId = u64;
 
 /// A fresh id for this store among the instances on the remote backend: random (a randomly
 /// keyed hash; every `RandomState` has new keys, so two servers in one process differ too).
