@@ -62,20 +62,7 @@ const ENVOY_GATEWAY_ENV: &[(&str, &str)] = &[
 #[cfg_attr(no_redis, ignore = "needs redis-server on PATH")]
 async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls() {
     let redis = RedisServer::start().expect("redis-server");
-    let certs = tempfile::tempdir().unwrap();
-    let ca = Ca::new("envoy-gateway CA");
-    // One certificate for both ends, as Envoy Gateway's `envoy-rate-limit` secret.
-    ca.server_and_client("envoy-ratelimit")
-        .write(certs.path(), "tls");
-    std::fs::write(certs.path().join("ca.crt"), ca.cert_pem()).unwrap();
-    let leaf = ca.server("envoy-gateway");
-    let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
-    // A day's window (the reference's fixed window, on the wall clock): three calls cannot
-    // straddle its end but at midnight UTC.
-    ads.set(
-        "1",
-        &[user_limit("default/eg", "eg", 2, RateLimitUnit::Day)],
-    );
+    let (certs, ca, ads) = gateway().await;
     // Envoy Gateway's mapping file, where its ConfigMap is mounted (under a temporary root).
     let etc = tempfile::tempdir().unwrap();
     let mapping = etc.path().join("statsd-exporter/conf.yaml");
@@ -130,16 +117,10 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     // gRPC over TLS, as Envoy reaches it (no client certificate: GRPC_SERVER_TLS_CA_CERT is not
     // the reference's name for the client CA, and the reference does not ask for one either).
     let mut client = tls_client(&ca.cert_pem(), grpc).await;
-    let mut codes = Vec::new();
-    for _ in 0..3 {
-        let r = client
-            .should_rate_limit(request("eg", &[&[("user", "gateway")]]))
-            .await
-            .unwrap()
-            .into_inner();
-        codes.push(code(r.overall_code));
-    }
-    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(
+        three_calls(&mut client).await,
+        [Code::Ok, Code::Ok, Code::OverLimit]
+    );
     // The counters are in Redis, as the reference keeps them.
     assert!(
         !redis.keys("*").is_empty(),
@@ -200,6 +181,25 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
 
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Envoy Gateway's side: the `/certs` secret (one certificate for both ends, as its
+/// `envoy-rate-limit` secret, and the CA), and its xDS server requiring client certificates and
+/// TLS 1.3, serving a limit of 2 a day on `user` in domain `eg` (a day's window, the reference's
+/// fixed window on the wall clock: three calls cannot straddle its end but at midnight UTC).
+async fn gateway() -> (tempfile::TempDir, Ca, Ads) {
+    let certs = tempfile::tempdir().unwrap();
+    let ca = Ca::new("envoy-gateway CA");
+    ca.server_and_client("envoy-ratelimit")
+        .write(certs.path(), "tls");
+    std::fs::write(certs.path().join("ca.crt"), ca.cert_pem()).unwrap();
+    let leaf = ca.server("envoy-gateway");
+    let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
+    ads.set(
+        "1",
+        &[user_limit("default/eg", "eg", 2, RateLimitUnit::Day)],
+    );
+    (certs, ca, ads)
 }
 
 /// A ShouldRateLimit client over TLS to `grpc` (no client certificate), as Envoy reaches it.
@@ -337,17 +337,7 @@ async fn envoy_gateway_s_tracing_variant_without_its_optional_mapping_decides() 
         ),
     ];
     let redis = RedisServer::start().expect("redis-server");
-    let certs = tempfile::tempdir().unwrap();
-    let ca = Ca::new("envoy-gateway CA");
-    ca.server_and_client("envoy-ratelimit")
-        .write(certs.path(), "tls");
-    std::fs::write(certs.path().join("ca.crt"), ca.cert_pem()).unwrap();
-    let leaf = ca.server("envoy-gateway");
-    let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
-    ads.set(
-        "1",
-        &[user_limit("default/eg", "eg", 2, RateLimitUnit::Day)],
-    );
+    let (certs, ca, ads) = gateway().await;
     let prometheus = free_port();
     let certs_dir = format!("{}/", certs.path().display());
     let absent = tempfile::tempdir().unwrap();
