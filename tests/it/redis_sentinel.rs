@@ -113,6 +113,9 @@ async fn the_server_finds_the_master_through_the_sentinel() {
     ];
     let mut server = Served::with_env(rules.path(), &env);
     let mut client = server.client().await;
+    // On a loaded machine the server may start in the failure mode (Sentinel and master slow to
+    // answer) and reach Redis a moment later: the test is about decisions on Redis.
+    server.wait_for_metric("ratelimit_store_up", 1).await;
     let mut codes = Vec::new();
     for _ in 0..3 {
         let r = client
@@ -153,6 +156,9 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
     ];
     let mut server = Served::with_env(rules.path(), &env);
     let mut client = server.client().await;
+    // On a loaded machine the server may start in the failure mode (Sentinel and master slow to
+    // answer) and reach Redis a moment later: the test is about decisions on Redis.
+    server.wait_for_metric("ratelimit_store_up", 1).await;
     let mut call = async || {
         client
             .should_rate_limit(request("s", &[&[("k", "v")]]))
