@@ -85,27 +85,10 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     ] {
         chmod(dir, 0o555);
     }
-    let (http, grpc, prometheus) = (free_port(), free_port(), free_port());
-    let certs_dir = format!("{}/", certs.path().display());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
-    // Envoy Gateway's container command.
-    command.arg0("/bin/ratelimit").env_clear();
-    for (name, value) in ENVOY_GATEWAY_ENV {
-        let value = match *name {
-            "CONFIG_GRPC_XDS_SERVER_URL" => ads.url(),
-            "REDIS_URL" => redis.addr(),
-            "PROMETHEUS_ADDR" => format!(":{prometheus}"),
-            "PROMETHEUS_MAPPER_YAML" => mapping.display().to_string(),
-            _ => value.replace("/certs/", &certs_dir),
-        };
-        command.env(name, value);
-    }
-    command
-        .env("HOST", "127.0.0.1")
-        .env("PORT", http.to_string())
-        .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", grpc.to_string())
-        .current_dir(read_only.path());
+    let prometheus = free_port();
+    let mut command = gateway_command(&ads, &redis, certs.path(), prometheus, &mapping);
+    let (http, grpc) = on_free_ports(&mut command);
+    command.current_dir(read_only.path());
     if is_root() {
         // The pod's securityContext: runAsUser/runAsGroup 65534.
         command.uid(65534).gid(65534);
@@ -235,6 +218,32 @@ async fn three_calls(client: &mut RateLimitServiceClient<Channel>) -> Vec<Code> 
     codes
 }
 
+/// The binary as Envoy Gateway's container runs it (`/bin/ratelimit`, exactly its environment),
+/// with its addresses and paths substituted: the management server, Redis, the Prometheus port,
+/// the mapping file and the `/certs` secret.
+fn gateway_command(
+    ads: &Ads,
+    redis: &RedisServer,
+    certs: &Path,
+    prometheus: u16,
+    mapping: &Path,
+) -> Command {
+    let certs_dir = format!("{}/", certs.display());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    command.arg0("/bin/ratelimit").env_clear();
+    for (name, value) in ENVOY_GATEWAY_ENV {
+        let value = match *name {
+            "CONFIG_GRPC_XDS_SERVER_URL" => ads.url(),
+            "REDIS_URL" => redis.addr(),
+            "PROMETHEUS_ADDR" => format!(":{prometheus}"),
+            "PROMETHEUS_MAPPER_YAML" => mapping.display().to_string(),
+            _ => value.replace("/certs/", &certs_dir),
+        };
+        command.env(name, value);
+    }
+    command
+}
+
 /// Envoy Gateway's listeners moved to free loopback ports, as the other tests here do.
 fn on_free_ports(command: &mut Command) -> (u16, u16) {
     let (http, grpc) = (free_port(), free_port());
@@ -339,24 +348,9 @@ async fn envoy_gateway_s_tracing_variant_without_its_optional_mapping_decides() 
     let redis = RedisServer::start().expect("redis-server");
     let (certs, ca, ads) = gateway().await;
     let prometheus = free_port();
-    let certs_dir = format!("{}/", certs.path().display());
     let absent = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
-    command.arg0("/bin/ratelimit").env_clear();
-    for (name, value) in ENVOY_GATEWAY_ENV {
-        let value = match *name {
-            "CONFIG_GRPC_XDS_SERVER_URL" => ads.url(),
-            "REDIS_URL" => redis.addr(),
-            "PROMETHEUS_ADDR" => format!(":{prometheus}"),
-            "PROMETHEUS_MAPPER_YAML" => absent
-                .path()
-                .join("statsd-exporter/conf.yaml")
-                .display()
-                .to_string(),
-            _ => value.replace("/certs/", &certs_dir),
-        };
-        command.env(name, value);
-    }
+    let mapping = absent.path().join("statsd-exporter/conf.yaml");
+    let mut command = gateway_command(&ads, &redis, certs.path(), prometheus, &mapping);
     command.envs(tracing_env);
     let (http, grpc) = on_free_ports(&mut command);
     let mut served = Served::spawn_command(command, grpc, http);

@@ -318,16 +318,7 @@ async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
         return;
     };
     let rules = shared_rules();
-    // REDIS_TIMEOUT and REDIS_FAILURE_MODE (local) at the defaults a user gets.
-    let env = vec![
-        ("BACKEND_TYPE", "redis".to_string()),
-        ("REDIS_TYPE", "cluster".into()),
-        ("REDIS_URL", cluster.seeds()),
-        ("CACHE_KEY_PREFIX", "it:".into()),
-    ];
-    let mut a = Served::with_env(rules.path(), &env);
-    let mut b = Served::with_env(rules.path(), &env);
-    let (ca, cb) = (a.client().await, b.client().await);
+    let (_a, _b, ca, cb) = two_servers(&cluster, rules.path(), "it:").await;
     for (key, limit) in SHARED_LIMITS {
         let (oa, ob) = tokio::join!(
             fire(ca.clone(), key, "hot".into(), 1000, 256),
@@ -545,16 +536,7 @@ async fn two_instances_racing_while_the_keys_slots_move_admit_exactly_the_limit(
         return;
     };
     let rules = shared_rules();
-    // REDIS_TIMEOUT and REDIS_FAILURE_MODE (local) at the defaults a user gets.
-    let env = vec![
-        ("BACKEND_TYPE", "redis".to_string()),
-        ("REDIS_TYPE", "cluster".into()),
-        ("REDIS_URL", cluster.seeds()),
-        ("CACHE_KEY_PREFIX", "mv:".into()),
-    ];
-    let mut a = Served::with_env(rules.path(), &env);
-    let mut b = Served::with_env(rules.path(), &env);
-    let (ca, cb) = (a.client().await, b.client().await);
+    let (a, b, ca, cb) = two_servers(&cluster, rules.path(), "mv:").await;
     let nodes = std::sync::Arc::new(cluster.nodes);
     for (key, limit) in SHARED_LIMITS {
         // One request first, so the key exists and its slot can be found.
@@ -608,6 +590,28 @@ async fn two_instances_racing_while_the_keys_slots_move_admit_exactly_the_limit(
     }
 }
 
+/// A gRPC client of one server.
+type Client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>;
+
+/// Two server processes on `cluster` with the rules in `rules`, keys under `prefix`, and a client
+/// of each; REDIS_TIMEOUT and REDIS_FAILURE_MODE (local) at the defaults a user gets.
+async fn two_servers(
+    cluster: &Cluster,
+    rules: &std::path::Path,
+    prefix: &str,
+) -> (Served, Served, Client, Client) {
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "cluster".into()),
+        ("REDIS_URL", cluster.seeds()),
+        ("CACHE_KEY_PREFIX", prefix.into()),
+    ];
+    let mut a = Served::with_env(rules, &env);
+    let mut b = Served::with_env(rules, &env);
+    let (ca, cb) = (a.client().await, b.client().await);
+    (a, b, ca, cb)
+}
+
 /// Whether `node` is a master now.
 fn is_master(node: &RedisServer) -> bool {
     node.cli(&["INFO", "replication"])
@@ -627,15 +631,7 @@ async fn a_master_killed_under_racing_load_and_its_replica_promoted_keeps_the_li
         return;
     };
     let rules = shared_rules();
-    let env = vec![
-        ("BACKEND_TYPE", "redis".to_string()),
-        ("REDIS_TYPE", "cluster".into()),
-        ("REDIS_URL", cluster.seeds()),
-        ("CACHE_KEY_PREFIX", "fo:".into()),
-    ];
-    let mut a = Served::with_env(rules.path(), &env);
-    let mut b = Served::with_env(rules.path(), &env);
-    let (ca, cb) = (a.client().await, b.client().await);
+    let (a, b, ca, cb) = two_servers(&cluster, rules.path(), "fo:").await;
     for s in [&a, &b] {
         common::wait::eventually("the two instances count each other", || async {
             s.metric("ratelimit_redis_instances").await == 2
