@@ -474,6 +474,24 @@ async fn two_servers(env: &[(&str, String)]) -> (tempfile::TempDir, Served, Serv
     (dir, one, two)
 }
 
+/// [`two_servers`] sharing one store: once each sees the other's beat, an Envoy on each reports
+/// bucket `k1` (10 a minute), and each gets the even split among the two instances alive: half of
+/// 10 (less the request before the assignment) and half of 600 per hour.
+async fn split_in_two(
+    env: &[(&str, String)],
+) -> (tempfile::TempDir, Served, Served, Envoy, Envoy, BucketId) {
+    let (dir, one, two) = two_servers(env).await;
+    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
+    a.report(&[(&k1, 1, 0)]).await;
+    b.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    (dir, one, two, a, b, k1)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn two_servers_on_one_redis_split_one_buckets_limit() {
@@ -484,18 +502,7 @@ async fn two_servers_on_one_redis_split_one_buckets_limit() {
         ("BACKEND_TYPE", "redis".to_owned()),
         ("REDIS_URL", redis.addr()),
     ];
-    let (_dir, one, two) = two_servers(&env).await;
-    // Each sees the other's beat in Redis.
-    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
-    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
-    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
-    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
-    a.report(&[(&k1, 1, 0)]).await;
-    b.report(&[(&k1, 1, 0)]).await;
-    // A new bucket starts at an even split among the instances alive: half of 10 (less the
-    // request before the assignment) and half of 600 per hour, on each.
-    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
-    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    let (_dir, one, _two, mut a, mut b, k1) = split_in_two(&env).await;
     // Equal demand for a few beats: the fractions follow the demands exchanged in Redis.
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -562,15 +569,7 @@ async fn without_redis_each_server_keeps_its_last_fraction_and_says_so_once() {
         ("BACKEND_TYPE", "redis".to_owned()),
         ("REDIS_URL", redis.addr()),
     ];
-    let (_dir, one, two) = two_servers(&env).await;
-    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
-    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
-    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
-    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
-    a.report(&[(&k1, 1, 0)]).await;
-    b.report(&[(&k1, 1, 0)]).await;
-    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
-    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    let (_dir, one, _two, mut a, _b, k1) = split_in_two(&env).await;
     redis.kill_now();
     one.wait_for_metric("ratelimit_rlqs_exchange_errors_total", 3)
         .await;
@@ -600,15 +599,7 @@ async fn two_servers_on_a_redis_cluster_split_a_bucket_too() {
         ("REDIS_TYPE", "cluster".to_owned()),
         ("REDIS_URL", cluster.seeds()),
     ];
-    let (_dir, one, two) = two_servers(&env).await;
-    one.wait_for_metric("ratelimit_rlqs_instances", 2).await;
-    two.wait_for_metric("ratelimit_rlqs_instances", 2).await;
-    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
-    let (mut a, mut b) = (Envoy::at(one.grpc).await, Envoy::at(two.grpc).await);
-    a.report(&[(&k1, 1, 0)]).await;
-    b.report(&[(&k1, 1, 0)]).await;
-    assert_eq!(a.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
-    assert_eq!(b.next_one().await, Told::TokenBucket(4, 300, 3600, 20));
+    let (_dir, one, two, mut a, _b, k1) = split_in_two(&env).await;
     // A few rounds with the bucket's hash on whichever master holds its slot.
     let reports = one.metric("ratelimit_rlqs_reports_total").await;
     for _ in 0..3 {
