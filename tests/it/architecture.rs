@@ -239,7 +239,7 @@ fn violations() -> Vec<String> {
             }
             let Some(layer) = layer_of(layers, &module) else {
                 found.push(format!(
-                    "{}: module `{module}` of crate `{krate}` has no layer in tests/architecture.rs (and docs/architecture.md)",
+                    "{}: module `{module}` of crate `{krate}` has no layer in tests/it/architecture.rs (and docs/architecture.md)",
                     file.display()
                 ));
                 continue;

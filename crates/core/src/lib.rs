@@ -1,7 +1,7 @@
 //! ratelimit-server's core: everything a decision is made of, with no listener, no file watcher
 //! and no network (the layers above: `ratelimit-redis`, `ratelimit-replay`, `ratelimit-app`).
 //!
-//! Module map (dependencies point inward only; `tests/architecture.rs` holds what the compiler
+//! Module map (dependencies point inward only; `tests/it/architecture.rs` holds what the compiler
 //! cannot: which modules stay pure and which never read the wall clock):
 //! - time: [`clock`] (time as a value, and waits on it: the one reader of wall time);
 //! - pure: [`config`] (rules files → validated model), [`policy`] (matching tree), [`limiter`]

@@ -1,7 +1,7 @@
 //! The store contract's shared parts: deterministic traces of requests, run against any store.
 #![allow(
     dead_code,
-    reason = "shared by several test binaries; each uses a part"
+    reason = "a harness for every test module; each uses a part"
 )]
 
 use ratelimit_server::clock::NANOS_PER_SECOND as S;

@@ -1,7 +1,7 @@
 //! Test harness: a real server on 127.0.0.1:0 with a manual clock, and a real tonic client.
 #![allow(
     dead_code,
-    reason = "shared by several test binaries; each uses a part"
+    reason = "a harness for every test module; each uses a part"
 )]
 
 pub mod contract;

@@ -3,7 +3,7 @@
 //! redis-server and `CI` is unset; otherwise it runs, and fails without one.
 #![allow(
     dead_code,
-    reason = "shared by several test binaries; each uses a part"
+    reason = "a harness for every test module; each uses a part"
 )]
 
 use ratelimit_server::clock::monotonic;

@@ -3,7 +3,7 @@
 //! client certificate.
 #![allow(
     dead_code,
-    reason = "shared by several test binaries; each uses a part"
+    reason = "a harness for every test module; each uses a part"
 )]
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! read from the Dockerfile's runtime stage.
 #![allow(
     dead_code,
-    reason = "shared by several test binaries; each uses a part"
+    reason = "a harness for every test module; each uses a part"
 )]
 
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! container's user when the test runs as root.
 #![allow(
     dead_code,
-    reason = "shared by several test binaries; each uses a part"
+    reason = "a harness for every test module; each uses a part"
 )]
 
 use std::collections::HashMap;
