@@ -32,7 +32,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::RateLimitUnit;
 
 /// The container's environment, as resource.go writes it (default Deployment, Redis backend,
 /// Prometheus enabled).
-const ENVOY_GATEWAY_ENV: &[(&str, &str)] = &[
+pub(crate) const ENVOY_GATEWAY_ENV: &[(&str, &str)] = &[
     ("RUNTIME_ROOT", "/data"),
     ("RUNTIME_SUBDIRECTORY", "ratelimit"),
     ("RUNTIME_IGNOREDOTFILES", "true"),
@@ -170,7 +170,7 @@ fn chmod(path: &Path, mode: u32) {
 /// `envoy-rate-limit` secret, and the CA), and its xDS server requiring client certificates and
 /// TLS 1.3, serving a limit of 2 a day on `user` in domain `eg` (a day's window, the reference's
 /// fixed window on the wall clock: three calls cannot straddle its end but at midnight UTC).
-async fn gateway() -> (tempfile::TempDir, Ca, Ads) {
+pub(crate) async fn gateway() -> (tempfile::TempDir, Ca, Ads) {
     let certs = tempfile::tempdir().unwrap();
     let ca = Ca::new("envoy-gateway CA");
     ca.server_and_client("envoy-ratelimit")
@@ -186,7 +186,7 @@ async fn gateway() -> (tempfile::TempDir, Ca, Ads) {
 }
 
 /// A ShouldRateLimit client over TLS to `grpc` (no client certificate), as Envoy reaches it.
-async fn tls_client(ca_pem: &str, grpc: u16) -> RateLimitServiceClient<Channel> {
+pub(crate) async fn tls_client(ca_pem: &str, grpc: u16) -> RateLimitServiceClient<Channel> {
     let connector = TlsConnector::from(client_config(ca_pem, None, &[b"h2"]));
     let channel = Endpoint::from_shared(format!("http://127.0.0.1:{grpc}"))
         .unwrap()
@@ -205,7 +205,7 @@ async fn tls_client(ca_pem: &str, grpc: u16) -> RateLimitServiceClient<Channel> 
 }
 
 /// Three ShouldRateLimit calls for `user=gateway` in domain `eg` (a limit of 2): their codes.
-async fn three_calls(client: &mut RateLimitServiceClient<Channel>) -> Vec<Code> {
+pub(crate) async fn three_calls(client: &mut RateLimitServiceClient<Channel>) -> Vec<Code> {
     let mut codes = Vec::new();
     for _ in 0..3 {
         let r = client

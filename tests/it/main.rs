@@ -26,6 +26,7 @@ mod rules;
 
 mod architecture;
 mod check_cli;
+mod container_image;
 mod envoy_e2e;
 mod envoy_gateway;
 mod envoy_gateway_shapes;
