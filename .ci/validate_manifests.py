@@ -21,6 +21,7 @@ from kubernetes_validate.utils import SchemaNotFoundError, ValidationError
 
 CRD_KINDS = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("cert-manager.io/v1", "Certificate"),
 }
 NODE_VALIDATOR = pathlib.Path(__file__).parent / "crd-validate" / "validate.mjs"

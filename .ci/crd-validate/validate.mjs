@@ -4,10 +4,12 @@
 // kind it does not know.
 import { createInterface } from "node:readline";
 import { ServiceMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor";
+import { PrometheusRule } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule";
 import { Certificate } from "@kubernetes-models/cert-manager/cert-manager.io/v1/Certificate";
 
 const models = {
   "monitoring.coreos.com/v1/ServiceMonitor": ServiceMonitor,
+  "monitoring.coreos.com/v1/PrometheusRule": PrometheusRule,
   "cert-manager.io/v1/Certificate": Certificate,
 };
 

@@ -228,11 +228,17 @@ impl Pod {
         }
         // Listen addresses: the container port each one stands for, moved to a free port.
         let mut ports = HashMap::new();
-        for (setting, port_name) in [("GRPC_ADDR", "grpc"), ("HTTP_ADDR", "admin")] {
-            let inside = container
-                .literal(setting)
-                .map(str::to_owned)
-                .unwrap_or_else(|| binary_default(setting));
+        // METRICS_ADDR (off by default) only when the container sets it.
+        for (setting, port_name) in [
+            ("GRPC_ADDR", "grpc"),
+            ("HTTP_ADDR", "admin"),
+            ("METRICS_ADDR", "metrics"),
+        ] {
+            let inside = match container.literal(setting) {
+                Some(value) => value.to_owned(),
+                None if setting == "METRICS_ADDR" => continue,
+                None => binary_default(setting),
+            };
             let inside: SocketAddr = inside.parse().expect("a socket address");
             assert_eq!(
                 inside.port(),
