@@ -88,19 +88,30 @@ fn the_image_and_the_deployment_agree() {
         env!("CARGO_PKG_VERSION"),
         "the Dockerfile's VERSION label is Cargo.toml's version"
     );
-    // The binary at both paths of the image, and the command one of them.
+    // The binary at both paths of the image (the builder's /out is the runtime's /), and the
+    // command one of them. tests/it/container_image.rs runs the built image.
     assert!(
-        image.text.contains(
-            "COPY --from=builder /usr/local/bin/ratelimit-server /usr/local/bin/ratelimit-server"
-        ),
+        image.text.contains("COPY --from=builder /out/ /"),
+        "the runtime stage takes the builder's /out"
+    );
+    assert!(
+        image
+            .text
+            .contains("/out/usr/local/bin/ratelimit-server"),
         "the image has /usr/local/bin/ratelimit-server"
     );
     assert!(
         image
             .text
-            .contains("ln -s /usr/local/bin/ratelimit-server /out/bin/ratelimit")
-            && image.text.contains("COPY --from=builder /out/bin/ /bin/"),
+            .contains("ln -s /usr/local/bin/ratelimit-server /out/bin/ratelimit"),
         "the image has /bin/ratelimit"
+    );
+    // A glibc mismatch between builder and runtime fails the build: the runtime runs the binary.
+    assert!(
+        image
+            .text
+            .contains(r#"RUN ["/usr/local/bin/ratelimit-server", "--version"]"#),
+        "the runtime stage runs --version in exec form"
     );
     let command = if container.command.is_empty() {
         &image.entrypoint
