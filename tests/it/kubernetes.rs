@@ -95,9 +95,7 @@ fn the_image_and_the_deployment_agree() {
         "the runtime stage takes the builder's /out"
     );
     assert!(
-        image
-            .text
-            .contains("/out/usr/local/bin/ratelimit-server"),
+        image.text.contains("/out/usr/local/bin/ratelimit-server"),
         "the image has /usr/local/bin/ratelimit-server"
     );
     assert!(
@@ -339,7 +337,12 @@ async fn the_tls_overlay_serves_mutual_tls_from_a_cert_manager_secret() {
     );
     let mut pod = Pod::start(&container, &Image::read(), &cluster);
     pod.wait_for(&container.startup).await;
-    let envoy = ca.client(&["envoy"]);
+    // The client identity the overlay pins (GRPC_CLIENT_TLS_SAN), as Envoy's certificate has it.
+    let san = container
+        .literal("GRPC_CLIENT_TLS_SAN")
+        .expect("the tls overlay pins the client's SAN")
+        .to_owned();
+    let envoy = ca.client(&[&san]);
     let h2: &[&[u8]] = &[b"h2"];
     let channel = tls_channel(
         pod.addr("grpc"),
@@ -360,6 +363,21 @@ async fn the_tls_overlay_serves_mutual_tls_from_a_cert_manager_secret() {
             .is_err(),
     };
     assert!(refused, "a client without a certificate is refused");
+    // Another certificate of the same CA, without the pinned name, is refused too.
+    let other = ca.client(&["some-other-workload"]);
+    let refused = match tls_channel(
+        pod.addr("grpc"),
+        client_config(&ca.cert_pem(), Some(&other), h2),
+    )
+    .await
+    {
+        Err(_) => true,
+        Ok(channel) => RateLimitServiceClient::new(channel)
+            .should_rate_limit(request("edge", &[&[("remote_address", "10.0.0.1")]]))
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client certificate without {san} is refused");
     assert_eq!(pod.probe(&container.liveness).await, Some(200));
 }
 
@@ -386,7 +404,10 @@ async fn the_redis_overlay_replicas_share_their_counters() {
     let Some(redis) = common::redis::RedisServer::start() else {
         return;
     };
-    assert!(container.replicas >= 2, "several replicas");
+    // The overlay leaves the scale to its HPA (minReplicas 3): the render has no replicas, which
+    // a new Deployment takes as 1. Three pods, as the HPA starts them.
+    assert_eq!(container.replicas, 1, "no replicas beside the HPA");
+    let replicas = 3;
     let mut cluster = Cluster::default();
     cluster.secrets.insert(
         "ratelimit-server-redis".into(),
@@ -394,7 +415,7 @@ async fn the_redis_overlay_replicas_share_their_counters() {
     );
     let image = Image::read();
     let mut pods = Vec::new();
-    for _ in 0..container.replicas {
+    for _ in 0..replicas {
         let mut pod = Pod::start(&container, &image, &cluster);
         pod.wait_for(&container.startup).await;
         pods.push(pod);
