@@ -21,7 +21,12 @@ repo=$PWD
 
 SUITE=${SUITE:-trixie}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Dockerfile's Rust (rust:1.95-trixie); else the machine's active toolchain, said loudly.
 TOOLCHAIN=${TOOLCHAIN:-1.95.0}
+if ! rustup run "$TOOLCHAIN" rustc -V >/dev/null 2>&1; then
+  echo "[container-image] no toolchain $TOOLCHAIN here: the builder base gets the active one" >&2
+  TOOLCHAIN=$(rustup show active-toolchain | cut -d' ' -f1)
+fi
 AUDITABLE_VERSION=0.7.7
 BUILDER=localhost/ratelimit-builder-base
 RUNTIME=localhost/ratelimit-runtime-base
