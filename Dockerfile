@@ -49,7 +49,7 @@ RUN case "${TARGETARCH:-amd64}" in \
        else : >/cross-env; fi
 WORKDIR /build
 COPY . .
-# `release`, or `ci` (Cargo.toml: release without the slow optimisations; CI's smoke image only).
+# A cargo profile: `release`, or one of your own in Cargo.toml (e.g. a cheaper one for a smoke).
 ARG PROFILE=release
 # The commit the image is built from: in `--version` and the ratelimit_build_info gauge.
 ARG REVISION=""

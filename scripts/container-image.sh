@@ -10,8 +10,8 @@
 #          tags localhost/ratelimit-server:dev. Cargo's registry and target directory are BuildKit
 #          cache mounts, kept on the host in target/container-cache/ (so a second build, or a CI
 #          machine whose target/ is kept, compiles only what changed) and seeded from the host's
-#          CARGO_HOME registry (nothing downloaded twice). PROFILE=ci (env) builds with the `ci`
-#          cargo profile (Cargo.toml) instead of `release`.
+#          CARGO_HOME registry (nothing downloaded twice). PROFILE (env) passes another cargo
+#          profile than `release` to the Dockerfile.
 #   smoke  runs the image as Kubernetes would and gets decisions from it (scripts/container-smoke.sh).
 #   all    bases, build, smoke.
 # Needs root, podman, runc, debootstrap and /etc/containers/containers.conf (.ci/run sets them up).
