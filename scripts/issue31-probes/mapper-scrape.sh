@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Finding 3: a PROMETHEUS_MAPPER_YAML of 50,000 regex mappings (none matching, so every stat is
+# Finding 3: a PROMETHEUS_MAPPER_YAML of MAPPINGS (default 50,000) regex mappings (none matching, so every stat is
 # tried against all) and 100 rules with hits: time and RSS of five /metrics scrapes in a row.
-# usage: mapper-scrape.sh BIN
+# usage: mapper-scrape.sh BIN [MAPPINGS]
 set -u
-BIN=${1:?usage: mapper-scrape.sh BIN}
+BIN=${1:?usage: mapper-scrape.sh BIN [MAPPINGS]}
+MAPPINGS=${2:-50000}
 . "$(dirname "$0")/common.sh"
 T=$(mktemp -d); trap 'stop; rm -rf "$T"' EXIT
 mkdir -p "$T/rules"
 { printf 'domain: web\ndescriptors:\n'
   for i in $(seq 100); do printf '  - {key: k, value: v%d, rate_limit: {unit: hour, requests_per_unit: 50}}\n' "$i"; done
 } >"$T/rules/web.yaml"
-python3 - "$T/mapper.yaml" <<'PY'
+python3 - "$T/mapper.yaml" "$MAPPINGS" <<'PY'
 import sys
 with open(sys.argv[1], "w") as f:
     f.write("mappings:\n")
-    for i in range(50000):
+    for i in range(int(sys.argv[2])):
         f.write(f'  - match: "ratelimit\\\\.service\\\\.rate_limit\\\\.other{i}\\\\.(.*)\\\\.(.*)"\n'
                 f'    match_type: regex\n    name: "m{i}"\n    labels: {{domain: "$1", key1: "$2"}}\n')
 PY

@@ -29,7 +29,7 @@ run() { # name, config dir, extra env...
   done
   stop
   echo "$name: $status; peak RSS ${peak} MB"
-  grep -m1 -E 'PROMETHEUS_MAPPER_YAML|rules' "$T/log" | cut -c1-220 | sed 's/^/    /'
+  grep -m1 -iE 'error' "$T/log" | cut -c1-220 | sed 's/^/    /'
 }
 echo "bomb: $(wc -c <"$T/bomb.yaml") bytes"
 run "mapping alias bomb" "$T/rules" PROMETHEUS_MAPPER_YAML="$T/bomb.yaml"

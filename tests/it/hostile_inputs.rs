@@ -113,7 +113,8 @@ fn large_rules(dir: &Path, domains: usize, rules: usize) {
         let mut text = format!("domain: big{d}\ndescriptors:\n");
         for i in 0..rules {
             text.push_str(&format!(
-                "  - {{key: k, value: v{i}, rate_limit: {{unit: hour, requests_per_unit: {i}}}}}\n"
+                "  - {{key: k, value: v{i}, rate_limit: {{unit: hour, requests_per_unit: {}}}}}\n",
+                i + 100
             ));
         }
         std::fs::write(dir.join(format!("big{d}.yaml")), text).unwrap();
