@@ -106,6 +106,7 @@ impl AdminTarget {
             healthy_needs_a_domain: false,
             quotas: None,
             mapper: None,
+            renders: Default::default(),
         });
         AdminTarget {
             runtime: tokio::runtime::Builder::new_current_thread()

@@ -39,6 +39,7 @@ mod grpc_errors;
 mod grpc_leaky;
 mod grpc_limits;
 mod grpc_uds;
+mod hostile_inputs;
 mod http_admin;
 mod kubernetes;
 mod query_cli;

@@ -27,6 +27,7 @@ use crate::policy::Policy;
 use crate::record::{LivePolicy, Recorder};
 use crate::reload::{self, Reloader};
 use crate::rlqs;
+use crate::rules_dir::{self, CappedReadError};
 use crate::service::RateLimitGrpc;
 use crate::settings::TransportArgs;
 use crate::settings::{BackendType, ServeSettings};
@@ -36,11 +37,14 @@ use crate::store::guard::{GuardSettings, Guarded};
 use crate::store::memory::MemoryBackend;
 use crate::store::{Backend, Store};
 use crate::telemetry::Tracing;
-use crate::xds::{XdsClient, XdsConfig};
+use crate::xds::{XdsClient, XdsConfig, XdsMetrics};
 use ratelimit_redis::RedisConnect;
 
 /// At shutdown, how long the record writer may take to write what is queued.
 const RECORD_FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// Largest `PROMETHEUS_MAPPER_YAML` file read (a rules file's default cap).
+const MAX_MAPPER_BYTES: u64 = 8 << 20;
 
 /// How often idle keys are dropped from memory.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -308,6 +312,7 @@ async fn start_on<B: Backend>(
             reloader: reloader.clone(),
             status: status.clone(),
             health: health.clone(),
+            metrics: XdsMetrics::register(metrics.registry()),
         };
         tasks.handles.push(client.spawn(tasks.shutdown.clone()));
     }
@@ -349,6 +354,7 @@ async fn start_on<B: Backend>(
         healthy_needs_a_domain: settings.healthy_with_at_least_one_config_loaded,
         quotas: quotas.map(|table| table as Arc<dyn crate::quota::BucketLookup>),
         mapper,
+        renders: Default::default(),
     });
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));
@@ -464,9 +470,9 @@ fn metrics_mapper(settings: &ServeSettings) -> Result<Option<Arc<Mapper>>, Start
         path: path.display().to_string(),
         error,
     };
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+    let bytes = match rules_dir::read_file_capped(path, MAX_MAPPER_BYTES) {
+        Ok(bytes) => bytes,
+        Err(CappedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
             tracing::warn!(
                 file = %path.display(),
                 "PROMETHEUS_MAPPER_YAML names no file: the metrics keep our names (the \
@@ -476,6 +482,7 @@ fn metrics_mapper(settings: &ServeSettings) -> Result<Option<Arc<Mapper>>, Start
         }
         Err(e) => return Err(error(e.to_string())),
     };
+    let text = String::from_utf8(bytes).map_err(|e| error(format!("not UTF-8: {e}")))?;
     let mapper = Mapper::parse(&text).map_err(error)?;
     tracing::info!(
         file = %path.display(),

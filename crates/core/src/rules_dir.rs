@@ -134,38 +134,55 @@ pub fn read_rules_dir(dir: &Path, caps: SizeCaps) -> Result<RulesFiles, RulesDir
 /// Reads one file whose size (from its metadata, before reading) fits `caps` given `total` bytes
 /// read so far.
 fn read_capped(path: &Path, caps: SizeCaps, total: u64) -> Result<Vec<u8>, RulesDirError> {
-    let read_error = |source| RulesDirError::ReadFile {
-        path: path.to_path_buf(),
-        source,
-    };
-    let too_large = |size: u64| -> RulesDirError {
-        if size > caps.max_file_bytes {
+    let limit = caps
+        .max_file_bytes
+        .min(caps.max_total_bytes.saturating_sub(total));
+    read_file_capped(path, limit).map_err(|e| match e {
+        CappedReadError::Io(source) => RulesDirError::ReadFile {
+            path: path.to_path_buf(),
+            source,
+        },
+        CappedReadError::TooLarge { size, .. } if size > caps.max_file_bytes => {
             RulesDirError::FileTooLarge {
                 path: path.to_path_buf(),
                 size,
                 limit: caps.max_file_bytes,
             }
-        } else {
-            RulesDirError::TotalTooLarge {
-                path: path.to_path_buf(),
-                total: total + size,
-                limit: caps.max_total_bytes,
-            }
         }
-    };
-    let fits = |size: u64| size <= caps.max_file_bytes && total + size <= caps.max_total_bytes;
-    let file = fs::File::open(path).map_err(read_error)?;
-    let size = file.metadata().map_err(read_error)?.len();
-    if !fits(size) {
-        return Err(too_large(size));
+        CappedReadError::TooLarge { size, .. } => RulesDirError::TotalTooLarge {
+            path: path.to_path_buf(),
+            total: total + size,
+            limit: caps.max_total_bytes,
+        },
+    })
+}
+
+/// Why [`read_file_capped`] read nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CappedReadError {
+    #[error("{0}")]
+    Io(io::Error),
+    /// `size` is the file's length (or, should it grow while read, what was read: `limit + 1`).
+    #[error("the file is {size} bytes, over the {limit}-byte cap")]
+    TooLarge { size: u64, limit: u64 },
+}
+
+/// The one way the server reads a YAML file (rules files, `PROMETHEUS_MAPPER_YAML`): its size is
+/// checked against `limit` before reading, and the read stops one byte past `limit` should the
+/// file grow meanwhile, so no file makes the server hold more than `limit + 1` bytes of it.
+pub fn read_file_capped(path: &Path, limit: u64) -> Result<Vec<u8>, CappedReadError> {
+    let file = fs::File::open(path).map_err(CappedReadError::Io)?;
+    let size = file.metadata().map_err(CappedReadError::Io)?.len();
+    if size > limit {
+        return Err(CappedReadError::TooLarge { size, limit });
     }
-    let mut bytes = Vec::with_capacity(size as usize);
-    let cap = caps.max_file_bytes.min(caps.max_total_bytes - total);
-    file.take(cap + 1)
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
-        .map_err(read_error)?;
-    if !fits(bytes.len() as u64) {
-        return Err(too_large(bytes.len() as u64));
+        .map_err(CappedReadError::Io)?;
+    let read = bytes.len() as u64;
+    if read > limit {
+        return Err(CappedReadError::TooLarge { size: read, limit });
     }
     Ok(bytes)
 }

@@ -4,8 +4,10 @@
 mod explain;
 mod json;
 mod rlconfig;
+mod stream;
 
 pub use crate::wire::json::response_json;
+pub use stream::Renders;
 
 use std::sync::Arc;
 
@@ -36,6 +38,8 @@ pub struct Admin<B> {
     pub quotas: Option<Arc<dyn crate::quota::BucketLookup>>,
     /// `PROMETHEUS_MAPPER_YAML`: how the metrics pages name the reference's stats.
     pub mapper: Option<Arc<Mapper>>,
+    /// The slots for streamed answers (`/rlconfig`).
+    pub renders: Renders,
 }
 
 type AdminState<B> = State<Arc<Admin<B>>>;

@@ -1,8 +1,10 @@
 //! `GET /rlconfig`: the live rules as JSON (`?format=json`, the default) or, with `?format=text`,
 //! one line per limit as the reference prints them, plus the last rules load. Any other format is
-//! refused with 400.
+//! refused with 400. Both are written rule by rule into a streamed body ([`super::stream`]), so a
+//! rule set of any size costs a few pieces of memory and no async thread.
 
-use axum::Json;
+use std::io::{self, Write};
+
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -58,23 +60,28 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
 }
 
 /// One line per limit: `<domain>.<path>: unit=MINUTE requests_per_unit=3, shadow_mode: false, …`.
-pub fn text(policy: &Policy, defaults: &LimitDefaults) -> String {
-    let mut out = String::new();
+pub fn write_text(
+    policy: &Policy,
+    defaults: &LimitDefaults,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     for domain in policy.domains() {
         for rule in domain.rules() {
             let full = format!("{}.{}", domain.name, rule.path);
             match &rule.kind {
                 RuleKind::Unlimited { .. } => {
-                    out.push_str(&format!(
-                        "{full}: unlimited, shadow_mode: {}, quota_mode: {}\n",
+                    writeln!(
+                        out,
+                        "{full}: unlimited, shadow_mode: {}, quota_mode: {}",
                         rule.shadow_mode, rule.quota_mode
-                    ));
+                    )?;
                 }
                 RuleKind::Limited(limits) => {
                     for rl in limits {
                         let l = &rl.limit;
-                        out.push_str(&format!(
-                            "{full}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}, unit_multiplier: {}, algorithm: {}, burst: {}\n",
+                        writeln!(
+                            out,
+                            "{full}: unit={} requests_per_unit={}, shadow_mode: {}, quota_mode: {}, unit_multiplier: {}, algorithm: {}, burst: {}",
                             l.unit.name().to_uppercase(),
                             l.requests_per_unit,
                             rule.shadow_mode,
@@ -82,29 +89,68 @@ pub fn text(policy: &Policy, defaults: &LimitDefaults) -> String {
                             l.unit_multiplier,
                             rl.params(defaults).algorithm,
                             l.effective_burst(),
-                        ));
+                        )?;
                     }
                 }
             }
         }
     }
-    out
+    Ok(())
+}
+
+/// The whole rules document, `{"domains": [{"domain", "rules": […]}…], "last_load"}`, one rule
+/// at a time (keys in the order `serde_json` gives a whole document).
+pub fn write_json(
+    policy: &Policy,
+    defaults: &LimitDefaults,
+    last_load: &Value,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    out.write_all(b"{\"domains\":[")?;
+    for (i, domain) in policy.domains().into_iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        out.write_all(b"{\"domain\":")?;
+        serde_json::to_writer(&mut *out, &domain.name)?;
+        out.write_all(b",\"rules\":[")?;
+        for (j, rule) in domain.rules().into_iter().enumerate() {
+            if j > 0 {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut *out, &rule_json(rule, defaults))?;
+        }
+        out.write_all(b"]}")?;
+    }
+    out.write_all(b"],\"last_load\":")?;
+    serde_json::to_writer(&mut *out, last_load)?;
+    out.write_all(b"}")
+}
+
+/// The text dump, streamed.
+async fn stream_text<B: Backend>(admin: &super::Admin<B>) -> Response {
+    let policy = admin.engine.policy();
+    let defaults = admin.engine.settings().defaults;
+    admin
+        .renders
+        .stream("text/plain; charset=utf-8", move |out| {
+            write_text(&policy, &defaults, out)
+        })
+        .await
 }
 
 /// The debug listener's `/rlconfig`: the text dump, as the reference's debug port serves it.
 pub(super) async fn rlconfig_text<B: Backend>(State(admin): AdminState<B>) -> Response {
-    text(&admin.engine.policy(), &admin.engine.settings().defaults).into_response()
+    stream_text(&admin).await
 }
 
 pub(super) async fn rlconfig<B: Backend>(
     State(admin): AdminState<B>,
     Query(format): Query<Format>,
 ) -> Response {
-    let policy = admin.engine.policy();
-    let defaults = admin.engine.settings().defaults;
     match format.format.as_deref() {
         None | Some("json") => {}
-        Some("text") => return text(&policy, &defaults).into_response(),
+        Some("text") => return stream_text(&admin).await,
         Some(other) => {
             return (
                 StatusCode::BAD_REQUEST,
@@ -113,10 +159,13 @@ pub(super) async fn rlconfig<B: Backend>(
                 .into_response();
         }
     }
-    let domains: Vec<Value> = policy
-        .domains()
-        .iter()
-        .map(|d| json!({"domain": d.name, "rules": d.rules().into_iter().map(|r| rule_json(r, &defaults)).collect::<Vec<_>>()}))
-        .collect();
-    Json(json!({"domains": domains, "last_load": admin.status.last_load()})).into_response()
+    let policy = admin.engine.policy();
+    let defaults = admin.engine.settings().defaults;
+    let last_load = json!(admin.status.last_load());
+    admin
+        .renders
+        .stream("application/json", move |out| {
+            write_json(&policy, &defaults, &last_load, out)
+        })
+        .await
 }

@@ -9,6 +9,11 @@
 //! timers and histograms (`timer_type`, `observer_type`, `buckets`, `quantiles`, `ttl`…) is
 //! accepted and named in [`Mapper::ignored`]. A stat no mapping matches keeps its statsd name,
 //! escaped as statsd-exporter escapes it (`ratelimit_service_rate_limit_web_a_b_total_hits`).
+//! Aliases and nesting past 32 levels are refused ([`super::guard`]). What a stat name becomes is
+//! remembered (up to [`MAX_CACHED`] names), so a scrape runs the patterns once per new stat.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use regex::Regex;
 use yaml_rust2::{Yaml, YamlLoader};
@@ -42,11 +47,16 @@ pub enum Mapped {
     Dropped,
 }
 
+/// Most stat names whose mapping is remembered; past it, further names are mapped on each call.
+pub const MAX_CACHED: usize = 100_000;
+
 /// A parsed mapping file.
 #[derive(Debug)]
 pub struct Mapper {
     mappings: Vec<Mapping>,
     ignored: Vec<String>,
+    /// Stat name → what it became.
+    cache: Mutex<HashMap<String, Mapped>>,
 }
 
 /// Keys of a mapping that only shape timers, histograms or series lifetimes: accepted, unused.
@@ -122,12 +132,10 @@ pub fn escape(name: &str) -> String {
 impl Mapper {
     /// Parses a mapping file's text; the error names the mapping and the field.
     pub fn parse(source: &str) -> Result<Mapper, String> {
+        super::guard::check(source)?;
         let docs = YamlLoader::load_from_str(source).map_err(|e| e.to_string())?;
         let Some(doc) = docs.first() else {
-            return Ok(Mapper {
-                mappings: Vec::new(),
-                ignored: Vec::new(),
-            });
+            return Ok(Mapper::new(Vec::new(), Vec::new()));
         };
         let default_type =
             match_type(&doc["defaults"]["match_type"], "defaults")?.unwrap_or(MatchType::Glob);
@@ -197,7 +205,15 @@ impl Mapper {
                 counters,
             });
         }
-        Ok(Mapper { mappings, ignored })
+        Ok(Mapper::new(mappings, ignored))
+    }
+
+    fn new(mappings: Vec<Mapping>, ignored: Vec<String>) -> Mapper {
+        Mapper {
+            mappings,
+            ignored,
+            cache: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The mapping keys read but not used (they shape timers and histograms, which we do not send).
@@ -207,6 +223,24 @@ impl Mapper {
 
     /// What the counter `stat` becomes: the first mapping that matches, else its escaped name.
     pub fn map(&self, stat: &str) -> Mapped {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mapped) = cache.get(stat) {
+            return mapped.clone();
+        }
+        let mapped = self.resolve(stat);
+        if cache.len() < MAX_CACHED {
+            cache.insert(stat.to_owned(), mapped.clone());
+        }
+        mapped
+    }
+
+    /// How many stat names are remembered.
+    pub fn cached(&self) -> usize {
+        self.cache.lock().map_or(0, |c| c.len())
+    }
+
+    /// [`Mapper::map`] without the cache.
+    fn resolve(&self, stat: &str) -> Mapped {
         for m in self.mappings.iter().filter(|m| m.counters) {
             let Some(caps) = m.pattern.captures(stat) else {
                 continue;
@@ -340,6 +374,24 @@ mappings:
             series("ratelimit_server_ShouldRateLimit_response_time", &[])
         );
         assert_eq!(escape("9.x-y"), "_9_x_y");
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_before_it_is_loaded() {
+        let bomb = super::super::guard::tests::alias_bomb();
+        let err = Mapper::parse(&bomb).unwrap_err();
+        assert!(err.contains("aliases (*name) are not supported"), "{err}");
+    }
+
+    #[test]
+    fn a_stat_is_mapped_once_and_remembered() {
+        let m = Mapper::parse(GATEWAY).unwrap();
+        let stat = "ratelimit.service.rate_limit.web.user.total_hits";
+        let first = m.map(stat);
+        assert_eq!(m.cached(), 1);
+        assert_eq!(m.map(stat), first);
+        assert_eq!(m.map("ratelimit.go.heap"), Mapped::Dropped);
+        assert_eq!(m.cached(), 2);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The ADS client task: connect (TLS if asked), open `StreamAggregatedResources`, subscribe, and
 //! for each response validate and swap the rules through the reloader, then ACK or NACK; when the
 //! stream ends, keep the rules in force, wait (backoff) and resubscribe from the last ACKed
-//! version. Every request and response is logged at info: the exchange is the audit trail.
+//! version. Every request and response is logged at info: the exchange is the audit trail. A
+//! stream that goes unanswered is reported ([`Silence`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use super::backoff::{self, Backoff};
 use super::convert;
 use super::protocol::{Subscription, Verdict};
 use super::settings::XdsConfig;
+use super::silence::{Silence, XdsMetrics};
 use crate::health::HealthReporter;
 use crate::reload::{Origin, Reloader};
 use crate::status::ServerStatus;
@@ -37,6 +39,7 @@ pub struct XdsClient {
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
     pub health: HealthReporter,
+    pub metrics: XdsMetrics,
 }
 
 /// How a stream ended.
@@ -172,9 +175,19 @@ impl XdsClient {
         if tx.send(first).await.is_err() {
             return Ended::Lost("the request stream closed".into(), false);
         }
-        let opened = tokio::select! {
-            opened = client.stream_aggregated_resources(request) => opened,
-            _ = shutdown.wait_for(|s| *s) => return Ended::Shutdown,
+        let server = self.config.authority.as_str();
+        let mut silence = Silence::new(&self.metrics, self.config.answer_wait);
+        let open = client.stream_aggregated_resources(request);
+        tokio::pin!(open);
+        // A server that never sends its response headers is as silent as one that sends no message.
+        let opened = loop {
+            tokio::select! {
+                opened = &mut open => break opened,
+                _ = shutdown.wait_for(|s| *s) => return Ended::Shutdown,
+                _ = tokio::time::sleep_until(silence.deadline()), if silence.watching() => {
+                    silence.expired(server);
+                }
+            }
         };
         let mut inbound = match opened {
             Ok(response) => response.into_inner(),
@@ -185,6 +198,10 @@ impl XdsClient {
             let message = tokio::select! {
                 message = inbound.message() => message,
                 _ = shutdown.wait_for(|s| *s) => return Ended::Shutdown,
+                _ = tokio::time::sleep_until(silence.deadline()), if silence.watching() => {
+                    silence.expired(server);
+                    continue;
+                }
             };
             let response = match message {
                 Ok(Some(response)) => response,
@@ -192,6 +209,7 @@ impl XdsClient {
                 Err(status) => return Ended::Lost(status_text(&status), answered),
             };
             answered = true;
+            silence.answered(server);
             tracing::info!(
                 "xDS <- DiscoveryResponse version_info={:?} nonce={:?} resources={}",
                 response.version_info,

@@ -5,15 +5,17 @@
 //!
 //! Parts: `convert` (resources → rules documents, errors → resource and field; pure),
 //! `protocol` (the requests: subscribe, ACK, NACK; pure), `backoff` (reconnect waits; pure),
-//! `settings` (the reference's setting names), `tls` (the client side of mTLS), `client` (the
-//! task).
+//! `settings` (the reference's setting names), `tls` (the client side of mTLS), `silence` (a
+//! stream that goes unanswered: warned of, counted), `client` (the task).
 
 mod backoff;
 mod client;
 mod convert;
 mod protocol;
 mod settings;
+mod silence;
 mod tls;
 
 pub use client::XdsClient;
 pub use settings::{ConfigType, XdsArgs, XdsConfig};
+pub use silence::XdsMetrics;

@@ -100,6 +100,10 @@ pub struct XdsArgs {
     /// Largest xDS response accepted, in bytes (default 4194304, gRPC's).
     #[arg(long, env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")]
     pub xds_client_max_msg_size_in_bytes: Option<usize>,
+    /// How long a stream may go without a response before a warning (and
+    /// ratelimit_xds_stream_unanswered).
+    #[arg(long, env = "XDS_CLIENT_ANSWER_WAIT", default_value = "15s", value_parser = parse_duration)]
+    pub xds_client_answer_wait: Duration,
 }
 
 /// The xDS client, as the settings ask for it.
@@ -113,6 +117,8 @@ pub struct XdsConfig {
     pub backoff: Backoff,
     pub tls: Option<ClientTls>,
     pub max_message_bytes: usize,
+    /// How long a stream may go without a response before a warning.
+    pub answer_wait: Duration,
 }
 
 impl XdsConfig {
@@ -234,6 +240,7 @@ impl XdsArgs {
                 .xds_client_max_msg_size_in_bytes
                 .filter(|n| *n > 0)
                 .unwrap_or(DEFAULT_MAX_MESSAGE_BYTES),
+            answer_wait: self.xds_client_answer_wait,
         }))
     }
 }
