@@ -20,9 +20,7 @@ use crate::policy::parse_descriptor;
 use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
 use crate::quota::{Governed, map_bucket};
 use crate::rules_dir::{SizeCaps, load_rules_dir};
-use crate::wire::explain::{
-    BucketExplanation, BucketGoverned, Explained, ExplainedLimit, Explanation,
-};
+use crate::wire::explain::{BucketExplanation, Explained, ExplainedLimit, Explanation};
 
 fn describe_value(value: &NodeValue) -> String {
     match value {
@@ -185,15 +183,10 @@ fn offline_bucket(policy: &Policy, domain: &str, entries: &[(String, String)], d
 
 /// A bucket's shares on a running server.
 fn print_live_bucket(server: &str, live: &BucketExplanation) {
-    let (outcome, rule) = match &live.governed {
-        BucketGoverned::AllowAll { .. } => ("allow_all", None),
-        BucketGoverned::Unlimited { rule } => ("unlimited", Some(rule)),
-        BucketGoverned::Shadow { rule, .. } => ("shadow", Some(rule)),
-        BucketGoverned::Shared { rule, .. } => ("shared", Some(rule)),
-    };
     println!(
-        "  live on {server}: {outcome} ({}), {} stream(s)",
-        rule.map_or("no rule", String::as_str),
+        "  live on {server}: {} ({}), {} stream(s)",
+        live.governed.outcome(),
+        live.governed.rule().unwrap_or("no rule"),
         live.streams.len()
     );
     if let Some(fraction) = live.fraction.filter(|f| *f < 1.0) {

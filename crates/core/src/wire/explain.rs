@@ -116,6 +116,28 @@ pub enum BucketGoverned {
     Shared { rule: String, pool: BucketPool },
 }
 
+impl BucketGoverned {
+    /// The `outcome` the JSON carries.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            BucketGoverned::AllowAll { .. } => "allow_all",
+            BucketGoverned::Unlimited { .. } => "unlimited",
+            BucketGoverned::Shadow { .. } => "shadow",
+            BucketGoverned::Shared { .. } => "shared",
+        }
+    }
+
+    /// The governing rule's path, if a rule governs.
+    pub fn rule(&self) -> Option<&str> {
+        match self {
+            BucketGoverned::AllowAll { .. } => None,
+            BucketGoverned::Unlimited { rule }
+            | BucketGoverned::Shadow { rule, .. }
+            | BucketGoverned::Shared { rule, .. } => Some(rule),
+        }
+    }
+}
+
 /// A rule's limits as one token bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketPool {
@@ -278,6 +300,7 @@ mod tests {
             ],
         };
         let value = serde_json::to_value(&explanation).unwrap();
+        assert_eq!(value["outcome"], explanation.governed.outcome());
         assert_eq!(
             value,
             json!({
@@ -302,6 +325,10 @@ mod tests {
             "outcome": "allow_all", "why": "NoRule", "streams": [],
         });
         let read: BucketExplanation = serde_json::from_value(allow_all).unwrap();
+        assert_eq!(
+            (read.governed.outcome(), read.governed.rule()),
+            ("allow_all", None)
+        );
         assert_eq!(
             read.governed,
             BucketGoverned::AllowAll {
