@@ -2,7 +2,8 @@
 //! numbers, and with `--server` what a running server's live rules match and each limit's current
 //! state there (from its admin `GET /explain`). With `--bucket`, each argument is an RLQS bucket
 //! (entries in any order): the descriptor it is read as, the rule and pool that govern it, and
-//! with `--server` each Envoy stream's share there.
+//! with `--server` each Envoy stream's share there. The server's answer is read in its typed form
+//! (`wire::explain`), the one the server writes.
 
 use std::path::Path;
 
@@ -12,13 +13,14 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 
 use crate::limiter::LimitDefaults;
 use crate::policy::parse_descriptor;
 use crate::policy::{NodeValue, Outcome, Policy, RuleKind, Step};
 use crate::quota::{Governed, map_bucket};
 use crate::rules_dir::{SizeCaps, load_rules_dir};
+use crate::wire::explain::{BucketExplanation, Explained, ExplainedLimit, Explanation};
 
 fn describe_value(value: &NodeValue) -> String {
     match value {
@@ -63,15 +65,19 @@ pub(super) async fn explain(
             println!("descriptor {text}:");
             offline(rules, &entries, defaults);
         }
-        let param = if as_bucket { "bucket" } else { "descriptor" };
         if let Some(server) = server {
-            match fetch(server, domain, param, text).await {
-                Ok(live) if as_bucket => print_live_bucket(server, &live),
-                Ok(live) => print_live(server, &live),
-                Err(e) => {
-                    eprintln!("error: {server}: {e}");
-                    return 1;
-                }
+            let shown = if as_bucket {
+                fetch(server, domain, "bucket", text)
+                    .await
+                    .map(|live| print_live_bucket(server, &live))
+            } else {
+                fetch(server, domain, "descriptor", text)
+                    .await
+                    .map(|live| print_live(server, &live))
+            };
+            if let Err(e) = shown {
+                eprintln!("error: {server}: {e}");
+                return 1;
             }
         }
     }
@@ -176,27 +182,26 @@ fn offline_bucket(policy: &Policy, domain: &str, entries: &[(String, String)], d
 }
 
 /// A bucket's shares on a running server.
-fn print_live_bucket(server: &str, live: &Value) {
-    let streams = live["streams"].as_array().cloned().unwrap_or_default();
+fn print_live_bucket(server: &str, live: &BucketExplanation) {
     println!(
         "  live on {server}: {} ({}), {} stream(s)",
-        live["outcome"].as_str().unwrap_or("?"),
-        live["rule"].as_str().unwrap_or("no rule"),
-        streams.len()
+        live.governed.outcome(),
+        live.governed.rule().unwrap_or("no rule"),
+        live.streams.len()
     );
-    if let Some(fraction) = live["fraction"].as_f64().filter(|f| *f < 1.0) {
+    if let Some(fraction) = live.fraction.filter(|f| *f < 1.0) {
         println!(
             "     this instance hands out {:.0} % of the pool (shared with the other instances \
              through Redis)",
             fraction * 100.0
         );
     }
-    for stream in streams {
+    for stream in &live.streams {
+        // The grant as the server sent it (`null` before the stream's first assignment).
+        let grant = serde_json::to_string(&stream.grant).unwrap_or_default();
         println!(
-            "     stream {}: demand {:.2}/s, grant {}",
-            stream["stream"],
-            stream["demand_per_sec"].as_f64().unwrap_or(0.0),
-            stream["grant"]
+            "     stream {}: demand {:.2}/s, grant {grant}",
+            stream.stream, stream.demand_per_sec
         );
     }
 }
@@ -204,43 +209,41 @@ fn print_live_bucket(server: &str, live: &Value) {
 /// What `ALLOW_ALL` assignments last (as the server sends them).
 const ALLOW_ALL_TTL_SECS: u64 = 3600;
 
-fn print_live(server: &str, live: &Value) {
-    let s = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    };
-    match live["outcome"].as_str().unwrap_or("") {
-        "rule" => {
-            println!("  live on {server}: rule '{}'", s(&live["rule"]));
-            for l in live["limits"].as_array().into_iter().flatten() {
-                let default = if l["algorithm_is_default"] == Value::Bool(true) {
-                    " (server default)"
-                } else {
-                    ""
-                };
-                println!(
-                    "     {} per {} {}(s), {}{default}: {}",
-                    s(&l["requests_per_unit"]),
-                    s(&l["unit_multiplier"]),
-                    s(&l["unit"]),
-                    s(&l["algorithm"]),
-                    s(&l["effective"])
-                );
-                println!(
-                    "       now: remaining {}, reset in {}; state: {} (raw {})",
-                    s(&l["remaining"]),
-                    s(&l["reset_after"]),
-                    s(&l["state_meaning"]),
-                    s(&l["state"])
-                );
+fn print_live(server: &str, live: &Explanation) {
+    match &live.explained {
+        Explained::Limited { rule, limits, .. } => {
+            println!("  live on {server}: rule '{rule}'");
+            for l in limits {
+                print_live_limit(l);
             }
         }
-        "unlimited" => println!("  live on {server}: rule '{}', unlimited", s(&live["rule"])),
-        "no_limit" => println!("  live on {server}: matched an entry with no rate_limit"),
-        "unknown_domain" => println!("  live on {server}: domain not configured there"),
-        _ => println!("  live on {server}: no rule"),
+        Explained::Unlimited { rule, .. } => {
+            println!("  live on {server}: rule '{rule}', unlimited")
+        }
+        Explained::NoLimit => println!("  live on {server}: matched an entry with no rate_limit"),
+        Explained::UnknownDomain => println!("  live on {server}: domain not configured there"),
+        Explained::Unmatched => println!("  live on {server}: no rule"),
     }
+}
+
+fn print_live_limit(l: &ExplainedLimit) {
+    let default = if l.algorithm_is_default {
+        " (server default)"
+    } else {
+        ""
+    };
+    println!(
+        "     {} per {} {}(s), {}{default}: {}",
+        l.requests_per_unit, l.unit_multiplier, l.unit, l.algorithm, l.effective
+    );
+    let raw = match &l.state {
+        Some(state) => serde_json::to_string(state).unwrap_or_default(),
+        None => "-".into(),
+    };
+    println!(
+        "       now: remaining {}, reset in {}; state: {} (raw {raw})",
+        l.remaining, l.reset_after, l.state_meaning
+    );
 }
 
 /// What a query value keeps unencoded: RFC 3986's unreserved characters.
@@ -266,8 +269,13 @@ fn explain_uri(server: &str, domain: &str, param: &str, value: &str) -> Result<U
         .map_err(|e| format!("not an address ({e}); give host:port or http://host:port"))
 }
 
-/// `GET /explain` on the server's admin port.
-async fn fetch(server: &str, domain: &str, param: &str, value: &str) -> Result<Value, String> {
+/// `GET /explain` on the server's admin port, read as `T` (its typed form, `wire::explain`).
+async fn fetch<T: DeserializeOwned>(
+    server: &str,
+    domain: &str,
+    param: &str,
+    value: &str,
+) -> Result<T, String> {
     let uri = explain_uri(server, domain, param, value)?;
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let response = client

@@ -6,7 +6,7 @@
 //! - time: [`clock`] (time as a value, and waits on it: the one reader of wall time);
 //! - pure: [`config`] (rules files → validated model), [`policy`] (matching tree), [`limiter`]
 //!   (algorithms as functions of state, now and hits), [`wire`] (the JSON form of requests, the
-//!   record line, RFC 3339), [`redact`] (passwords out of messages);
+//!   record line, RFC 3339, the `/explain` answer), [`redact`] (passwords out of messages);
 //! - state: [`store`] (the seam every backend implements, the memory backend, the guard of a
 //!   remote one);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`] (every Prometheus

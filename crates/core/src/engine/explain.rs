@@ -1,89 +1,97 @@
-//! What one descriptor meets on the live rules, charging nothing: the rule it matches, and for
-//! each of the rule's limits the state of the very counter a decision would charge (the same
-//! `plan::counter`, so a `share_threshold` rule shows its shared counter). `/explain` and
-//! `explain --server` render this.
-
-use std::sync::Arc;
+//! What one descriptor meets on the live rules, charging nothing: the descriptor is planned as a
+//! decision plans it (`plan::matched`: the same match, the same limits and numbers, the same
+//! `plan::counter`, so a `share_threshold` rule shows its shared counter), and each planned limit's
+//! counter is read. The answer is the `/explain` JSON's typed form ([`wire::explain`]), which the
+//! admin port serves and `explain --server` reads.
+//!
+//! [`wire::explain`]: crate::wire::explain
 
 use super::{Engine, plan};
-use crate::limiter::{self, LimitParams, Outlook, State};
-use crate::policy::{Outcome, Policy, Rule, RuleKind};
+use crate::clock::Nanos;
+use crate::config::{Algorithm, Limit};
+use crate::limiter::{self, human};
+use crate::policy::{Outcome, Rule, RuleKind};
 use crate::store::{Backend, StoreError};
-
-/// A descriptor's fate on the live rules.
-#[derive(Debug)]
-pub enum Explained {
-    UnknownDomain,
-    /// No rule matches the descriptor.
-    Unmatched,
-    /// The descriptor ends on a node with no limit.
-    NoLimit,
-    Unlimited {
-        rule: String,
-        shadow_mode: bool,
-    },
-    Limited {
-        rule: String,
-        shadow_mode: bool,
-        limits: Vec<ExplainedLimit>,
-    },
-}
-
-/// One limit of the matched rule, and its counter now.
-#[derive(Debug)]
-pub struct ExplainedLimit {
-    /// The limit's position in the rule's list.
-    pub slot: usize,
-    pub params: LimitParams,
-    pub state: Option<State>,
-    /// What a request with no hits would see now.
-    pub outlook: Outlook,
-}
+use crate::wire::explain::{Explained, ExplainedLimit, StoredState};
 
 impl<B: Backend> Engine<B> {
-    /// Explains `entries` (a descriptor) in `domain` at `now` on `policy` (hold the snapshot the
-    /// answer refers to; see [`Engine::policy`]). Returns the rule it matched (if any) as well.
-    pub async fn explain<'p>(
+    /// Explains `entries` (a descriptor) in `domain` at `now` on the live rules: the rule it
+    /// matches and, per limit of that rule, the numbers a decision uses and the state of the
+    /// counter it charges. A request's `replaces` (which acts between the descriptors of one
+    /// request) does not apply to one descriptor asked about alone.
+    pub async fn explain(
         &self,
-        policy: &'p Arc<Policy>,
         domain: &str,
         entries: &[(String, String)],
-        now: crate::clock::Nanos,
-    ) -> Result<(Explained, Option<&'p Rule>), StoreError> {
+        now: Nanos,
+    ) -> Result<Explained, StoreError> {
+        let policy = self.policy();
         let Some(rules) = policy.domain(domain) else {
-            return Ok((Explained::UnknownDomain, None));
+            return Ok(Explained::UnknownDomain);
         };
-        let pairs = || entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        let rule = match rules.walk(pairs(), |_| {}) {
+        let mut planned = plan::Plan::new(0, self.settings.quota_mode);
+        let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        let rule = match plan::matched(rules, pairs, &mut planned, &self.settings.defaults) {
             Outcome::Rule(rule) => rule,
-            Outcome::NoLimitOnNode => return Ok((Explained::NoLimit, None)),
-            Outcome::Unmatched => return Ok((Explained::Unmatched, None)),
+            Outcome::NoLimitOnNode => return Ok(Explained::NoLimit),
+            Outcome::Unmatched => return Ok(Explained::Unmatched),
         };
-        let RuleKind::Limited(limits) = &rule.kind else {
-            let explained = Explained::Unlimited {
+        let plan::Kind::Limited(limits) = &planned.kind else {
+            return Ok(Explained::Unlimited {
                 rule: rule.path.clone(),
-                shadow_mode: rule.shadow_mode,
-            };
-            return Ok((explained, Some(rule)));
-        };
-        let defaults = self.settings().defaults;
-        let mut explained = Vec::with_capacity(limits.len());
-        for (slot, limit) in limits.iter().enumerate() {
-            let params = limit.params(&defaults);
-            let counter = plan::counter(domain, entries, Some(rule), slot, &params);
-            let state = self.look(&counter).await?;
-            explained.push(ExplainedLimit {
-                slot,
-                params,
-                state,
-                outlook: limiter::evaluate(&params, state, now, 0).without_charge,
+                shadow_mode: planned.shadow_mode,
             });
-        }
-        let explained = Explained::Limited {
-            rule: rule.path.clone(),
-            shadow_mode: rule.shadow_mode,
-            limits: explained,
         };
-        Ok((explained, Some(rule)))
+        let mut explained = Vec::with_capacity(limits.len());
+        for limit in limits {
+            let Some(configured) = configured(rule, limit.slot) else {
+                continue;
+            };
+            let counter = plan::counter(domain, entries, planned.rule, limit.slot, &limit.params);
+            let state = self.look(&counter).await?;
+            explained.push(explain_limit(limit, configured, state, now));
+        }
+        Ok(Explained::Limited {
+            rule: rule.path.clone(),
+            shadow_mode: planned.shadow_mode,
+            limits: explained,
+        })
+    }
+}
+
+/// The rules file's limit at `slot` of `rule` (for what the plan does not carry: the multiplier,
+/// whether the algorithm is the server's default).
+fn configured(rule: &Rule, slot: usize) -> Option<&Limit> {
+    match &rule.kind {
+        RuleKind::Limited(limits) => limits.get(slot).map(|l| &l.limit),
+        RuleKind::Unlimited { .. } => None,
+    }
+}
+
+/// One planned limit and its counter's `state` at `now`, in words and numbers.
+fn explain_limit(
+    limit: &plan::PlannedLimit<'_>,
+    configured: &Limit,
+    state: Option<limiter::State>,
+    now: Nanos,
+) -> ExplainedLimit {
+    let params = &limit.params;
+    let outlook = limiter::evaluate(params, state, now, 0).without_charge;
+    ExplainedLimit {
+        name: configured.name.clone(),
+        algorithm: params.algorithm.name().into(),
+        algorithm_is_default: configured.algorithm.is_none(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: limit.unit.name().into(),
+        unit_multiplier: configured.unit_multiplier,
+        window: human(params.period),
+        burst: params.burst,
+        effective: params.describe(),
+        remaining: outlook.remaining,
+        reset_after: human(outlook.reset_after),
+        reset_after_ns: outlook.reset_after,
+        state: state.map(|s| StoredState { a: s.a, b: s.b }),
+        state_meaning: params.describe_state(state.as_ref(), now),
+        max_delay: (params.algorithm == Algorithm::LeakyBucket).then(|| human(params.max_delay)),
     }
 }

@@ -23,7 +23,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use smallvec::SmallVec;
 
 pub use attribution::Attribution;
-pub use explain::{Explained, ExplainedLimit};
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 

@@ -9,8 +9,8 @@ use smallvec::{SmallVec, smallvec};
 
 use super::{EngineSettings, InvalidRequest};
 use crate::config::Unit;
-use crate::limiter::LimitParams;
-use crate::policy::{Policy, Rule, RuleKind};
+use crate::limiter::{LimitDefaults, LimitParams};
+use crate::policy::{DomainRules, Outcome, Policy, Rule, RuleKind};
 use crate::store::{CounterId, Entries};
 
 /// One limit a descriptor is checked against.
@@ -47,6 +47,17 @@ pub(super) struct Plan<'p> {
 }
 
 impl<'p> Plan<'p> {
+    /// A descriptor that meets no limit (yet), charging `hits`; `quota`: the server's `QUOTA_MODE`.
+    pub fn new(hits: u64, quota: bool) -> Self {
+        Plan {
+            kind: Kind::NoLimit,
+            hits,
+            shadow_mode: false,
+            quota,
+            rule: None,
+        }
+    }
+
     pub fn limits(&self) -> &[PlannedLimit<'p>] {
         match &self.kind {
             Kind::Limited(limits) => limits,
@@ -89,13 +100,7 @@ pub(super) fn plan<'p>(
             .hits_addend
             .map_or(request_hits, |h| h.value)
             .min(MAX_HITS);
-        let mut plan = Plan {
-            kind: Kind::NoLimit,
-            hits,
-            shadow_mode: false,
-            quota: settings.quota_mode,
-            rule: None,
-        };
+        let mut plan = Plan::new(hits, settings.quota_mode);
         let Some(domain) = domain.filter(|_| !descriptor.entries.is_empty()) else {
             plans.push(plan);
             continue;
@@ -125,31 +130,47 @@ pub(super) fn plan<'p>(
             .entries
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()));
-        if let Some(rule) = domain.rule_for(entries) {
-            plan.rule = Some(rule);
-            plan.shadow_mode = rule.shadow_mode;
-            plan.quota |= rule.quota_mode;
-            plan.kind = match &rule.kind {
-                RuleKind::Unlimited { .. } => Kind::Unlimited,
-                RuleKind::Limited(limits) => Kind::Limited(
-                    limits
-                        .iter()
-                        .enumerate()
-                        .map(|(slot, l)| PlannedLimit {
-                            name: l.limit.name.as_deref().unwrap_or(""),
-                            requests_per_unit: l.limit.requests_per_unit,
-                            unit: l.limit.unit,
-                            params: l.params(defaults),
-                            slot,
-                        })
-                        .collect(),
-                ),
-            };
-        }
+        matched(domain, entries, &mut plan, defaults);
         plans.push(plan);
     }
     drop_replaced(&mut plans);
     Ok(plans)
+}
+
+/// Matches a descriptor's `entries` on its domain's `rules` and, if they end on a rule, plans its
+/// limits into `plan` (its shadow and quota mode, each limit's numbers under `defaults`, its
+/// slot). Returns how the match ended. The one match a descriptor gets: decisions ([`plan`]) and
+/// `/explain` both plan here.
+pub(super) fn matched<'p, 'e>(
+    rules: &'p DomainRules,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    plan: &mut Plan<'p>,
+    defaults: &LimitDefaults,
+) -> Outcome<'p> {
+    let outcome = rules.walk(entries, |_| {});
+    let Outcome::Rule(rule) = outcome else {
+        return outcome;
+    };
+    plan.rule = Some(rule);
+    plan.shadow_mode = rule.shadow_mode;
+    plan.quota |= rule.quota_mode;
+    plan.kind = match &rule.kind {
+        RuleKind::Unlimited { .. } => Kind::Unlimited,
+        RuleKind::Limited(limits) => Kind::Limited(
+            limits
+                .iter()
+                .enumerate()
+                .map(|(slot, l)| PlannedLimit {
+                    name: l.limit.name.as_deref().unwrap_or(""),
+                    requests_per_unit: l.limit.requests_per_unit,
+                    unit: l.limit.unit,
+                    params: l.params(defaults),
+                    slot,
+                })
+                .collect(),
+        ),
+    };
+    outcome
 }
 
 /// The counter `limit` of a descriptor (its `entries`, planned as `plan`) charges: the entries as

@@ -230,3 +230,86 @@ async fn a_decision_says_the_instant_it_was_made_at_refused_or_not() {
     assert_eq!(refused.now, 1_767_225_661 * NANOS_PER_SECOND);
     assert!(matches!(refused.result, Err(EngineError::Invalid(_))));
 }
+
+/// `/explain`'s answer is the decision's plan: the outcome of the one match, the rule's limits as
+/// planned, and the counter the decisions charged (a `share_threshold` pattern's, shared).
+#[tokio::test]
+async fn explain_answers_from_the_decisions_plan() {
+    use crate::wire::explain::Explained;
+
+    let e = engine(concat!(
+        "domain: d\ndescriptors:\n",
+        "  - key: path\n    value: \"/api/*\"\n    share_threshold: true\n",
+        "    rate_limits:\n",
+        "      - {unit: hour, requests_per_unit: 10, name: hourly}\n",
+        "      - {unit: day, requests_per_unit: 50, unit_multiplier: 2, algorithm: fixed_window}\n",
+        "  - key: open\n    rate_limit: {unlimited: true}\n",
+        "  - key: plain\n    descriptors:\n",
+        "      - key: sub\n        shadow_mode: true\n",
+        "        rate_limit: {unit: minute, requests_per_unit: 3}\n",
+    ));
+    for value in ["/api/a", "/api/b"] {
+        let r = e
+            .should_rate_limit(&request(&[&[("path", value)]]))
+            .await
+            .unwrap();
+        assert_eq!(r.overall_code, Code::Ok as i32);
+    }
+    let entries = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let explained = e
+        .explain("d", &entries(&[("path", "/api/zzz")]), START)
+        .await
+        .unwrap();
+    let Explained::Limited {
+        rule,
+        shadow_mode,
+        limits,
+    } = explained
+    else {
+        panic!("a limited rule: {explained:?}");
+    };
+    assert_eq!((rule.as_str(), shadow_mode), ("path_/api/*", false));
+    let shown: Vec<_> = limits
+        .iter()
+        .map(|l| {
+            (
+                l.name.as_deref(),
+                l.algorithm.as_str(),
+                l.algorithm_is_default,
+                l.unit_multiplier,
+                l.remaining,
+                l.state.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (Some("hourly"), "token_bucket", true, 1, 8, true),
+            (None, "fixed_window", false, 2, 48, true),
+        ]
+    );
+    for (pairs, expected) in [
+        (&[("open", "x")][..], "Unlimited"),
+        (&[("plain", "x")][..], "NoLimit"),
+        (&[("plain", "x"), ("sub", "y")][..], "Limited"),
+        (&[("nothing", "x")][..], "Unmatched"),
+    ] {
+        let explained = e.explain("d", &entries(pairs), START).await.unwrap();
+        let debug = format!("{explained:?}");
+        assert!(debug.starts_with(expected), "{pairs:?}: {debug}");
+        if let Explained::Limited { shadow_mode, .. } = explained {
+            assert!(
+                shadow_mode,
+                "a shadow rule's limits are explained as shadow"
+            );
+        }
+    }
+    let explained = e.explain("other", &entries(&[("k", "v")]), START).await;
+    assert!(matches!(explained, Ok(Explained::UnknownDomain)));
+}
