@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Finding 6: GET /rlconfig on 150,000 descriptors (four rules files) while health checks (1 s
-# timeout) and decisions (`query`, 1 s timeout) run: four rounds of four concurrent GETs. Prints
+# timeout) and decisions (`query`, 1 s timeout) run: ROUNDS (4) rounds of four concurrent GETs. Prints
 # the GET times, health and decision failures, RSS before and the peak.
 # usage: rlconfig-large.sh BIN [DESCRIPTORS]
 set -u
@@ -33,11 +33,13 @@ HP=$!
     sleep 0.1
   done ) &
 DP=$!
-for round in 1 2 3 4; do
+for round in $(seq "${ROUNDS:-4}"); do
+  gets=()
   for g in 1 2 3 4; do
     curl -s -o "$T/body$g" -w '%{time_total}\n' "127.0.0.1:$HTTP/rlconfig" >"$T/time$g" &
+    gets+=($!)
   done
-  wait $(jobs -p | grep -v -e "^$HP\$" -e "^$DP\$")
+  wait "${gets[@]}"
   echo "round $round: GETs $(cat "$T"/time? | sort -n | tr '\n' ' ')s; body $(wc -c <"$T/body1") bytes; RSS $(rss_mb $PID) MB"
 done
 touch "$T/done"; wait $HP $DP

@@ -9,7 +9,7 @@
 //! timers and histograms (`timer_type`, `observer_type`, `buckets`, `quantiles`, `ttl`…) is
 //! accepted and named in [`Mapper::ignored`]. A stat no mapping matches keeps its statsd name,
 //! escaped as statsd-exporter escapes it (`ratelimit_service_rate_limit_web_a_b_total_hits`).
-//! Aliases and nesting past 32 levels are refused ([`super::guard`]). What a stat name becomes is
+//! Aliases and nesting past 32 levels are refused (`guard`). What a stat name becomes is
 //! remembered (up to [`MAX_CACHED`] names), so a scrape runs the patterns once per new stat.
 
 use std::collections::HashMap;
