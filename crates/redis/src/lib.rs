@@ -294,8 +294,9 @@ impl RedisBackend {
     }
 
     /// [`RedisBackend::connect`], counting calls, errors and latency in `metrics`. Fails with
-    /// `Unreachable` when nobody answered (refused, no answer within the timeout), with
-    /// `Unavailable` when Redis or its TLS refused us (password, certificate).
+    /// `Unreachable` when nobody answered (refused, no answer within the timeout, a reply cut
+    /// short: the first PING's too), with `Unavailable` when Redis or its TLS refused us
+    /// (password, ACL, certificate; `refusal`).
     pub async fn connect_observed(
         config: &RedisConfig,
         metrics: StoreMetrics,

@@ -55,12 +55,10 @@ fn tls_failure(e: &RedisError) -> bool {
                 Some(shared) => shared.as_ref(),
                 None => cause,
             };
-        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
-            return io
-                .get_ref()
-                .is_some_and(|wrapped| wrapped.is::<rustls::Error>());
-        }
-        if inner.is::<rustls::Error>() {
+        let wrapped = inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref);
+        if inner.is::<rustls::Error>() || wrapped.is_some_and(|w| w.is::<rustls::Error>()) {
             return true;
         }
         source = cause.source();
