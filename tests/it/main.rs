@@ -49,6 +49,7 @@ mod redis_failures;
 mod redis_faults;
 mod redis_sentinel;
 mod redis_servers;
+mod redis_start;
 mod redis_store;
 mod redis_tls;
 mod reference_config;

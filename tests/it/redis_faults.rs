@@ -105,9 +105,16 @@ async fn a_wrong_password_stops_start_up_however_far_redis_is() {
         rules.path(),
         &env(&proxy.addr(), &[("REDIS_AUTH", "wrong-pass".into())]),
     );
-    assert!(!server.wait_exit().success(), "the server must not start");
+    assert_eq!(
+        server.wait_exit().code(),
+        Some(1),
+        "the server must not start"
+    );
     let log = server.log();
-    assert!(log.contains("uthentication"), "{log}");
+    assert!(
+        log.contains("Redis refuses this server (authentication)"),
+        "{log}"
+    );
 }
 
 #[tokio::test]

@@ -39,6 +39,7 @@ mod dispatch;
 mod io;
 mod key;
 mod queue;
+mod refusal;
 mod seen;
 mod slot;
 mod spread;
@@ -231,37 +232,6 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-/// A connection error as a store error: `Unavailable` when Redis or its TLS answered and refused
-/// us (a wrong password or user, a certificate refused either way) — an operator's mistake that
-/// waiting will not mend — else `Unreachable` (refused connection, reset, no answer in time).
-fn classify(e: &::redis::RedisError) -> StoreError {
-    if refuses_us(e) {
-        StoreError::Unavailable(e.to_string())
-    } else {
-        StoreError::Unreachable(e.to_string())
-    }
-}
-
-/// Whether Redis (or TLS) refused us: authentication (`WRONGPASS`, `NOAUTH`, `NOPERM`), or a TLS
-/// failure (rustls' errors reach us as I/O errors of kind `InvalidData`).
-fn refuses_us(e: &::redis::RedisError) -> bool {
-    use ::redis::ErrorKind;
-    if e.kind() == ErrorKind::AuthenticationFailed
-        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-    {
-        return true;
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-            return io.kind() == std::io::ErrorKind::InvalidData;
-        }
-        source = cause.source();
-    }
-    let text = e.to_string();
-    text.contains("certificate") || text.contains("fatal alert")
-}
-
 /// The `ratelimit_redis_errors` kind of a failed call.
 fn error_kind(e: &::redis::RedisError) -> &'static str {
     if e.is_timeout() {
@@ -324,8 +294,9 @@ impl RedisBackend {
     }
 
     /// [`RedisBackend::connect`], counting calls, errors and latency in `metrics`. Fails with
-    /// `Unreachable` when nobody answered (refused, no answer within the timeout), with
-    /// `Unavailable` when Redis or its TLS refused us (password, certificate).
+    /// `Unreachable` when nobody answered (refused, no answer within the timeout, a reply cut
+    /// short: the first PING's too), with `Unavailable` when Redis or its TLS refused us
+    /// (password, ACL, certificate; `refusal`).
     pub async fn connect_observed(
         config: &RedisConfig,
         metrics: StoreMetrics,
@@ -349,7 +320,7 @@ impl RedisBackend {
                     config.timeout
                 ))
             })?
-            .map_err(|e| classify(&e))?;
+            .map_err(|e| refusal::classify(&e))?;
         let conns = Arc::new(conns);
         if conns.is_sentinel() {
             let weak = Arc::downgrade(&conns);
@@ -373,7 +344,7 @@ impl RedisBackend {
                 slow_warning: Every::new(SLOW_WARNING_EVERY),
             }),
         };
-        store.ping().await?;
+        store.first_ping().await?;
         Ok(store)
     }
 

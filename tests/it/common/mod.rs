@@ -5,6 +5,7 @@
 )]
 
 pub mod contract;
+pub mod fault_proxy;
 pub mod metrics;
 pub mod ports;
 pub mod process;

@@ -1,0 +1,220 @@
+//! Whether a failure to reach Redis is a refusal (Redis or its TLS answered and said no: only the
+//! operator can mend it, so start-up stops) or leaves Redis merely unreachable (slow, cut, absent:
+//! the server starts in the failure mode and keeps connecting). Applied to connecting and to the
+//! first PING alike: a PING that times out or whose reply is cut is "unreachable", never a reason
+//! to exit (issue 31, finding 2: in Kubernetes that was a crash loop while Redis was only slow).
+
+use ::redis::{ErrorKind, RedisError};
+
+use crate::clock::monotonic;
+use crate::{RedisBackend, StoreError, io, within};
+
+/// Server error codes that refuse this client: its password or user (`WRONGPASS`), no
+/// authentication where Redis wants one (`NOAUTH`), or an ACL that denies it a command
+/// (`NOPERM`).
+const REFUSING_CODES: [&str; 3] = ["WRONGPASS", "NOAUTH", "NOPERM"];
+
+/// What a failure says about Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Redis or its TLS refused us: password, user, ACL, certificate or TLS handshake. Waiting
+    /// will not mend it.
+    Refused(&'static str),
+    /// Nobody answered in time, the connection was refused or cut, the reply was cut short:
+    /// waiting may mend it.
+    Unreachable,
+}
+
+/// What `e` says about Redis.
+pub(crate) fn failure(e: &RedisError) -> Failure {
+    if e.kind() == ErrorKind::AuthenticationFailed {
+        return Failure::Refused("authentication");
+    }
+    match e.code() {
+        Some("NOPERM") => return Failure::Refused("ACL"),
+        Some(code) if REFUSING_CODES.contains(&code) => {
+            return Failure::Refused("authentication");
+        }
+        _ => {}
+    }
+    if tls_failure(e) {
+        return Failure::Refused("TLS");
+    }
+    Failure::Unreachable
+}
+
+/// Whether `e` is TLS refusing the connection: rustls' errors (a certificate not trusted either
+/// way, an alert from the server, a handshake that is not TLS) reach us as I/O errors wrapping a
+/// `rustls::Error`; the text is the fall-back for a wrapping this walk does not know.
+fn tls_failure(e: &RedisError) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        // redis-rs holds its I/O errors behind an `Arc<dyn Error>`.
+        let inner: &(dyn std::error::Error + 'static) =
+            match cause.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>() {
+                Some(shared) => shared.as_ref(),
+                None => cause,
+            };
+        let wrapped = inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref);
+        if inner.is::<rustls::Error>() || wrapped.is_some_and(|w| w.is::<rustls::Error>()) {
+            return true;
+        }
+        source = cause.source();
+    }
+    let text = e.to_string();
+    text.contains("certificate") || text.contains("fatal alert")
+}
+
+/// `e` as the store's error: `Unavailable` for a refusal (start-up stops, saying why), else
+/// `Unreachable`.
+pub(crate) fn classify(e: &RedisError) -> StoreError {
+    match failure(e) {
+        Failure::Refused(why) => {
+            StoreError::Unavailable(format!("Redis refuses this server ({why}): {e}"))
+        }
+        Failure::Unreachable => StoreError::Unreachable(e.to_string()),
+    }
+}
+
+/// A failed first call as the store's error: `Unavailable` only when Redis refused us (`failure`),
+/// else the same message as `Unreachable`.
+fn at_start(error: StoreError, failure: Failure) -> StoreError {
+    match (error, failure) {
+        (StoreError::Unavailable(message), Failure::Refused(why)) => {
+            StoreError::Unavailable(format!("Redis refuses this server ({why}): {message}"))
+        }
+        (StoreError::Unavailable(message), Failure::Unreachable) => {
+            StoreError::Unreachable(message)
+        }
+        (other, _) => other,
+    }
+}
+
+impl RedisBackend {
+    /// The PING that ends connecting, counted as any call: fails with `Unavailable` only if Redis
+    /// refused us (`NOAUTH`, `WRONGPASS`, `NOPERM`), with `Unreachable` when it timed out or its
+    /// reply was cut.
+    pub(crate) async fn first_ping(&self) -> Result<(), StoreError> {
+        let inner = self.inner.clone();
+        let mut c = inner.conns.get();
+        io::run(async move {
+            let started = monotonic();
+            let ping = async move { ::redis::cmd("PING").query_async::<String>(&mut c).await };
+            let result = within(inner.timeout, ping).await;
+            let said = match &result {
+                Ok(Err(e)) => failure(e),
+                _ => Failure::Unreachable,
+            };
+            inner
+                .account(started, result)
+                .map(drop)
+                .map_err(|e| at_start(e, said))
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_error(reply: &[u8]) -> RedisError {
+        ::redis::parse_redis_value(reply)
+            .expect("a reply")
+            .extract_error()
+            .expect_err("an error reply")
+    }
+
+    fn io_error(kind: std::io::ErrorKind) -> RedisError {
+        std::io::Error::from(kind).into()
+    }
+
+    #[test]
+    fn authentication_and_acl_refusals_are_refusals() {
+        for (reply, why) in [
+            (
+                &b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"[..],
+                "authentication",
+            ),
+            (
+                &b"-NOAUTH Authentication required.\r\n"[..],
+                "authentication",
+            ),
+            (
+                &b"-NOPERM User u has no permissions to run the 'ping' command\r\n"[..],
+                "ACL",
+            ),
+        ] {
+            let e = server_error(reply);
+            assert_eq!(failure(&e), Failure::Refused(why), "{e}");
+            assert!(matches!(classify(&e), StoreError::Unavailable(m) if m.contains(why)));
+        }
+        let e = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        assert_eq!(failure(&e), Failure::Refused("authentication"));
+    }
+
+    #[test]
+    fn tls_refusals_are_refusals() {
+        for tls in [
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+            rustls::Error::AlertReceived(rustls::AlertDescription::BadCertificate),
+            rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType),
+        ] {
+            let e = RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
+            assert_eq!(failure(&e), Failure::Refused("TLS"), "{e}");
+        }
+    }
+
+    #[test]
+    fn slow_cut_or_absent_is_unreachable() {
+        use std::io::ErrorKind::*;
+        for kind in [
+            TimedOut,
+            UnexpectedEof,
+            ConnectionRefused,
+            ConnectionReset,
+            BrokenPipe,
+            InvalidData,
+        ] {
+            let e = io_error(kind);
+            assert_eq!(failure(&e), Failure::Unreachable, "{kind:?}");
+            assert!(matches!(classify(&e), StoreError::Unreachable(_)));
+        }
+        // A reply cut in the middle, as the parser says it.
+        let parse = RedisError::from(::redis::ParsingError::from(
+            "Parse error at 3\nUnexpected end of input".to_owned(),
+        ));
+        assert_eq!(failure(&parse), Failure::Unreachable);
+        // Redis is there but not ready, or a replica: waiting mends it.
+        for reply in [
+            &b"-LOADING Redis is loading the dataset in memory\r\n"[..],
+            b"-MASTERDOWN Link with MASTER is down\r\n",
+            b"-READONLY You can't write against a read only replica.\r\n",
+        ] {
+            assert_eq!(failure(&server_error(reply)), Failure::Unreachable);
+        }
+    }
+
+    #[test]
+    fn a_failed_first_call_stops_start_up_only_when_refused() {
+        let timed_out = || StoreError::Unavailable("Redis call timed out after 100ms".into());
+        assert!(matches!(
+            at_start(timed_out(), Failure::Unreachable),
+            StoreError::Unreachable(m) if m.contains("timed out")
+        ));
+        assert!(matches!(
+            at_start(timed_out(), Failure::Refused("ACL")),
+            StoreError::Unavailable(m) if m.contains("refuses this server (ACL)")
+        ));
+    }
+}

@@ -1,0 +1,152 @@
+//! Start-up on a Redis that is slow, cuts its replies, or refuses us: the real binary at the
+//! defaults a user gets, a real redis-server behind a proxy whose faults change while the server
+//! runs (`common::fault_proxy`). Issue 31, finding 2: only a refusal (password, ACL, TLS) stops
+//! the start; a Redis too far or a reply cut short leaves it "unreachable": the server starts in
+//! the failure mode, says so once, and keeps connecting until Redis answers.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::fault_proxy::FaultProxy;
+use common::metrics::{count, scrape};
+use common::process::Served;
+use common::redis::{RedisServer, free_port};
+use common::wait::eventually;
+use common::{Code, code, request};
+
+const RULES: &str =
+    "domain: boot\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+
+/// One way: a round trip of 120 ms, past the default 100 ms `REDIS_TIMEOUT`, yet near enough
+/// that connecting succeeds and only the first PING times out (the server used to exit).
+const TOO_FAR: Duration = Duration::from_millis(60);
+
+fn rules() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("boot.yaml"), RULES).unwrap();
+    dir
+}
+
+fn env(redis: &str, extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("BACKEND_TYPE", "redis".into()),
+        ("REDIS_URL", redis.into()),
+        ("CACHE_KEY_PREFIX", "boot:".into()),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+fn proxy_to(redis: &RedisServer) -> FaultProxy {
+    FaultProxy::start(redis.addr().parse().unwrap())
+}
+
+/// The server, started in the failure mode (it said so once, and is serving), then back on Redis
+/// once the proxy is fixed by `heal`: decisions then reach Redis.
+async fn starts_unreachable_then_decides(
+    redis: &RedisServer,
+    proxy: &FaultProxy,
+    heal: impl FnOnce(),
+) -> Served {
+    let rules = rules();
+    let mut server = Served::with_env(rules.path(), &env(&proxy.addr(), &[]));
+    let mut client = server.client().await;
+    assert_eq!(
+        server.log_lines("REDIS IS UNREACHABLE AT START-UP"),
+        1,
+        "{}",
+        server.log()
+    );
+    let metrics = format!("{}/metrics", server.http);
+    assert_eq!(count(&scrape(&metrics).await, "ratelimit_store_up"), 0);
+    // Served meanwhile by the default failure mode (local): within the limit, OK.
+    let r = client
+        .should_rate_limit(request("boot", &[&[("k", "v")]]))
+        .await
+        .expect("answered by the failure mode")
+        .into_inner();
+    assert_eq!(code(r.overall_code), Code::Ok);
+    heal();
+    eventually("back on Redis", || async {
+        count(&scrape(&metrics).await, "ratelimit_store_up") == 1
+    })
+    .await;
+    let r = client
+        .should_rate_limit(request("boot", &[&[("k", "v")]]))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert_eq!(redis.keys("boot:*"), ["boot:boot|k=v|0.0.3600s"]);
+    assert_eq!(
+        server.log_lines("REDIS REFUSES"),
+        0,
+        "a slow or cut Redis is no refusal:\n{}",
+        server.log()
+    );
+    drop(rules);
+    server
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_redis_too_far_at_start_up_is_unreachable_then_decides_once_near() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let proxy = proxy_to(&redis);
+    proxy.set_delay(TOO_FAR);
+    let server =
+        starts_unreachable_then_decides(&redis, &proxy, || proxy.set_delay(Duration::ZERO)).await;
+    let log = server.log();
+    assert!(log.contains("timed out"), "{log}");
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn replies_cut_at_start_up_never_stop_the_server() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let proxy = proxy_to(&redis);
+    proxy.cut_pongs(true);
+    let _server = starts_unreachable_then_decides(&redis, &proxy, || proxy.cut_pongs(false)).await;
+    assert!(proxy.cuts() >= 1, "the first PING's reply was cut");
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn an_acl_that_refuses_the_first_ping_stops_start_up_saying_why() {
+    assert!(common::redis::available());
+    let redis = RedisServer::spawn(free_port(), &[], Vec::new());
+    // A user that may do everything but PING: connecting succeeds, the first call is refused.
+    redis
+        .cli(&[
+            "ACL",
+            "SETUSER",
+            "boot",
+            "on",
+            ">boot-pass",
+            "~*",
+            "+@all",
+            "-ping",
+        ])
+        .expect("the user is made");
+    let rules = rules();
+    let mut server = Served::with_env(
+        rules.path(),
+        &env(&redis.addr(), &[("REDIS_AUTH", "boot:boot-pass".into())]),
+    );
+    assert_eq!(
+        server.wait_exit().code(),
+        Some(1),
+        "the server must not start"
+    );
+    let log = server.log();
+    assert!(log.contains("Redis refuses this server (ACL)"), "{log}");
+    assert!(
+        log.contains("no permissions to run the 'ping' command"),
+        "{log}"
+    );
+}
