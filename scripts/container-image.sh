@@ -132,6 +132,11 @@ link_cache() { # ID DIR
   local link
   link=$(cache_parent)/ratelimit-server-$1
   if [ "$(readlink "$link" 2>/dev/null)" != "$2" ]; then
+    # A cache buildah made itself (a build before this script pointed it) moves to DIR when DIR
+    # is empty, so its compiled crates are kept; never over a non-empty DIR (the host registry).
+    if [ -d "$link" ] && [ ! -L "$link" ] && [ -z "$(ls -A "$2" 2>/dev/null)" ]; then
+      rm -rf "$2" && mv "$link" "$2"
+    fi
     rm -rf "$link" && ln -s "$2" "$link"
   fi
 }
