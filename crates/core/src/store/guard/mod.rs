@@ -474,7 +474,13 @@ impl<C: Connect> Guarded<C> {
         let (written, unsettled) = settle(remote, claimed.clone(), tx.now).await;
         self.shared.metrics.outage_hits_written_back.inc_by(written);
         let unsettled: Vec<_> = unsettled.into_iter().map(|(k, _, _)| k).collect();
+        let hits = claimed.iter().any(|(_, _, hits)| *hits > 0);
         self.release(claimed, &unsettled, tx.now);
+        // The write-back's calls tell the breaker what a decision's would have (a failed one
+        // is a call that failed, so a dead Redis still opens it).
+        if hits {
+            self.record(Permit::Call, unsettled.is_empty());
+        }
         unsettled.is_empty()
     }
 
