@@ -54,8 +54,17 @@ fn one_key_per_master(cluster: &Cluster) -> Vec<(usize, String)> {
     unreachable!()
 }
 
+/// Sets its flag when dropped: the background traffic stops however the test ends.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Requests on `fw=<one of 100k values>` (300/hour each: all admitted) at 8 in flight until
-/// `stop`; the requests answered OK and not.
+/// `stop` or a request fails (its server is gone); the requests answered OK and not.
 async fn background(client: Client, stop: Arc<AtomicBool>, seed: u64) -> (u64, u64) {
     let answered = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let tasks: Vec<_> = (0..8u64)
@@ -68,10 +77,14 @@ async fn background(client: Client, stop: Arc<AtomicBool>, seed: u64) -> (u64, u
                     x ^= x >> 7;
                     x ^= x << 17;
                     let value = (x % 100_000).to_string();
-                    let ok = client
+                    let Ok(r) = client
                         .should_rate_limit(request("shared", &[&[("fw", value.as_str())]]))
                         .await
-                        .is_ok_and(|r| code(r.get_ref().overall_code) == Code::Ok);
+                    else {
+                        answered[1].fetch_add(1, Ordering::Relaxed);
+                        return;
+                    };
+                    let ok = code(r.get_ref().overall_code) == Code::Ok;
                     answered[usize::from(!ok)].fetch_add(1, Ordering::Relaxed);
                 }
             })
@@ -118,6 +131,7 @@ async fn a_master_killed_with_traffic_on_every_master_keeps_every_limit() {
     // The first key's master dies.
     let owner = keys[0].0;
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop = StopOnDrop(stop.clone());
     let other_a = tokio::spawn(background(ca.clone(), stop.clone(), 1));
     let other_b = tokio::spawn(background(cb.clone(), stop.clone(), 2));
     // A third of each limit on Redis, then the master dies while both instances race on.

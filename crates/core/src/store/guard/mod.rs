@@ -186,6 +186,8 @@ struct Shared<C: Connect> {
     outage_cap: usize,
     /// Keys in `outage` (read without its lock on every decision).
     outage_keys: AtomicUsize,
+    /// Told when a write-back of taken-over keys ends (decisions on them wait for it).
+    settled: tokio::sync::Notify,
 }
 
 /// A flapping Redis (62 switches in 8 s were 62 WARN lines) is said once per this long each way;
@@ -279,6 +281,7 @@ impl<C: Connect> Guarded<C> {
             outage: Mutex::new(Outage::new()),
             outage_cap: local_max_keys,
             outage_keys: AtomicUsize::new(0),
+            settled: tokio::sync::Notify::new(),
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
@@ -455,33 +458,54 @@ impl<C: Connect> Guarded<C> {
 
     /// Before a decision goes to the remote backend on keys the local failure mode took over (one
     /// master of a cluster back, or the breaker closed): their hits are written into it first, so
-    /// the decision counts them. Whether the decision may go there now: not while another call
-    /// writes one of its keys back, nor when this write-back failed (the keys stay taken over).
+    /// the decision counts them. While another call writes one of its keys back, the decision
+    /// waits for that (bounded). Either way the decision then goes to the remote backend: a key
+    /// whose write-back failed stays taken over (with its hits) for the next decision, and only a
+    /// failed call is answered by the failure mode (a key kept local for every request while one
+    /// instance was away admitted from its share what the others took on Redis meanwhile).
     async fn settle_first(
         &self,
         remote: &C::Backend,
         tx: &Transaction<'_, <C::Backend as Backend>::Key>,
-    ) -> bool {
+    ) {
         if self.shared.outage_keys.load(Ordering::Relaxed) == 0 {
-            return true;
+            return;
         }
         let claim = self.outage().claim(tx.charges.iter().map(|c| &c.key));
         let claimed = match claim {
-            Claim::Free => return true,
-            Claim::Busy => return false,
+            Claim::Free => return,
+            Claim::Busy => return self.wait_settled(tx).await,
             Claim::Settle(claimed) => claimed,
         };
         let (written, unsettled) = settle(remote, claimed.clone(), tx.now).await;
         self.shared.metrics.outage_hits_written_back.inc_by(written);
         let unsettled: Vec<_> = unsettled.into_iter().map(|(k, _, _)| k).collect();
-        let hits = claimed.iter().any(|(_, _, hits)| *hits > 0);
         self.release(claimed, &unsettled, tx.now);
-        // The write-back's calls tell the breaker what a decision's would have (a failed one
-        // is a call that failed, so a dead Redis still opens it).
-        if hits {
-            self.record(Permit::Call, unsettled.is_empty());
+    }
+
+    /// Waits (at most [`SETTLE_WAIT_TIMEOUTS`] × `REDIS_TIMEOUT`) until no key of `tx` is being
+    /// written back.
+    async fn wait_settled(&self, tx: &Transaction<'_, <C::Backend as Backend>::Key>) {
+        let wait = self.shared.connect.timeout() * SETTLE_WAIT_TIMEOUTS;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let done = self.shared.settled.notified();
+            let mut done = std::pin::pin!(done);
+            done.as_mut().enable();
+            {
+                let outage = self.outage();
+                if !tx
+                    .charges
+                    .iter()
+                    .any(|c| outage.settling(&c.key) == Some(true))
+                {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return;
+            }
         }
-        unsettled.is_empty()
     }
 
     fn outage(&self) -> std::sync::MutexGuard<'_, Outage<<C::Backend as Backend>::Key>> {
@@ -664,7 +688,13 @@ fn release<C: Connect>(
     if outage.len() == 0 {
         shared.local.clear();
     }
+    drop(outage);
+    shared.settled.notify_waiters();
 }
+
+/// How many `REDIS_TIMEOUT`s a decision waits for another call's write-back of its keys before it
+/// is answered locally (a write-back is a read and a write per key, retried a few times).
+const SETTLE_WAIT_TIMEOUTS: u32 = 8;
 
 /// Charges `remote` with `hits` admitted elsewhere on each key, at most what its limit has left at
 /// `now` (another instance may charge the key between the read and the write: a few tries).
@@ -907,13 +937,16 @@ impl<C: Connect> Backend for Guarded<C> {
         // (once, recognised by Redis if it had landed), so one cut costs no failure-mode answer.
         if let Some(remote) = self.shared.remote.load_full()
             && (tx.kind == Kind::Apply || self.is_up())
-            && (tx.kind == Kind::Refund || !self.is_up() || self.settle_first(&remote, &tx).await)
-            && let Some(answer) = self.through(remote.transact(tx)).await
         {
-            if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
-                cache.learn(tx.charges, verdicts, tx.now);
+            if tx.kind == Kind::Apply && self.is_up() {
+                self.settle_first(&remote, &tx).await;
             }
-            return answer;
+            if let Some(answer) = self.through(remote.transact(tx)).await {
+                if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
+                    cache.learn(tx.charges, verdicts, tx.now);
+                }
+                return answer;
+            }
         }
         self.fallback(tx)
     }

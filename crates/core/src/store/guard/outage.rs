@@ -56,6 +56,11 @@ impl<K: Hash + Eq + Clone> Outage<K> {
         self.keys.contains_key(key)
     }
 
+    /// Whether `key`'s write-back is under way (`None`: it is not taken over).
+    pub(super) fn settling(&self, key: &K) -> Option<bool> {
+        self.keys.get(key).map(|t| t.settling)
+    }
+
     /// Takes `key` over (it was not).
     pub(super) fn take_over(&mut self, key: K, params: LimitParams) {
         self.keys.insert(
@@ -167,6 +172,8 @@ mod tests {
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].2, 5);
         assert_eq!(o.claim([&"a"]), Claim::Busy);
+        assert_eq!(o.settling(&"a"), Some(true));
+        assert_eq!(o.settling(&"b"), None);
         assert!(o.claim_all().is_empty(), "already claimed");
         // Admitted locally while its write-back was under way: it stays for those.
         o.count(&"a", 2);
