@@ -90,11 +90,10 @@ impl<K: Hash + Eq + Clone> Outage<K> {
             match self.keys.get(key) {
                 None => {}
                 Some(t) if t.settling => return Claim::Busy,
-                Some(t) => {
-                    if !claimed.iter().any(|(k, _, _): &Settle<K>| k == key) {
-                        claimed.push((key.clone(), t.params, t.hits));
-                    }
+                Some(t) if !claimed.iter().any(|(k, _, _): &Settle<K>| k == key) => {
+                    claimed.push((key.clone(), t.params, t.hits));
                 }
+                Some(_) => {}
             }
         }
         if claimed.is_empty() {
