@@ -31,7 +31,7 @@ fn cluster_port() -> u16 {
 
 /// Three masters, no replicas (also for `rlqs`); or with a replica each.
 pub(crate) struct Cluster {
-    nodes: Vec<RedisServer>,
+    pub(crate) nodes: Vec<RedisServer>,
 }
 
 impl Cluster {
@@ -40,7 +40,7 @@ impl Cluster {
     }
 
     /// Three masters with `replicas` each, nodes declared failed after `node_timeout_ms`.
-    fn start_with(replicas: usize, node_timeout_ms: &str) -> Option<Cluster> {
+    pub(crate) fn start_with(replicas: usize, node_timeout_ms: &str) -> Option<Cluster> {
         if !available() {
             return None;
         }
@@ -591,11 +591,11 @@ async fn two_instances_racing_while_the_keys_slots_move_admit_exactly_the_limit(
 }
 
 /// A gRPC client of one server.
-type Client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>;
+pub(crate) type Client = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>;
 
 /// Two server processes on `cluster` with the rules in `rules`, keys under `prefix`, and a client
 /// of each; REDIS_TIMEOUT and REDIS_FAILURE_MODE (local) at the defaults a user gets.
-async fn two_servers(
+pub(crate) async fn two_servers(
     cluster: &Cluster,
     rules: &std::path::Path,
     prefix: &str,
@@ -613,7 +613,7 @@ async fn two_servers(
 }
 
 /// Whether `node` is a master now.
-fn is_master(node: &RedisServer) -> bool {
+pub(crate) fn is_master(node: &RedisServer) -> bool {
     node.cli(&["INFO", "replication"])
         .is_ok_and(|i| i.contains("role:master"))
 }
@@ -659,51 +659,13 @@ async fn a_master_killed_under_racing_load_and_its_replica_promoted_keeps_the_li
         fire(ca.clone(), "tb", "hot".into(), 300, 64),
         fire(cb.clone(), "tb", "hot".into(), 300, 64),
     );
-    // The replica takes over: by itself after the node timeout and an election, or, if it has
-    // not within 3 s, told to (`CLUSTER FAILOVER FORCE`, as an operator or orchestrator would).
-    let started = monotonic();
-    let owner_id = node_id_of(&cluster, owner);
-    let replica = cluster
-        .nodes
-        .iter()
-        .position(|n| {
-            n.cli(&["INFO", "replication"])
-                .is_ok_and(|i| i.contains("role:slave"))
-                && n.cli(&["CLUSTER", "NODES"]).is_ok_and(|nodes| {
-                    nodes
-                        .lines()
-                        .any(|l| l.contains("myself") && l.contains(&owner_id))
-                })
-        })
-        .expect("the dead master has a replica");
-    let mut forced = false;
-    let slot: u16 = cluster.nodes[replica]
+    let slot: u16 = cluster.nodes[(owner + 1) % cluster.nodes.len()]
         .cli(&["CLUSTER", "KEYSLOT", "fo:shared|tb=hot|0.0.3600s"])
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    let mut promoted = false;
-    while !promoted {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no replica was promoted: {:?}",
-            cluster
-                .nodes
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != owner)
-                .map(|(_, n)| (n.cli(&["CLUSTER", "NODES"]), n.keys("fo:*")))
-                .next()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if !forced && started.elapsed() > Duration::from_secs(3) {
-            let _ = cluster.nodes[replica].cli(&["CLUSTER", "FAILOVER", "FORCE"]);
-            forced = true;
-        }
-        promoted = serves_slot(&cluster.nodes[replica], slot);
-    }
-    let failover = started.elapsed();
+    let (failover, forced) = wait_promoted(&cluster, owner, slot).await;
     // Back on Redis (the promoted replica), the local decisions written into it.
     let mut after = 0;
     for _ in 0..20 {
@@ -731,9 +693,47 @@ async fn a_master_killed_under_racing_load_and_its_replica_promoted_keeps_the_li
     );
 }
 
+/// Waits until the replica of the dead master `owner` serves `slot`: promoted by itself after the
+/// node timeout and an election, or, if it has not within 3 s, told to (`CLUSTER FAILOVER FORCE`,
+/// as an operator or orchestrator would). How long it took, and whether it was forced.
+pub(crate) async fn wait_promoted(cluster: &Cluster, owner: usize, slot: u16) -> (Duration, bool) {
+    let started = monotonic();
+    let owner_id = node_id_of(cluster, owner);
+    let mut forced = false;
+    loop {
+        // Promoted already (the race before may have outlasted the node timeout)?
+        if cluster
+            .nodes
+            .iter()
+            .enumerate()
+            .any(|(i, n)| i != owner && serves_slot(n, slot))
+        {
+            return (started.elapsed(), forced);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no replica was promoted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !forced && started.elapsed() > Duration::from_secs(3) {
+            let replica = cluster.nodes.iter().find(|n| {
+                n.cli(&["CLUSTER", "NODES"]).is_ok_and(|nodes| {
+                    nodes
+                        .lines()
+                        .any(|l| l.contains("myself,slave") && l.contains(&owner_id))
+                })
+            });
+            if let Some(replica) = replica {
+                let _ = replica.cli(&["CLUSTER", "FAILOVER", "FORCE"]);
+                forced = true;
+            }
+        }
+    }
+}
+
 /// The cluster node id of `cluster.nodes[index]`, read from a live node (the node itself may be
 /// dead).
-fn node_id_of(cluster: &Cluster, index: usize) -> String {
+pub(crate) fn node_id_of(cluster: &Cluster, index: usize) -> String {
     let port = cluster.nodes[index].addr();
     cluster
         .nodes
@@ -752,7 +752,7 @@ fn node_id_of(cluster: &Cluster, index: usize) -> String {
 }
 
 /// Whether `node` is a master serving `slot` (by its own `CLUSTER NODES` line).
-fn serves_slot(node: &RedisServer, slot: u16) -> bool {
+pub(crate) fn serves_slot(node: &RedisServer, slot: u16) -> bool {
     let Ok(nodes) = node.cli(&["CLUSTER", "NODES"]) else {
         return false;
     };

@@ -1,6 +1,8 @@
 //! The one Redis script, compare-and-set, and the text of a stored state. The arithmetic is never
 //! in Lua: the caller decides in Rust on the values it expects, and the script writes only if every
-//! key still holds them (else it writes nothing and returns what they hold).
+//! key still holds them (else it writes nothing and returns what they hold). Every value written
+//! carries its writer's tag (`state;writer.seq`), so a call sent again after its reply was lost is
+//! recognised when its first attempt landed, and not charged twice.
 
 use smallvec::SmallVec;
 
@@ -15,7 +17,9 @@ pub const EXPIRY_GRACE_MS: u64 = 1000;
 /// KEYS = the keys; ARGV = per key (expected value, '' = absent; new value, '' = leave, '-' =
 /// delete; PXAT in ms). Writes only if every key holds what the caller expected, and returns 1;
 /// else writes nothing and returns the keys' current values (nil for an absent key), so the caller
-/// can decide again without reading them. With no new values it only verifies.
+/// can decide again without reading them. With no new values it only verifies. A call sent again
+/// whose first attempt landed finds every value it sets already there (each is tagged with its
+/// writer and call, so no other call writes it): it returns 1 without writing.
 pub(super) const SCRIPT: &str = r"
 local cur = {}
 local same = true
@@ -28,7 +32,18 @@ for i = 1, #KEYS do
     same = false
   end
 end
-if not same then return cur end
+if not same then
+  local landed = false
+  for i = 1, #KEYS do
+    local new = ARGV[3*i-1]
+    if new ~= '' and new ~= '-' then
+      if cur[i] ~= new then return cur end
+      landed = true
+    end
+  end
+  if landed then return 1 end
+  return cur
+end
 for i = 1, #KEYS do
   local new = ARGV[3*i-1]
   if new == '-' then
@@ -59,9 +74,11 @@ pub fn encode(state: &State) -> String {
     }
 }
 
-/// A stored value as a state (anything unreadable counts as no state).
+/// A stored value as a state (anything unreadable counts as no state). The writer's tag after `;`
+/// is not part of the state.
 pub fn decode(value: &[u8]) -> Option<State> {
     let text = std::str::from_utf8(value).ok()?;
+    let text = text.split_once(';').map_or(text, |(state, _)| state);
     let (a, b) = text.split_once(':').unwrap_or((text, "0"));
     Some(State {
         a: a.parse().ok()?,
@@ -81,6 +98,21 @@ pub(super) struct Call<'a> {
     /// `None`: leave the key as it is; a state that has expired by `now`: delete the key.
     pub new: &'a [Option<State>],
     pub now: Nanos,
+    /// This call's tag, unique to it (see [`Tag`]).
+    pub tag: Tag,
+}
+
+/// Who wrote a value: the writer (one per store, random) and its call's number. Stored after the
+/// state (`state;writer.seq`, hex), it makes every value written unique to its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tag {
+    pub writer: u64,
+    pub seq: u64,
+}
+
+/// A state's text as a call tagged `tag` stores it.
+fn tagged(state: &State, tag: Tag) -> String {
+    format!("{};{:x}.{:x}", encode(state), tag.writer, tag.seq)
 }
 
 /// What each key holds if a call succeeds (`None` for an absent key), per key.
@@ -108,7 +140,7 @@ impl Call<'_> {
                     cmd.arg("-").arg(0)
                 }
                 Some(s) => {
-                    let text = encode(s);
+                    let text = tagged(s, self.tag);
                     cmd.arg(&text).arg(pxat(s));
                     written.push(Some(text.into_bytes()));
                     &mut cmd
@@ -173,5 +205,17 @@ mod tests {
         assert_eq!(encode(&State { a: 12, b: 3 }), "12:3");
         assert_eq!(decode(b"junk"), None);
         assert_eq!(decode(b"1:x"), None);
+    }
+
+    #[test]
+    fn a_tagged_value_decodes_to_its_state() {
+        let s = State { a: 12, b: 3 };
+        let tag = Tag {
+            writer: 0xab,
+            seq: 7,
+        };
+        assert_eq!(tagged(&s, tag), "12:3;ab.7");
+        assert_eq!(decode(tagged(&s, tag).as_bytes()), Some(s));
+        assert_eq!(decode(b"5;x"), Some(State { a: 5, b: 0 }));
     }
 }

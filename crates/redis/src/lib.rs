@@ -103,6 +103,9 @@ struct Inner {
     keys: TextKeyBuilder,
     timeout: Duration,
     seen: Seen,
+    /// This store's writer id in the tags of the values it writes (random), and its calls' count.
+    writer: u64,
+    calls: AtomicU64,
     conflicts: AtomicU64,
     queues: Mutex<Queues<TextKey, Pending>>,
     /// Keys are grouped by cluster slot (one script call per slot).
@@ -228,8 +231,22 @@ async fn within<T>(timeout: Duration, call: impl Future<Output = T>) -> Result<T
     Err(())
 }
 
+/// A random id for a store's writes (a randomly keyed hash: every `RandomState` has new keys, so
+/// two stores in one process differ too).
+fn writer_id() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+}
+
+/// A call's outcome before it is counted: `Err(())` when no answer came within `REDIS_TIMEOUT`.
+type Sent = Result<::redis::RedisResult<::redis::Value>, ()>;
+
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
+}
+
+fn io_gone() -> ::redis::RedisError {
+    ::redis::RedisError::from((::redis::ErrorKind::Io, "the Redis I/O thread is gone"))
 }
 
 /// The `ratelimit_redis_errors` kind of a failed call.
@@ -336,6 +353,8 @@ impl RedisBackend {
                 keys: TextKeyBuilder::new(config.prefix.clone()),
                 timeout: config.timeout,
                 seen: Seen::new(),
+                writer: writer_id(),
+                calls: AtomicU64::new(0),
                 conflicts: AtomicU64::new(0),
                 queues: Mutex::new(Queues::default()),
                 answered: AtomicU64::new(0),
@@ -412,12 +431,41 @@ impl RedisBackend {
     }
 
     /// One script call: pipelined with the others waiting (single server, Sentinel), or alone
-    /// (cluster); a Redis that does not know the script gets it loaded and the call again.
+    /// (cluster); a Redis that does not know the script gets it loaded and the call again. A call
+    /// whose reply was lost (its connection dropped, or it timed out while Redis answered other
+    /// calls) is sent once more, on the next connection: the compare-and-set recognises its own
+    /// write if the first attempt landed, so it is charged once (`ratelimit_redis_retries`).
     async fn script_call(&self, cmd: ::redis::Cmd) -> Result<::redis::Value, StoreError> {
+        let started = monotonic();
+        let first = self.send_script(cmd.clone()).await;
+        if !self.lost(&first, started) {
+            return self.inner.account(started, first);
+        }
+        let _ = self.inner.account(started, first);
+        self.inner.metrics.redis_retries.inc();
+        let again = monotonic();
+        let second = self.send_script(cmd).await;
+        self.inner.account(again, second)
+    }
+
+    /// Whether a call failed on the way (its reply lost), not by Redis's answer: its connection
+    /// failed, or it timed out while Redis answered other calls (a timeout with nothing
+    /// answered is Redis gone quiet: not sent again, so a frozen Redis costs one timeout).
+    fn lost(&self, sent: &Sent, started: Instant) -> bool {
+        match sent {
+            Ok(Ok(_)) => false,
+            Ok(Err(e)) => e.is_io_error() || e.is_connection_dropped(),
+            Err(()) => self.answered_since(started),
+        }
+    }
+
+    /// Sends one script call, uncounted.
+    async fn send_script(&self, cmd: ::redis::Cmd) -> Sent {
         let Some(dispatcher) = &self.inner.dispatcher else {
             let mut c = self.inner.conns.get();
-            return self
-                .bounded(async move {
+            let timeout = self.inner.timeout;
+            let call = async move {
+                within(timeout, async move {
                     match cmd.query_async(&mut c).await {
                         Err(e) if e.code() == Some("NOSCRIPT") => {
                             cas::load().query_async::<String>(&mut c).await?;
@@ -426,16 +474,15 @@ impl RedisBackend {
                         other => other,
                     }
                 })
-                .await;
+                .await
+            };
+            return io::run(call).await.unwrap_or_else(|| Ok(Err(io_gone())));
         };
-        let started = monotonic();
-        let result = dispatcher.call(cmd).await;
-        // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is an error.
-        let result = match result {
+        // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is no answer.
+        match dispatcher.call(cmd).await {
             Err(e) if e.is_timeout() => Err(()),
             other => Ok(other),
-        };
-        self.inner.account(started, result)
+        }
     }
 
     /// What this instance last saw in `keys` (no round trip): a key it has not seen is expected
@@ -455,20 +502,24 @@ impl RedisBackend {
     }
 
     /// Writes `new` (per key, `None` = unchanged) if every key still holds `expected` (with
-    /// nothing new: only checks). Returns `None` if it did, else what the keys hold now; either
-    /// way the seen-value cache is left holding that.
+    /// nothing new: only checks). Returns `Ok` with what the keys hold if it did, else `Err` with
+    /// what they hold now; either way the seen-value cache is left holding that.
     async fn compare_and_set(
         &self,
         keys: &[TextKey],
         expected: &[Option<Vec<u8>>],
         new: &[Option<State>],
         now: Nanos,
-    ) -> Result<Option<Raw>, StoreError> {
+    ) -> Result<Result<Raw, Raw>, StoreError> {
         let call = cas::Call {
             keys,
             expected,
             new,
             now,
+            tag: cas::Tag {
+                writer: self.inner.writer,
+                seq: self.inner.calls.fetch_add(1, Ordering::Relaxed),
+            },
         };
         let (cmd, written) = call.command();
         let stamp = self.inner.seen.stamp();
@@ -481,11 +532,14 @@ impl RedisBackend {
         for (key, value) in keys.iter().zip(held) {
             self.inner.seen.put(key, value.as_deref(), stamp);
         }
-        if current.is_some() {
-            self.inner.conflicts.fetch_add(1, Ordering::Relaxed);
-            self.inner.metrics.redis_conflicts.inc();
+        match current {
+            Some(current) => {
+                self.inner.conflicts.fetch_add(1, Ordering::Relaxed);
+                self.inner.metrics.redis_conflicts.inc();
+                Ok(Err(current))
+            }
+            None => Ok(Ok(written)),
         }
-        Ok(current)
     }
 
     fn queues(&self) -> std::sync::MutexGuard<'_, Queues<TextKey, Pending>> {
@@ -587,7 +641,7 @@ impl RedisBackend {
                 .zip(&stored)
                 .map(|(after, before)| after.filter(|_| after != before))
                 .collect();
-            let Some(current) = self.compare_and_set(keys, &expected, &new, now).await? else {
+            let Err(current) = self.compare_and_set(keys, &expected, &new, now).await? else {
                 return Ok(outcome.verdicts);
             };
             expected = current;

@@ -13,9 +13,13 @@ const SEEN_SHARDS: usize = 64;
 
 /// The last value this instance read from or wrote to each recently used key: what the next
 /// decision on it expects, so it can send its compare-and-set straight away instead of reading
-/// first. Only a guess: the script checks every expected value, and a wrong guess costs a retry on
-/// the values the script sends back, never a different verdict. Bounded: a full shard forgets an
-/// arbitrary key (its next decision expects "absent").
+/// first, and what the local failure mode starts a key from (the hand-over). Only a guess for
+/// decisions: the script checks every expected value, and a wrong guess costs a retry on the
+/// values the script sends back, never a different verdict. Bounded, and a hot key stays: each
+/// shard keeps two generations, a key used is moved into the young one, and when the young one is
+/// full the old one is forgotten (so a key used within the last half shard's worth of other keys
+/// is kept; it used to be an arbitrary key, a hot one among them, which then handed the local mode
+/// a fresh limit in an outage).
 /// Replies are handled in no set order (several connections, several threads): each value is
 /// remembered with the stamp of the call that saw it, taken when the call was sent, and an older
 /// call's reply does not replace what a newer one saw.
@@ -25,13 +29,38 @@ pub(super) struct Seen {
 }
 
 /// Per key: the value (`None`: absent) and the stamp of the call that saw it.
-type SeenShard = HashMap<TextKey, (Option<Vec<u8>>, u64)>;
+type Entries = HashMap<TextKey, (Option<Vec<u8>>, u64)>;
+
+/// One shard's two generations.
+#[derive(Default)]
+struct SeenShard {
+    young: Entries,
+    old: Entries,
+}
+
+impl SeenShard {
+    /// `key`'s entry, moved into the young generation.
+    fn touch(&mut self, key: &TextKey) -> Option<&mut (Option<Vec<u8>>, u64)> {
+        if !self.young.contains_key(key) {
+            let entry = self.old.remove(key)?;
+            self.insert(key.clone(), entry);
+        }
+        self.young.get_mut(key)
+    }
+
+    fn insert(&mut self, key: TextKey, entry: (Option<Vec<u8>>, u64)) {
+        if self.young.len() >= SEEN_PER_SHARD / 2 {
+            self.old = std::mem::take(&mut self.young);
+        }
+        self.young.insert(key, entry);
+    }
+}
 
 impl Seen {
     pub(super) fn new() -> Seen {
         Seen {
             shards: (0..SEEN_SHARDS)
-                .map(|_| std::sync::Mutex::new(HashMap::new()))
+                .map(|_| std::sync::Mutex::new(SeenShard::default()))
                 .collect(),
             stamps: AtomicU64::new(0),
         }
@@ -49,25 +78,61 @@ impl Seen {
     }
 
     pub(super) fn get(&self, key: &TextKey) -> Option<Vec<u8>> {
-        self.shard(key).get(key).and_then(|(v, _)| v.clone())
+        self.shard(key).touch(key).and_then(|(v, _)| v.clone())
     }
 
     /// Remembers `value` (`None`: the key is absent) for `key`, as seen by the call stamped
     /// `stamp`, unless a newer call's value is held.
     pub(super) fn put(&self, key: &TextKey, value: Option<&[u8]>, stamp: u64) {
         let mut shard = self.shard(key);
-        if let Some((held, held_stamp)) = shard.get_mut(key) {
+        if let Some((held, held_stamp)) = shard.touch(key) {
             if *held_stamp <= stamp {
                 *held = value.map(<[u8]>::to_vec);
                 *held_stamp = stamp;
             }
             return;
         }
-        if shard.len() >= SEEN_PER_SHARD
-            && let Some(victim) = shard.keys().next().cloned()
-        {
-            shard.remove(&victim);
-        }
         shard.insert(key.clone(), (value.map(<[u8]>::to_vec), stamp));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hot_key_outlives_a_stream_of_cold_ones() {
+        let keys = crate::TextKeyBuilder::new(String::new());
+        let params = crate::limiter::LimitParams {
+            algorithm: crate::config::Algorithm::FixedWindow,
+            requests_per_unit: 1,
+            period: 1_000_000_000,
+            burst: 1,
+            max_delay: 0,
+            charge_denied: false,
+        };
+        let key = |i: usize| {
+            let value = i.to_string();
+            let entries = [("k", value.as_str())];
+            keys.key(&crate::CounterId::new("d", &entries[..], 0, &params))
+        };
+        let seen = Seen::new();
+        let hot = key(0);
+        seen.put(&hot, Some(b"7"), seen.stamp());
+        for i in 1..200_000 {
+            seen.put(&key(i), Some(b"1"), seen.stamp());
+            if i % 1000 == 0 {
+                assert_eq!(seen.get(&hot).as_deref(), Some(&b"7"[..]), "after {i}");
+            }
+        }
+        let held: usize = seen
+            .shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap();
+                s.young.len() + s.old.len()
+            })
+            .sum();
+        assert!(held <= SEEN_SHARDS * SEEN_PER_SHARD, "{held} held");
     }
 }

@@ -107,18 +107,19 @@ impl RedisBackend {
                     let current = self
                         .compare_and_set(&part_keys, &held, &writes, now)
                         .await?;
-                    Ok::<_, StoreError>((held, writes, current))
+                    Ok::<_, StoreError>(current)
                 }
             });
             let results = futures_util::future::join_all(calls).await;
             let mut conflicted = false;
             for ((n, send), result) in sends.iter().zip(results) {
-                let (held, writes, current) = result?;
+                let current = result?;
                 let part = &mut parts[*n].1;
+                let wrote = part.members.iter().any(|&i| new[i].is_some());
                 match (send, current) {
-                    (Send::Apply, None) => {
-                        if writes.iter().any(Option::is_some) {
-                            part.ours = Some(written(&held, &writes, now));
+                    (Send::Apply, Ok(written)) => {
+                        if wrote {
+                            part.ours = Some(written);
                             part.taken = decision
                                 .writes
                                 .iter()
@@ -130,22 +131,21 @@ impl RedisBackend {
                             part.verified = true;
                         }
                     }
-                    (Send::Apply, Some(current)) => {
+                    (Send::Apply, Err(current)) => {
                         conflicted = true;
                         part.verified = false;
                         for (&i, value) in part.members.iter().zip(current) {
                             expected[i] = value;
                         }
                     }
-                    (Send::Undo, None) => {
+                    (Send::Undo, Ok(left)) => {
                         part.ours = None;
                         part.verified = true;
-                        let left = written(&held, &writes, now);
                         for (&i, value) in part.members.iter().zip(left) {
                             expected[i] = value;
                         }
                     }
-                    (Send::Undo, Some(current)) => {
+                    (Send::Undo, Err(current)) => {
                         conflicted = true;
                         part.ours = Some(current);
                     }
@@ -179,18 +179,6 @@ fn without(
                 }
             }
             (state != before).then_some(state)
-        })
-        .collect()
-}
-
-/// What keys that held `held` hold after `writes` (`None` = unchanged) succeeded at `now`.
-fn written(held: &Raw, writes: &[Option<State>], now: Nanos) -> Raw {
-    held.iter()
-        .zip(writes)
-        .map(|(h, w)| match w {
-            None => h.clone(),
-            Some(s) if s.expires_at() <= now => None,
-            Some(s) => Some(super::encode(s).into_bytes()),
         })
         .collect()
 }

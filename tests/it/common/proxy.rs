@@ -1,7 +1,8 @@
 //! A TCP proxy for fault tests: between the server and a real redis-server, it delays every byte
 //! by a fixed time each way (a Redis that far away), or cuts each connection after so many
-//! replies (a flaky network); on a runtime thread of its own so it keeps time whatever the test's
-//! runtime is doing. Dropped, it stops accepting.
+//! replies, or loses a share of the replies and cuts their connection (a flaky network: the
+//! commands reached Redis, their replies did not); on a runtime thread of its own so it keeps time
+//! whatever the test's runtime is doing. Dropped, it stops accepting.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,6 +29,8 @@ struct Fault {
     delay: Duration,
     /// Cut the connection after this many reads from upstream (replies), if set.
     cut_after: Option<u64>,
+    /// Lose this many of every 10,000 reads from upstream (replies), cutting their connection.
+    lose_per_10k: u32,
 }
 
 impl LatencyProxy {
@@ -38,6 +41,7 @@ impl LatencyProxy {
             Fault {
                 delay,
                 cut_after: None,
+                lose_per_10k: 0,
             },
         )
     }
@@ -49,6 +53,21 @@ impl LatencyProxy {
             Fault {
                 delay: Duration::ZERO,
                 cut_after: Some(replies),
+                lose_per_10k: 0,
+            },
+        )
+    }
+
+    /// Loses `per_10k` of every 10,000 reads from upstream (replies; pseudo-random, seeded): each
+    /// lost one is not forwarded and its connection is cut both ways, so the commands it answered
+    /// ran on Redis but their caller never hears so.
+    pub fn losing(upstream: SocketAddr, per_10k: u32) -> LatencyProxy {
+        Self::run(
+            upstream,
+            Fault {
+                delay: Duration::ZERO,
+                cut_after: None,
+                lose_per_10k: per_10k,
             },
         )
     }
@@ -115,24 +134,50 @@ async fn relay(client: TcpStream, upstream: SocketAddr, fault: Fault, cuts: Arc<
     let (server_read, server_write) = server.into_split();
     // Either direction ending ends the relay: every half is dropped, so a cut connection is cut
     // both ways at once (and requests sent after it are lost, as on a real network).
+    let replies = Cut {
+        after: fault.cut_after,
+        lose_per_10k: fault.lose_per_10k,
+        seed: SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1,
+    };
     let cut = tokio::select! {
-        _ = pump(client_read, server_write, fault.delay, None) => false,
-        cut = pump(server_read, client_write, fault.delay, fault.cut_after) => cut,
+        _ = pump(client_read, server_write, fault.delay, Cut::NEVER) => false,
+        cut = pump(server_read, client_write, fault.delay, replies) => cut,
     };
     if cut {
         cuts.fetch_add(1, Ordering::Relaxed);
     }
 }
 
+/// Seeds of the connections' loss draws (each connection its own).
+static SEED: AtomicU64 = AtomicU64::new(0x2545_f491_4f6c_dd1d);
+
+/// When one direction is cut: after so many chunks, or at a lost chunk (drawn per chunk).
+#[derive(Clone, Copy)]
+struct Cut {
+    after: Option<u64>,
+    lose_per_10k: u32,
+    seed: u64,
+}
+
+impl Cut {
+    const NEVER: Cut = Cut {
+        after: None,
+        lose_per_10k: 0,
+        seed: 1,
+    };
+}
+
 /// Copies `from` to `to`, each chunk written `delay` after it was read (chunks keep their order
-/// and are not held up by each other's delays). With `cut_after`, stops after that many chunks
-/// and returns true.
+/// and are not held up by each other's delays). With `cut.after`, stops after that many chunks
+/// and returns true; with `cut.lose_per_10k`, drops that share of the chunks unsent and stops
+/// there, returning true.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     delay: Duration,
-    cut_after: Option<u64>,
+    cut: Cut,
 ) -> bool {
+    let cut_after = cut.after;
     let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
     let writer = async move {
         while let Some((read_at, bytes)) = rx.recv().await {
@@ -141,17 +186,27 @@ async fn pump(
                 return;
             }
         }
-        if cut_after.is_none() {
+        if cut_after.is_none() && cut.lose_per_10k == 0 {
             let _ = to.shutdown().await;
         }
     };
     let reader = async move {
         let mut buf = vec![0u8; 16 * 1024];
         let mut chunks = 0u64;
+        let mut draw = cut.seed;
         loop {
             match from.read(&mut buf).await {
                 Ok(0) | Err(_) => return false,
                 Ok(n) => {
+                    if cut.lose_per_10k > 0 {
+                        // xorshift64
+                        draw ^= draw << 13;
+                        draw ^= draw >> 7;
+                        draw ^= draw << 17;
+                        if draw % 10_000 < u64::from(cut.lose_per_10k) {
+                            return true;
+                        }
+                    }
                     if tx
                         .send((tokio::time::Instant::now(), buf[..n].to_vec()))
                         .is_err()

@@ -1,9 +1,11 @@
 //! The circuit breaker in front of Redis, as a pure state machine: time comes in as an argument
 //! (`now`), so it is tested without sleeping. It opens when Redis has stopped answering: at least
-//! [`Breaker::THRESHOLD`] failed calls since the last answered one, and that answer at least
-//! [`Breaker::QUIET`] ago. One dropped connection fails all of its calls in flight at once, but
-//! the pool's other connections go on answering, so it does not open it (it used to: three
-//! failures in a row did, and sent decisions to the failure mode). Open, no call goes
+//! [`Breaker::THRESHOLD`] failed calls since the last answered one, and that answer at least the
+//! breaker's quiet time ago (`REDIS_TIMEOUT`, at least [`Breaker::QUIET`]): silence on every
+//! connection for as long as a call may take. One dropped connection fails all of its calls in
+//! flight at once, but the pool's other connections go on answering, so it does not open it (it
+//! used to: three failures in a row did, and sent decisions to the failure mode; then 50 ms without
+//! an answer did, which cut connections reconnecting side by side reached). Open, no call goes
 //! to Redis for an interval that starts at `base` and doubles after each failed probe up to `max`;
 //! when the interval ends one call (the probe) goes through, and its success closes the breaker.
 //! A hung Redis therefore costs one timeout per probe, not one per request. It owns no clock, no
@@ -70,13 +72,15 @@ pub struct Breaker {
     /// A probe that has not reported within this long is taken as lost (its caller went away):
     /// another call may probe.
     probe_timeout: Duration,
+    /// How long without an answer is silence (see [`Breaker::quiet`]).
+    quiet: Duration,
 }
 
 impl Breaker {
     /// Failed calls since the last answered one that open the breaker...
     pub const THRESHOLD: u32 = 3;
     /// ... once that answer is at least this old (other connections answering meanwhile keep it
-    /// closed).
+    /// closed): the least quiet time, and the default.
     pub const QUIET: Duration = Duration::from_millis(50);
 
     /// A closed breaker whose openings last `base`, doubling up to `max`.
@@ -89,7 +93,22 @@ impl Breaker {
             base,
             max: max.max(base),
             probe_timeout,
+            quiet: Self::QUIET,
         }
+    }
+
+    /// This breaker, taking `quiet` without an answer (at least [`Breaker::QUIET`]) as silence:
+    /// the guard gives `REDIS_TIMEOUT`, as long as an answer may take.
+    pub fn with_quiet(self, quiet: Duration) -> Breaker {
+        Breaker {
+            quiet: quiet.max(Self::QUIET),
+            ..self
+        }
+    }
+
+    /// How long without an answer is silence.
+    pub fn quiet(&self) -> Duration {
+        self.quiet
     }
 
     /// An open breaker (Redis not reached yet), whose first probe may go at `now`.
@@ -109,7 +128,7 @@ impl Breaker {
     }
 
     /// Closed, with enough failures to open but an answer too recent: the caller should check
-    /// again (a `PING`) once [`Breaker::QUIET`] has passed, in case no more calls come to tell.
+    /// again (a `PING`) once [`Breaker::quiet`] has passed, in case no more calls come to tell.
     pub fn suspects(&self) -> bool {
         matches!(self.phase, Phase::Closed { recent } if recent.failures >= Self::THRESHOLD)
     }
@@ -153,7 +172,7 @@ impl Breaker {
                 let failures = recent.failures.saturating_add(1);
                 let quiet = recent
                     .last_answer
-                    .is_none_or(|at| now.saturating_duration_since(at) >= Self::QUIET);
+                    .is_none_or(|at| now.saturating_duration_since(at) >= self.quiet);
                 if failures < Self::THRESHOLD || !quiet {
                     self.phase = Phase::Closed {
                         recent: Recent { failures, ..recent },
@@ -266,6 +285,17 @@ mod tests {
             [Some(Change::Down)]
         );
         assert!(!b.suspects());
+    }
+
+    #[test]
+    fn with_a_longer_quiet_time_failures_within_it_keep_it_closed() {
+        let t = crate::clock::monotonic();
+        let mut b = breaker().with_quiet(100 * MS);
+        succeed(&mut b, 1, t);
+        assert!(fail(&mut b, 30, t + 99 * MS).iter().all(Option::is_none));
+        assert!(b.is_up());
+        assert_eq!(fail(&mut b, 1, t + 100 * MS), [Some(Change::Down)]);
+        assert_eq!(breaker().with_quiet(MS).quiet(), Breaker::QUIET);
     }
 
     #[test]

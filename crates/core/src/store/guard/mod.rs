@@ -8,11 +8,11 @@
 
 pub mod breaker;
 mod every;
+mod outage;
 mod over_limit_cache;
 
 pub use every::Every;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
@@ -22,6 +22,7 @@ use arc_swap::ArcSwapOption;
 use crate::clock::monotonic;
 
 use breaker::{Breaker, Change, Permit};
+use outage::{Claim, Outage, Settle};
 use over_limit_cache::OverLimitCache;
 
 use super::memory::{MemoryBackend, MemoryKey};
@@ -147,13 +148,6 @@ fn instance_id() -> InstanceId {
     std::collections::hash_map::RandomState::new().hash_one(std::process::id())
 }
 
-/// What the local failure mode decided in one outage: per key, its limit and the hits it admitted
-/// (written back into the remote backend once it answers), and the last `now` it decided at.
-struct Outage<K> {
-    keys: HashMap<K, (LimitParams, u64)>,
-    last_now: Option<(Nanos, std::time::Instant)>,
-}
-
 /// First wait of the background (re)connection, doubled after each failure up to
 /// [`RECONNECT_MAX`].
 const RECONNECT_BASE: Duration = Duration::from_millis(100);
@@ -192,6 +186,8 @@ struct Shared<C: Connect> {
     outage_cap: usize,
     /// Keys in `outage` (read without its lock on every decision).
     outage_keys: AtomicUsize,
+    /// Told when a write-back of taken-over keys ends (decisions on them wait for it).
+    settled: tokio::sync::Notify,
 }
 
 /// A flapping Redis (62 switches in 8 s were 62 WARN lines) is said once per this long each way;
@@ -259,7 +255,9 @@ impl<C: Connect> Guarded<C> {
         let breaker = match connected {
             Some(_) => Breaker::new(BREAKER_BASE, BREAKER_MAX, probe_timeout),
             None => Breaker::new_open(BREAKER_BASE, BREAKER_MAX, probe_timeout, monotonic()),
-        };
+        }
+        // Silence is no answer on any connection for as long as a call may take.
+        .with_quiet(timeout);
         metrics.store_up.set(i64::from(connected.is_some()));
         metrics.breaker_state.set(breaker.state() as i64);
         let up = connected.is_some();
@@ -280,12 +278,10 @@ impl<C: Connect> Guarded<C> {
             share: local_share,
             live_instances: AtomicUsize::new(1),
             instance_id: instance_id(),
-            outage: Mutex::new(Outage {
-                keys: HashMap::new(),
-                last_now: None,
-            }),
+            outage: Mutex::new(Outage::new()),
             outage_cap: local_max_keys,
             outage_keys: AtomicUsize::new(0),
+            settled: tokio::sync::Notify::new(),
         });
         if !up {
             metrics_switch(&shared, Change::Down, false);
@@ -428,8 +424,7 @@ impl<C: Connect> Guarded<C> {
             .unwrap_or_else(PoisonError::into_inner);
         outage.last_now = Some((tx.now, monotonic()));
         for charge in tx.charges {
-            if outage.keys.contains_key(&charge.key) || outage.keys.len() >= self.shared.outage_cap
-            {
+            if outage.contains(&charge.key) || outage.len() >= self.shared.outage_cap {
                 continue;
             }
             let seen = remote
@@ -437,7 +432,7 @@ impl<C: Connect> Guarded<C> {
                 .and_then(|r| r.last_seen(&charge.key, tx.now));
             let state = limiter::keep_share(&charge.params, seen, tx.now, share);
             self.shared.local.put(charge.key.id(), state, tx.now);
-            outage.keys.insert(charge.key.clone(), (charge.params, 0));
+            outage.take_over(charge.key.clone(), charge.params);
             self.shared.outage_keys.fetch_add(1, Ordering::Relaxed);
             self.shared.metrics.outage_keys_handed_over.inc();
         }
@@ -455,50 +450,79 @@ impl<C: Connect> Guarded<C> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         for (charge, verdict) in tx.charges.iter().zip(verdicts) {
-            if verdict.charged
-                && let Some((_, hits)) = outage.keys.get_mut(&charge.key)
-            {
-                *hits = hits.saturating_add(charge.hits);
+            if verdict.charged {
+                outage.count(&charge.key, charge.hits);
             }
         }
     }
 
-    /// The remote backend decided on keys the local failure mode had taken over (one master of a
-    /// cluster back, or the breaker closed): their local state goes, and what it admitted is
-    /// written into the remote backend in the background.
-    fn settle_taken_over(&self, tx: &Transaction<'_, <C::Backend as Backend>::Key>) {
+    /// Before a decision goes to the remote backend on keys the local failure mode took over (one
+    /// master of a cluster back, or the breaker closed): their hits are written into it first, so
+    /// the decision counts them. While another call writes one of its keys back, the decision
+    /// waits for that (bounded). Either way the decision then goes to the remote backend: a key
+    /// whose write-back failed stays taken over (with its hits) for the next decision, and only a
+    /// failed call is answered by the failure mode (a key kept local for every request while one
+    /// instance was away admitted from its share what the others took on Redis meanwhile).
+    async fn settle_first(
+        &self,
+        remote: &C::Backend,
+        tx: &Transaction<'_, <C::Backend as Backend>::Key>,
+    ) {
         if self.shared.outage_keys.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let taken: Vec<_> = {
-            let mut outage = self
-                .shared
-                .outage
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            tx.charges
-                .iter()
-                .filter_map(|c| {
-                    let (params, hits) = outage.keys.remove(&c.key)?;
-                    self.shared.outage_keys.fetch_sub(1, Ordering::Relaxed);
-                    self.shared.local.put(c.key.id(), None, tx.now);
-                    Some((c.key.clone(), params, hits))
-                })
-                .collect()
+        let claim = self.outage().claim(tx.charges.iter().map(|c| &c.key));
+        let claimed = match claim {
+            Claim::Free => return,
+            Claim::Busy => return self.wait_settled(tx).await,
+            Claim::Settle(claimed) => claimed,
         };
-        let Some(remote) = self.shared.remote.load_full() else {
-            return;
-        };
-        if taken.iter().any(|(_, _, hits)| *hits > 0) {
-            let shared = Arc::downgrade(&self.shared);
-            let now = tx.now;
-            tokio::spawn(async move {
-                let (written, _) = settle(&*remote, taken, now).await;
-                if let Some(shared) = shared.upgrade() {
-                    shared.metrics.outage_hits_written_back.inc_by(written);
+        let (written, unsettled) = settle(remote, claimed.clone(), tx.now).await;
+        self.shared.metrics.outage_hits_written_back.inc_by(written);
+        let unsettled: Vec<_> = unsettled.into_iter().map(|(k, _, _)| k).collect();
+        self.release(claimed, &unsettled, tx.now);
+    }
+
+    /// Waits (at most [`SETTLE_WAIT_TIMEOUTS`] × `REDIS_TIMEOUT`) until no key of `tx` is being
+    /// written back.
+    async fn wait_settled(&self, tx: &Transaction<'_, <C::Backend as Backend>::Key>) {
+        let wait = self.shared.connect.timeout() * SETTLE_WAIT_TIMEOUTS;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let done = self.shared.settled.notified();
+            let mut done = std::pin::pin!(done);
+            done.as_mut().enable();
+            {
+                let outage = self.outage();
+                if !tx
+                    .charges
+                    .iter()
+                    .any(|c| outage.settling(&c.key) == Some(true))
+                {
+                    return;
                 }
-            });
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return;
+            }
         }
+    }
+
+    fn outage(&self) -> std::sync::MutexGuard<'_, Outage<<C::Backend as Backend>::Key>> {
+        self.shared
+            .outage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A write-back of `claimed` ended: the keys written leave the outage with their local state.
+    fn release(
+        &self,
+        claimed: Vec<Settle<<C::Backend as Backend>::Key>>,
+        unsettled: &[<C::Backend as Backend>::Key],
+        now: Nanos,
+    ) {
+        release(&self.shared, claimed, unsettled, now);
     }
 
     /// Calls Redis through the breaker; `None` when the failure mode must answer.
@@ -618,38 +642,28 @@ async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
 
 /// Once the remote backend answers again: charges it with what the local failure mode admitted
 /// during the outage (per key at most what its limit has left now, so the instances' outage
-/// decisions count against the shared limit), then forgets the outage's local state.
+/// decisions count against the shared limit), then forgets the outage's local state. Decisions on
+/// a key stay local while its write-back is under way.
 async fn write_back<C: Connect>(shared: Weak<Shared<C>>) {
     let Some(shared) = shared.upgrade() else {
         return;
     };
-    let (keys, last_now) = {
+    let (claimed, last_now) = {
         let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
-        shared.outage_keys.store(0, Ordering::Relaxed);
-        (std::mem::take(&mut outage.keys), outage.last_now)
+        (outage.claim_all(), outage.last_now)
     };
     let (Some(remote), Some((last_now, at))) = (shared.remote.load_full(), last_now) else {
+        release(&shared, claimed, &[], 0);
         return;
     };
     // The decisions' clock, carried forward from the outage's last decision.
     let now = last_now.saturating_add(at.elapsed().as_nanos() as u64);
-    let keys = keys.into_iter().map(|(k, (p, h))| (k, p, h)).collect();
-    let (written, unsettled) = settle(&*remote, keys, now).await;
+    let (written, unsettled) = settle(&*remote, claimed.clone(), now).await;
     shared.metrics.outage_hits_written_back.inc_by(written);
     // Keys whose write failed (in a cluster, their master may still be away while the others
-    // answer) stay taken over, their local state with them, until a decision on Redis settles them.
-    let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
-    for (key, params, hits) in unsettled {
-        let entry = outage.keys.entry(key).or_insert((params, 0));
-        entry.1 = entry.1.saturating_add(hits);
-    }
-    shared
-        .outage_keys
-        .store(outage.keys.len(), Ordering::Relaxed);
-    if outage.keys.is_empty() {
-        shared.local.clear();
-    }
-    drop(outage);
+    // answer) stay taken over, their local state with them, until a decision on them settles them.
+    let unsettled: Vec<_> = unsettled.into_iter().map(|(k, _, _)| k).collect();
+    release(&shared, claimed, &unsettled, now);
     if written > 0 {
         tracing::info!(
             hits = written,
@@ -657,6 +671,30 @@ async fn write_back<C: Connect>(shared: Weak<Shared<C>>) {
         );
     }
 }
+
+/// A write-back of `claimed` ended at `now`: the keys written leave the outage with their local
+/// state (all of it once none is left).
+fn release<C: Connect>(
+    shared: &Shared<C>,
+    claimed: Vec<Settle<<C::Backend as Backend>::Key>>,
+    unsettled: &[<C::Backend as Backend>::Key],
+    now: Nanos,
+) {
+    let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
+    for key in outage.release(claimed, unsettled) {
+        shared.local.put(key.id(), None, now);
+    }
+    shared.outage_keys.store(outage.len(), Ordering::Relaxed);
+    if outage.len() == 0 {
+        shared.local.clear();
+    }
+    drop(outage);
+    shared.settled.notify_waiters();
+}
+
+/// How many `REDIS_TIMEOUT`s a decision waits for another call's write-back of its keys before it
+/// is answered locally (a write-back is a read and a write per key, retried a few times).
+const SETTLE_WAIT_TIMEOUTS: u32 = 8;
 
 /// Charges `remote` with `hits` admitted elsewhere on each key, at most what its limit has left at
 /// `now` (another instance may charge the key between the read and the write: a few tries).
@@ -741,10 +779,18 @@ async fn heartbeat<C: Connect>(shared: Weak<Shared<C>>) {
 }
 
 /// Failures came right after an answer (a dropped connection, or the start of an outage): once
-/// [`Breaker::QUIET`] has passed, a `PING` tells which, so the breaker opens on a dead Redis even
-/// if no more requests come to fail.
+/// the breaker's quiet time has passed, a `PING` tells which, so the breaker opens on a dead Redis
+/// even if no more requests come to fail.
 async fn check_again<C: Connect>(shared: Weak<Shared<C>>) {
-    tokio::time::sleep(Breaker::QUIET).await;
+    let quiet = match shared.upgrade() {
+        Some(s) => s
+            .breaker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .quiet(),
+        None => return,
+    };
+    tokio::time::sleep(quiet).await;
     let Some(shared) = shared.upgrade() else {
         return;
     };
@@ -887,29 +933,17 @@ impl<C: Connect> Backend for Guarded<C> {
             self.shared.metrics.over_limit_with_local_cache.inc();
             return Ok(verdicts);
         }
+        // A call whose reply was lost on a cut connection is sent again by the backend itself
+        // (once, recognised by Redis if it had landed), so one cut costs no failure-mode answer.
         if let Some(remote) = self.shared.remote.load_full()
             && (tx.kind == Kind::Apply || self.is_up())
         {
-            let started = monotonic();
-            let mut answer = self.through(remote.transact(tx)).await;
-            // The call failed while Redis answered others: one cut connection or one slow call,
-            // not an outage. Once more (the pool replaces a cut connection) before the failure
-            // mode. If the first call did reach Redis (its reply lost), the second counts the
-            // request twice: stricter, never more admitted.
-            if answer.is_none()
-                && tx.kind == Kind::Apply
-                && self.answered_since(started)
-                && let Some(remote) = self.shared.remote.load_full()
-            {
-                self.shared.metrics.redis_retries.inc();
-                answer = self.through(remote.transact(tx)).await;
+            if tx.kind == Kind::Apply && self.is_up() {
+                self.settle_first(&remote, &tx).await;
             }
-            if let Some(answer) = answer {
+            if let Some(answer) = self.through(remote.transact(tx)).await {
                 if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
                     cache.learn(tx.charges, verdicts, tx.now);
-                }
-                if tx.kind == Kind::Apply && answer.is_ok() {
-                    self.settle_taken_over(&tx);
                 }
                 return answer;
             }
