@@ -6,7 +6,8 @@
 //! action per bucket until the client reads it (`outbox`). A ticker moves, every second, the
 //! shares that are due (idle streams, TTLs, reloads, shares waiting for the ledger). With Redis, instances share each bucket's pool: each
 //! hands out its fraction, from the demands they exchange every second (`coordinate`). At shutdown
-//! every stream ends, so the drain does not wait on them.
+//! every stream ends, so the drain does not wait on them. Reports and ticks run on blocking
+//! threads: the table's lock never holds up the runtime's workers (ShouldRateLimit's).
 
 mod actions;
 mod coordinate;
@@ -71,9 +72,12 @@ pub async fn tick<B: Backend>(table: Arc<Table<B>>, mut stop: watch::Receiver<bo
     let mut interval = tokio::time::interval(TICK);
     loop {
         tokio::select! {
-            _ = interval.tick() => table.tick(),
+            _ = interval.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        let table = table.clone();
+        // Off the runtime's workers, as reports are.
+        let _ = tokio::task::spawn_blocking(move || table.tick()).await;
     }
 }
 
@@ -92,16 +96,26 @@ impl<B: Backend> RateLimitQuotaService for QuotaService<B> {
         let mut stop = self.shutdown.clone();
         tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    message = inbound.message() => match message {
-                        Ok(Some(reports)) => table.report(stream, reports),
-                        Ok(None) => break,
-                        Err(status) => {
-                            tracing::debug!(stream, %status, "RLQS stream ended with an error");
+                let message = tokio::select! {
+                    message = inbound.message() => message,
+                    _ = stop.wait_for(|s| *s) => break,
+                };
+                match message {
+                    Ok(Some(reports)) => {
+                        // A report of thousands of buckets holds the table's lock for a while:
+                        // off the runtime's workers, so no decision waits on it.
+                        let table = table.clone();
+                        let read =
+                            tokio::task::spawn_blocking(move || table.report(stream, reports));
+                        if read.await.is_err() {
                             break;
                         }
-                    },
-                    _ = stop.wait_for(|s| *s) => break,
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(stream, %status, "RLQS stream ended with an error");
+                        break;
+                    }
                 }
             }
             // The outbox writes what is pending, then the response stream ends.
