@@ -331,15 +331,15 @@ async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
     let usages: Vec<(&BucketId, u64, u64)> = ids.iter().map(|id| (id, 1, 0)).collect();
     let mut silent = Vec::new();
     for _ in 0..3 {
-        // Each answer is ~100 kB, past HTTP/2's 64 kB window: the client's unread data stops
-        // the server's writer after the first.
+        // Each answer is ~100 kB: 40 of them are past what HTTP/2 lets the server send to a
+        // client that reads nothing (tonic's client windows: 2 MB a stream, 5 MB a connection).
         let mut envoy = Envoy::connect(&s).await;
-        for _ in 0..20 {
+        for _ in 0..40 {
             envoy.report(&usages).await;
         }
         silent.push(envoy);
     }
-    let reports = 3 * 20 * BUCKETS as u64;
+    let reports = 3 * 40 * BUCKETS as u64;
     let started = tokio::time::Instant::now();
     while scrape_metric(&metrics, "ratelimit_rlqs_reports_total").await < reports {
         assert!(
@@ -348,8 +348,16 @@ async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let pending = scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await;
-    assert!(pending > 0, "the clients read nothing, yet nothing waits");
+    // The last answers are queued just after their reports are counted.
+    let mut pending = 0;
+    while pending == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "the clients read nothing, yet nothing waits"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pending = scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await;
+    }
     assert!(
         pending <= 3 * BUCKETS as u64,
         "{pending} actions wait for 3 streams of {BUCKETS} buckets"
