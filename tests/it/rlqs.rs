@@ -284,7 +284,7 @@ async fn a_reload_that_lowers_the_limit_is_pushed_at_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_cannot_hold_more_buckets_than_its_cap() {
+async fn a_stream_cannot_hold_more_buckets_than_its_cap_and_each_refusal_counts_once() {
     let s = common::start(&[("rlqs.yaml", RULES)]).await;
     let mut envoy = Envoy::connect(&s).await;
     let ids: Vec<BucketId> = (0..10_050)
@@ -296,15 +296,19 @@ async fn a_stream_cannot_hold_more_buckets_than_its_cap() {
         envoy.report(&usages).await;
         assert_eq!(envoy.next().await.len(), 2_000);
     }
-    // Past the cap a bucket is not answered: Envoy keeps its no-assignment behaviour for it.
-    let usages: Vec<(&BucketId, u64, u64)> = over.iter().map(|id| (id, 1, 0)).collect();
-    envoy.report(&usages).await;
-    let metrics = s.http("/metrics");
-    let started = tokio::time::Instant::now();
-    while scrape_metric(&metrics, "ratelimit_rlqs_buckets_refused_total").await < 50 {
-        assert!(started.elapsed() < Duration::from_secs(10), "never refused");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Past the cap a bucket is not answered: Envoy keeps its no-assignment behaviour for it. It
+    // reports the bucket again every 5 s; each refused bucket is counted once.
+    for _ in 0..3 {
+        let mut usages: Vec<(&BucketId, u64, u64)> = over.iter().map(|id| (id, 1, 0)).collect();
+        usages.push((&held[1], 1, 0));
+        envoy.report(&usages).await;
+        assert_eq!(envoy.next().await.len(), 1);
     }
+    let metrics = s.http("/metrics");
+    assert_eq!(
+        scrape_metric(&metrics, "ratelimit_rlqs_buckets_refused_total").await,
+        50
+    );
     assert_eq!(
         scrape_metric(&metrics, "ratelimit_rlqs_buckets").await,
         10_000
@@ -312,6 +316,96 @@ async fn a_stream_cannot_hold_more_buckets_than_its_cap() {
     // A known bucket is still answered.
     envoy.report(&[(&held[0], 1, 0)]).await;
     assert_eq!(envoy.next().await.len(), 1);
+}
+
+/// Streams whose client sends reports and never reads the answers (issue 31, finding 5): the
+/// server holds at most one action per bucket for each, and nothing once they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
+    const BUCKETS: usize = 2_000;
+    let s = common::start(&[("rlqs.yaml", RULES)]).await;
+    let metrics = s.http("/metrics");
+    let ids: Vec<BucketId> = (0..BUCKETS)
+        .map(|i| bucket(&[("name", "nothing-matches"), ("n", &i.to_string())]))
+        .collect();
+    let usages: Vec<(&BucketId, u64, u64)> = ids.iter().map(|id| (id, 1, 0)).collect();
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        // Each answer is ~100 kB: 40 of them are past what HTTP/2 lets the server send to a
+        // client that reads nothing (tonic's client windows: 2 MB a stream, 5 MB a connection).
+        let mut envoy = Envoy::connect(&s).await;
+        for _ in 0..40 {
+            envoy.report(&usages).await;
+        }
+        silent.push(envoy);
+    }
+    let reports = 3 * 40 * BUCKETS as u64;
+    let started = tokio::time::Instant::now();
+    while scrape_metric(&metrics, "ratelimit_rlqs_reports_total").await < reports {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "reports not read"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The last answers are queued just after their reports are counted.
+    let mut pending = 0;
+    while pending == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "the clients read nothing, yet nothing waits"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        pending = scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await;
+    }
+    assert!(
+        pending <= 3 * BUCKETS as u64,
+        "{pending} actions wait for 3 streams of {BUCKETS} buckets"
+    );
+    // A stream that reads gets the newest action per bucket, once.
+    let mut reader = silent.pop().expect("three streams");
+    let mut seen = 0;
+    while seen < BUCKETS {
+        seen += reader.next().await.len();
+    }
+    drop(reader);
+    drop(silent);
+    let started = tokio::time::Instant::now();
+    while scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await > 0
+        || scrape_metric(&metrics, "ratelimit_rlqs_streams").await > 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "pending after close"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A shadow-mode bucket binds no Envoy: once its streams close it is forgotten (issue 31, finding
+/// 7: such buckets were ticked forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_mode_bucket_goes_with_its_last_stream() {
+    let rules = RULES.replace(
+        "rate_limit: {unit: minute, requests_per_unit: 10}",
+        "rate_limit: {unit: minute, requests_per_unit: 10}\n        shadow_mode: true",
+    );
+    let s = common::start(&[("rlqs.yaml", &rules)]).await;
+    let metrics = s.http("/metrics");
+    let mut envoy = Envoy::connect(&s).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    envoy.report(&[(&k1, 30, 0)]).await;
+    assert_eq!(
+        envoy.next_one().await,
+        Told::Blanket(BlanketRule::AllowAll, 3600)
+    );
+    assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_buckets").await, 1);
+    drop(envoy);
+    let started = tokio::time::Instant::now();
+    while scrape_metric(&metrics, "ratelimit_rlqs_buckets").await > 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "bucket kept");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

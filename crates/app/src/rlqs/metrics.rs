@@ -1,7 +1,7 @@
-//! The RLQS series: streams open, buckets known, reports read, assignments sent by kind, and
-//! buckets refused past the caps; with Redis, the instances sharing the buckets and the demand
-//! exchanges that failed. Per-rule hits and over-limit counts of reported requests go
-//! to the rules' own series (`Engine::record_quota_usage`).
+//! The RLQS series: streams open, buckets known, reports read, assignments sent by kind, actions
+//! waiting in the streams' outboxes, and buckets refused past the caps; with Redis, the instances
+//! sharing the buckets and the demand exchanges that failed. Per-rule hits and over-limit counts
+//! of reported requests go to the rules' own series (`Engine::record_quota_usage`).
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -12,6 +12,7 @@ pub struct QuotaMetrics {
     pub reports: IntCounter,
     pub assignments: IntCounterVec,
     pub refused: IntCounter,
+    pub outbox_pending: IntGauge,
     pub instances: IntGauge,
     pub exchange_errors: IntCounter,
 }
@@ -43,8 +44,14 @@ impl QuotaMetrics {
             .expect("valid metric"),
             refused: IntCounter::new(
                 "ratelimit_rlqs_buckets_refused_total",
-                "Bucket reports ignored because their stream or the server holds the most buckets \
-                 it may",
+                "Buckets refused (too large, or their stream or the server holds the most buckets \
+                 it may), each counted once per stream",
+            )
+            .expect("valid metric"),
+            outbox_pending: IntGauge::new(
+                "ratelimit_rlqs_outbox_pending",
+                "Bucket actions waiting in the RLQS streams' outboxes for their clients to read \
+                 (the newest per bucket and stream)",
             )
             .expect("valid metric"),
             instances: IntGauge::new(
@@ -65,6 +72,7 @@ impl QuotaMetrics {
         let _ = registry.register(Box::new(metrics.reports.clone()));
         let _ = registry.register(Box::new(metrics.assignments.clone()));
         let _ = registry.register(Box::new(metrics.refused.clone()));
+        let _ = registry.register(Box::new(metrics.outbox_pending.clone()));
         let _ = registry.register(Box::new(metrics.instances.clone()));
         let _ = registry.register(Box::new(metrics.exchange_errors.clone()));
         metrics

@@ -2,14 +2,17 @@
 //! `envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas`, one
 //! bidirectional stream per Envoy (and domain). Each usage report goes into the shared [`Table`]
 //! (the core's `quota` logic: which rule governs the bucket, each stream's share); the answer and
-//! any push to other streams leave through each stream's bounded outbox. A ticker moves shares
-//! every second (demand, TTLs, reloads). With Redis, instances share each bucket's pool: each
+//! any push to other streams leave through each stream's outbox, which keeps only the newest
+//! action per bucket until the client reads it (`outbox`). A ticker moves, every second, the
+//! shares that are due (idle streams, TTLs, reloads, shares waiting for the ledger). With Redis, instances share each bucket's pool: each
 //! hands out its fraction, from the demands they exchange every second (`coordinate`). At shutdown
-//! every stream ends, so the drain does not wait on them.
+//! every stream ends, so the drain does not wait on them. Reports and ticks run on blocking
+//! threads: the table's lock never holds up the runtime's workers (ShouldRateLimit's).
 
 mod actions;
 mod coordinate;
 mod metrics;
+mod outbox;
 mod redis;
 mod table;
 
@@ -24,8 +27,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use futures_util::Stream;
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 pub use coordinate::{Exchange, coordinate};
@@ -36,8 +38,6 @@ pub use table::Table;
 use crate::engine::Engine;
 use crate::store::Backend;
 
-/// Messages a stream's outbox holds before pushes to it are dropped.
-const OUTBOX: usize = 64;
 /// Largest usage-report message read.
 const MAX_REPORT_BYTES: usize = 4 * 1024 * 1024;
 /// How often shares are recomputed without a report.
@@ -67,14 +67,17 @@ pub fn table<B: Backend>(engine: Arc<Engine<B>>, registry: &prometheus::Registry
     Arc::new(Table::new(engine, QuotaMetrics::register(registry)))
 }
 
-/// Recomputes shares every [`TICK`] until `stop` turns true.
+/// Recomputes the shares that are due every [`TICK`] until `stop` turns true.
 pub async fn tick<B: Backend>(table: Arc<Table<B>>, mut stop: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(TICK);
     loop {
         tokio::select! {
-            _ = interval.tick() => table.tick(),
+            _ = interval.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        let table = table.clone();
+        // Off the runtime's workers, as reports are.
+        let _ = tokio::task::spawn_blocking(move || table.tick()).await;
     }
 }
 
@@ -87,30 +90,40 @@ impl<B: Backend> RateLimitQuotaService for QuotaService<B> {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Responses>, Status> {
         let mut inbound = request.into_inner();
-        let (outbox, responses) = mpsc::channel(OUTBOX);
-        let stream = self.table.open(outbox);
+        let outbox = self.table.outbox();
+        let stream = self.table.open(outbox.clone());
         let table = self.table.clone();
         let mut stop = self.shutdown.clone();
         tokio::spawn(async move {
             loop {
-                tokio::select! {
-                    message = inbound.message() => match message {
-                        Ok(Some(reports)) => table.report(stream, reports),
-                        Ok(None) => break,
-                        Err(status) => {
-                            tracing::debug!(stream, %status, "RLQS stream ended with an error");
+                let message = tokio::select! {
+                    message = inbound.message() => message,
+                    _ = stop.wait_for(|s| *s) => break,
+                };
+                match message {
+                    Ok(Some(reports)) => {
+                        // A report of thousands of buckets holds the table's lock for a while:
+                        // off the runtime's workers, so no decision waits on it.
+                        let table = table.clone();
+                        let read =
+                            tokio::task::spawn_blocking(move || table.report(stream, reports));
+                        if read.await.is_err() {
                             break;
                         }
-                    },
-                    _ = stop.wait_for(|s| *s) => break,
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(stream, %status, "RLQS stream ended with an error");
+                        break;
+                    }
                 }
             }
-            // Dropping the table's sender ends the response stream.
+            // The outbox writes what is pending, then the response stream ends.
             table.close(stream);
         });
-        let responses = ReceiverStream::new(responses);
         Ok(Response::new(Box::pin(futures_util::StreamExt::map(
-            responses, Ok,
+            outbox::messages(outbox),
+            Ok,
         ))))
     }
 }

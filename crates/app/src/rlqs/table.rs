@@ -3,27 +3,28 @@
 //! that reported, and any other whose share moved). Memory is bounded: at most
 //! [`MAX_BUCKETS_PER_STREAM`] buckets per stream and [`MAX_BUCKETS`] in all, each of at most
 //! `MAX_BUCKET_ENTRIES` entries and `MAX_BUCKET_BYTES` bytes (larger ones are not kept, so Envoy
-//! keeps its no-assignment behaviour for them); a stream whose outbox is full misses pushes (its
-//! next report's answer carries every assignment again). With instances sharing buckets through
+//! keeps its no-assignment behaviour for them; each refused bucket is counted once per stream);
+//! a stream's outbox keeps only the newest action per bucket (`outbox`). The ticker visits only
+//! the buckets that are due (`quota::deadlines`): an idle bucket costs nothing between its
+//! deadlines. With instances sharing buckets through
 //! Redis (`coordinate`), each bucket's shares hand out only this instance's fraction of the pool:
 //! a new bucket starts at an even split among the instances last seen alive.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
-    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
-};
-use tokio::sync::mpsc;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQuotaUsageReports};
 
-use super::actions::{Action, bucket_action};
+use super::actions::Action;
 use super::metrics::QuotaMetrics;
+use super::outbox::Outbox;
 use crate::clock::Nanos;
 use crate::engine::Engine;
 use crate::policy::Policy;
 use crate::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
 use crate::quota::fraction::even;
-use crate::quota::{BucketLookup, BucketView, Governed, Mapping, Shares, StreamId};
+use crate::quota::{BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId};
 use crate::store::Backend;
 
 /// Most buckets one stream may report; more are ignored (and counted).
@@ -32,16 +33,47 @@ pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 pub const MAX_BUCKETS: usize = 200_000;
 /// Longest domain a stream may name.
 pub const MAX_DOMAIN_BYTES: usize = 256;
+/// Refused buckets a stream remembers, so that each is counted once; past it, a refused bucket
+/// the stream has not been refused before is counted at each report.
+pub const MAX_REFUSED_PER_STREAM: usize = 10_000;
 
 /// A bucket's identity: its domain and its entries sorted.
 pub(super) type BucketKey = (String, Vec<(String, String)>);
 
 /// One stream's sending side and what it reported.
 struct Stream {
-    outbox: mpsc::Sender<RateLimitQuotaResponse>,
+    outbox: Arc<Outbox>,
     /// The domain of its first message.
     domain: Option<String>,
     buckets: BTreeSet<Arc<BucketKey>>,
+    /// Hashes of the buckets refused on this stream (each is counted once).
+    refused: HashSet<u64>,
+}
+
+impl Stream {
+    /// Counts a refused bucket once per stream (as long as it can remember it).
+    fn refuse(&mut self, metrics: &QuotaMetrics, domain: &str, id: &BucketId) {
+        let hash = bucket_hash(domain, id);
+        if self.refused.contains(&hash) {
+            return;
+        }
+        if self.refused.len() < MAX_REFUSED_PER_STREAM {
+            self.refused.insert(hash);
+        }
+        metrics.refused.inc();
+    }
+}
+
+/// A bucket's identity as a hash, whatever the order of its entries.
+fn bucket_hash(domain: &str, id: &BucketId) -> u64 {
+    let entries = id.bucket.iter().fold(0u64, |sum, entry| {
+        let mut h = DefaultHasher::new();
+        entry.hash(&mut h);
+        sum.wrapping_add(h.finish())
+    });
+    let mut h = DefaultHasher::new();
+    (domain, entries, id.bucket.len()).hash(&mut h);
+    h.finish()
 }
 
 /// One bucket: the rule that governs it, its shares (limited rules), its streams.
@@ -81,10 +113,36 @@ struct Inner {
     /// Instances sharing the buckets, as last seen (1 without Redis): a new bucket's fraction is
     /// an even split among them until its first exchange.
     instances: usize,
+    /// When each bucket with shares next needs the ticker.
+    due: Deadlines<Arc<BucketKey>>,
 }
 
-/// Messages to send once the lock is released.
-type Outgoing = Vec<(StreamId, Vec<(BucketId, Action)>)>;
+impl Inner {
+    /// Schedules `key`'s next visit by the ticker (if its shares will ever need one).
+    fn settle(&mut self, key: &Arc<BucketKey>, now: Nanos) {
+        let next = self
+            .buckets
+            .get(key)
+            .and_then(|b| b.shares.as_ref())
+            .and_then(|shares| shares.next_due(now));
+        if let Some(at) = next {
+            self.due.schedule(key.clone(), at);
+        }
+    }
+
+    /// Forgets `key` if no stream reports it and no closed stream's share still binds.
+    fn drop_if_unused(&mut self, key: &Arc<BucketKey>) {
+        if self.buckets.get(key).is_some_and(|bucket| {
+            bucket.streams.is_empty() && bucket.shares.as_ref().is_none_or(Shares::is_empty)
+        }) {
+            self.buckets.remove(key);
+            self.due.remove(key);
+        }
+    }
+}
+
+/// Actions to queue once the lock is released: per stream, (bucket, its id, the action).
+type Outgoing = Vec<(StreamId, Vec<(Arc<BucketKey>, BucketId, Action)>)>;
 
 /// The shared state of the RLQS service.
 pub struct Table<B> {
@@ -104,6 +162,7 @@ impl<B: Backend> Table<B> {
                 policy: None,
                 next_stream: 1,
                 instances: 1,
+                due: Deadlines::new(),
             }),
         }
     }
@@ -112,8 +171,13 @@ impl<B: Backend> Table<B> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A new stream's outbox (its assignments go there; the stream's writer drains it).
+    pub fn outbox(&self) -> Arc<Outbox> {
+        Outbox::new(self.metrics.clone())
+    }
+
     /// A new stream; its assignments go to `outbox`.
-    pub fn open(&self, outbox: mpsc::Sender<RateLimitQuotaResponse>) -> StreamId {
+    pub fn open(&self, outbox: Arc<Outbox>) -> StreamId {
         let mut inner = self.lock();
         let id = inner.next_stream;
         inner.next_stream += 1;
@@ -123,28 +187,41 @@ impl<B: Backend> Table<B> {
                 outbox,
                 domain: None,
                 buckets: BTreeSet::new(),
+                refused: HashSet::new(),
             },
         );
         self.metrics.streams.set(inner.streams.len() as i64);
         id
     }
 
-    /// The stream ended: its shares stay held until their TTL, its buckets forget it.
+    /// The stream ended: its shares stay held until their TTL (a shadow-mode bucket's, which
+    /// bind nothing, go at once), its buckets forget it, its outbox writes what is pending and
+    /// ends.
     pub fn close(&self, stream: StreamId) {
-        let mut inner = self.lock();
+        let now = self.engine.now();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let Some(gone) = inner.streams.remove(&stream) else {
             return;
         };
+        gone.outbox.close();
         for key in gone.buckets {
             let Some(bucket) = inner.buckets.get_mut(&key) else {
                 continue;
             };
             bucket.streams.remove(&stream);
+            let enforced = bucket.enforced();
             if let Some(shares) = &mut bucket.shares {
-                shares.close(stream);
+                if enforced {
+                    shares.close(stream);
+                } else {
+                    shares.remove(stream);
+                }
             }
-            if bucket.streams.is_empty() && bucket.shares.as_ref().is_none_or(Shares::is_empty) {
-                inner.buckets.remove(&key);
+            inner.drop_if_unused(&key);
+            // The others' shares move at the next tick.
+            if inner.buckets.contains_key(&key) {
+                inner.due.schedule(key, now);
             }
         }
         self.metrics.streams.set(inner.streams.len() as i64);
@@ -174,29 +251,29 @@ impl<B: Backend> Table<B> {
                 let Some(id) = usage.bucket_id else {
                     continue;
                 };
+                let Some(state) = inner.streams.get_mut(&stream) else {
+                    return;
+                };
                 let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
                 if id.bucket.len() > MAX_BUCKET_ENTRIES
                     || bytes > MAX_BUCKET_BYTES
                     || domain.len() > MAX_DOMAIN_BYTES
                 {
                     // Not kept: a hostile stream cannot make the server hold large keys.
-                    self.metrics.refused.inc();
+                    state.refuse(&self.metrics, &domain, &id);
                     continue;
                 }
                 let key = Arc::new((
                     domain.clone(),
                     canonical(id.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
                 ));
-                let Some(state) = inner.streams.get_mut(&stream) else {
-                    return;
-                };
                 let known = state.buckets.contains(&key);
                 if !known
                     && (state.buckets.len() >= MAX_BUCKETS_PER_STREAM
                         || (!inner.buckets.contains_key(&key)
                             && inner.buckets.len() >= MAX_BUCKETS))
                 {
-                    self.metrics.refused.inc();
+                    state.refuse(&self.metrics, &domain, &id);
                     continue;
                 }
                 state.buckets.insert(key.clone());
@@ -233,12 +310,13 @@ impl<B: Backend> Table<B> {
             for key in &touched {
                 Self::reassign(inner, key, now, stream, &mut outgoing);
             }
-            for key in &touched {
-                if let Some(bucket) = inner.buckets.get_mut(key)
+            for key in touched {
+                if let Some(bucket) = inner.buckets.get_mut(&key)
                     && let Some(action) = bucket.action(stream, now)
                 {
-                    answer.push((bucket.id.clone(), action));
+                    answer.push((key.clone(), bucket.id.clone(), action));
                 }
+                inner.settle(&key, now);
             }
             self.metrics.buckets.set(inner.buckets.len() as i64);
         }
@@ -248,8 +326,9 @@ impl<B: Backend> Table<B> {
         self.send(outgoing);
     }
 
-    /// Recomputes every bucket (demand moving, TTLs passing, a reload), abandons idle buckets,
-    /// and pushes what changed. Run every second.
+    /// Recomputes the buckets that are due (an idle stream, a closed stream's TTL passing, a
+    /// share waiting for the ledger, a reload), abandons idle buckets, and pushes what changed.
+    /// Run every second; a bucket that is not due costs nothing.
     pub fn tick(&self) {
         let now = self.engine.now();
         let mut outgoing: Outgoing = Vec::new();
@@ -257,8 +336,7 @@ impl<B: Backend> Table<B> {
             let mut guard = self.lock();
             let inner = &mut *guard;
             self.follow_reload(inner, now, &mut outgoing);
-            let keys: Vec<Arc<BucketKey>> = inner.buckets.keys().cloned().collect();
-            for key in keys {
+            for key in inner.due.due(now) {
                 let Some(bucket) = inner.buckets.get_mut(&key) else {
                     continue;
                 };
@@ -268,16 +346,15 @@ impl<B: Backend> Table<B> {
                         if let Some(stream) = inner.streams.get_mut(&idle) {
                             stream.buckets.remove(&key);
                         }
-                        outgoing.push((idle, vec![(bucket.id.clone(), Action::Abandon)]));
+                        outgoing.push((
+                            idle,
+                            vec![(key.clone(), bucket.id.clone(), Action::Abandon)],
+                        ));
                     }
                 }
                 Self::reassign(inner, &key, now, 0, &mut outgoing);
-                if let Some(bucket) = inner.buckets.get(&key)
-                    && bucket.streams.is_empty()
-                    && bucket.shares.as_ref().is_none_or(Shares::is_empty)
-                {
-                    inner.buckets.remove(&key);
-                }
+                inner.drop_if_unused(&key);
+                inner.settle(&key, now);
             }
             self.metrics.buckets.set(inner.buckets.len() as i64);
         }
@@ -342,9 +419,15 @@ impl<B: Backend> Table<B> {
             bucket.mapping = mapping;
             if !bucket.enforced() {
                 for stream in &bucket.streams {
-                    outgoing.push((*stream, vec![(bucket.id.clone(), Action::AllowAll)]));
+                    outgoing.push((
+                        *stream,
+                        vec![(key.clone(), bucket.id.clone(), Action::AllowAll)],
+                    ));
                 }
             }
+            // The shares move at this tick (or the next one, after a report).
+            inner.due.remove(&key);
+            inner.due.schedule(key, now);
         }
     }
 
@@ -355,7 +438,10 @@ impl<B: Backend> Table<B> {
         inner
             .buckets
             .iter()
-            .filter_map(|(key, b)| Some((key.clone(), b.shares.as_ref()?.demand())))
+            .filter_map(|(key, b)| {
+                let shares = b.shares.as_ref().filter(|s| s.has_open())?;
+                Some((key.clone(), shares.demand()))
+            })
             .collect()
     }
 
@@ -376,6 +462,7 @@ impl<B: Backend> Table<B> {
                     .is_some_and(|shares| shares.set_fraction(fraction, now));
                 if moved {
                     Self::reassign(inner, &key, now, 0, &mut outgoing);
+                    inner.settle(&key, now);
                 }
             }
         }
@@ -410,38 +497,40 @@ impl<B: Backend> Table<B> {
                 continue;
             }
             shares.send(stream, now);
-            outgoing.push((stream, vec![(bucket.id.clone(), Action::Grant(grant))]));
+            outgoing.push((
+                stream,
+                vec![(key.clone(), bucket.id.clone(), Action::Grant(grant))],
+            ));
         }
     }
 
-    /// Sends each stream its actions, one message per stream; a full outbox misses this one.
+    /// Queues each stream's actions in its outbox (the newest per bucket is kept).
     fn send(&self, outgoing: Outgoing) {
         if outgoing.is_empty() {
             return;
         }
-        let mut by_stream: HashMap<StreamId, Vec<(BucketId, Action)>> = HashMap::new();
+        let mut by_stream: HashMap<StreamId, Vec<(Arc<BucketKey>, BucketId, Action)>> =
+            HashMap::new();
         for (stream, actions) in outgoing {
             by_stream.entry(stream).or_default().extend(actions);
         }
-        let inner = self.lock();
-        for (stream, actions) in by_stream {
-            let Some(state) = inner.streams.get(&stream) else {
-                continue;
-            };
-            for (_, action) in &actions {
-                self.metrics
-                    .assignments
-                    .with_label_values(&[action.kind()])
-                    .inc();
-            }
-            let message = RateLimitQuotaResponse {
-                bucket_action: actions
-                    .iter()
-                    .map(|(id, action)| bucket_action(id, *action))
-                    .collect(),
-            };
-            if state.outbox.try_send(message).is_err() {
-                tracing::debug!(stream, "RLQS outbox full or closed: a push is dropped");
+        let outboxes: Vec<(StreamId, Arc<Outbox>, _)> = {
+            let inner = self.lock();
+            by_stream
+                .into_iter()
+                .filter_map(|(stream, actions)| {
+                    Some((stream, inner.streams.get(&stream)?.outbox.clone(), actions))
+                })
+                .collect()
+        };
+        for (stream, outbox, actions) in outboxes {
+            let dropped = outbox.push(actions);
+            if dropped > 0 {
+                tracing::debug!(
+                    stream,
+                    dropped,
+                    "RLQS outbox full or closed: actions dropped"
+                );
             }
         }
     }

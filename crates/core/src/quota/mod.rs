@@ -1,15 +1,18 @@
 //! The Rate Limit Quota Service's logic, transport-free and pure (time is passed in): which rule
 //! governs an RLQS bucket ([`bucket`]), what one rule allows as a pool of tokens ([`pool`]), and
 //! how a pool is split among the Envoys that report the bucket ([`shares`]), and which part of it
-//! one server instance hands out when instances share the bucket through Redis ([`fraction`]).
+//! one server instance hands out when instances share the bucket through Redis ([`fraction`]), and
+//! when each bucket next needs a tick ([`deadlines`]).
 //! The gRPC stream and the Redis exchange around it live in `ratelimit-app`.
 
 pub mod bucket;
+pub mod deadlines;
 pub mod fraction;
 pub mod pool;
 pub mod shares;
 
 pub use bucket::{Governed, Mapping, Unruled, map_bucket};
+pub use deadlines::Deadlines;
 pub use pool::Pool;
 pub use shares::{Grant, Shares, StreamId, TokenGrant};
 

@@ -136,6 +136,9 @@ pub struct Shares {
     level: f64,
     level_at: Nanos,
     members: BTreeMap<StreamId, Member>,
+    /// The last [`Shares::assign`] left a stream short of its target (the ledger could not cover
+    /// it yet): the next one, a tick later, may move it.
+    unsettled: bool,
 }
 
 /// What one report did to the pool.
@@ -154,6 +157,7 @@ impl Shares {
             level: f64::from(pool.burst),
             level_at: now,
             members: BTreeMap::new(),
+            unsettled: false,
         }
     }
 
@@ -168,6 +172,38 @@ impl Shares {
 
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
+    }
+
+    /// Whether a stream that reports the bucket is still open.
+    pub fn has_open(&self) -> bool {
+        self.members.values().any(|m| !m.closed)
+    }
+
+    /// When [`Shares::idle`] or [`Shares::assign`] may next change something without a report,
+    /// a close, a reload or a new fraction (each of which calls for a visit of its own): the
+    /// first open stream's idle deadline, the first closed stream's TTL, or `now + 1` while a
+    /// stream waits for the ledger to cover its share. `None`: nothing ever will.
+    pub fn next_due(&self, now: Nanos) -> Option<Nanos> {
+        let ttl = ASSIGNMENT_TTL_SECS * NANOS_PER_SECOND;
+        let first = self
+            .members
+            .values()
+            .map(|m| {
+                if !m.closed {
+                    m.last_active.saturating_add(IDLE_AFTER)
+                } else if m.grant.is_none() {
+                    now
+                } else {
+                    m.sent_at.saturating_add(ttl)
+                }
+            })
+            .min()?;
+        let first = first.max(now.saturating_add(1));
+        Some(if self.unsettled {
+            now.saturating_add(1)
+        } else {
+            first
+        })
     }
 
     /// This instance's part of the pool.
@@ -339,6 +375,7 @@ impl Shares {
         let burst_budget = self.burst().saturating_sub(fixed_burst);
         let open: Vec<(StreamId, f64)> = self.weights();
         if open.is_empty() {
+            self.unsettled = false;
             return Vec::new();
         }
         let tokens = split(tokens_budget, &open);
@@ -406,6 +443,7 @@ impl Shares {
         // Reductions release what they held before increases are covered.
         moves.sort_by_key(|(reduction, _, _)| !*reduction);
         let mut changed = Vec::new();
+        self.unsettled = false;
         for (reduction, id, target) in moves {
             let Some(member) = self.members.get_mut(&id) else {
                 continue;
@@ -427,6 +465,7 @@ impl Shares {
                 Grant::TokenBucket(_) if has_bucket && !reduction => None,
                 Grant::TokenBucket(_) => Some(Grant::DenyAll),
             };
+            self.unsettled |= next != Some(target);
             let Some(next) = next else {
                 continue;
             };

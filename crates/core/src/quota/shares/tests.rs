@@ -391,3 +391,88 @@ fn envoys_assign(envoy: &mut SimEnvoy, id: StreamId, to: StreamId, grant: Grant)
         envoy.assign(grant);
     }
 }
+
+/// One second of the ticker for one bucket: idle streams dropped, shares moved, changes sent.
+fn tick(shares: &mut Shares, now: Nanos) -> (Vec<StreamId>, Vec<(StreamId, Grant)>) {
+    let idle = shares.idle(now);
+    let changed = shares.assign(now);
+    for (id, _) in &changed {
+        shares.send(*id, now);
+    }
+    (idle, changed)
+}
+
+proptest! {
+    /// A bucket ticked only when `next_due` says (through `quota::deadlines`) drops the same idle
+    /// streams and changes the same grants at the same seconds as one ticked every second, as
+    /// reports and closes come between the ticks.
+    #[test]
+    fn ticking_only_when_due_agrees_with_ticking_every_second(
+        start in pool(),
+        events in proptest::collection::vec(
+            (0u64..4, 0u8..8, 0u64..40, 0u64..40, 0u64..70), 1..40),
+    ) {
+        use crate::quota::Deadlines;
+        let mut every = Shares::new(start, 0);
+        let mut when_due = every.clone();
+        let mut deadlines = Deadlines::new();
+        let mut now = 0;
+        for (stream, what, allowed, denied, quiet) in events {
+            match what {
+                0..=5 => {
+                    for shares in [&mut every, &mut when_due] {
+                        shares.report(stream, allowed, denied, now);
+                        for (id, _) in shares.assign(now) {
+                            shares.send(id, now);
+                        }
+                        shares.send(stream, now);
+                    }
+                }
+                _ => {
+                    every.close(stream);
+                    when_due.close(stream);
+                    deadlines.schedule(0, now);
+                }
+            }
+            if let Some(at) = when_due.next_due(now) {
+                deadlines.schedule(0, at);
+            }
+            for _ in 0..=quiet {
+                let a = tick(&mut every, now);
+                let b = if deadlines.due(now).is_empty() {
+                    (Vec::new(), Vec::new())
+                } else {
+                    tick(&mut when_due, now)
+                };
+                if let Some(at) = when_due.next_due(now) {
+                    deadlines.schedule(0, at);
+                }
+                prop_assert_eq!(&a, &b, "at {}", now / S);
+                prop_assert_eq!(every.grants(), when_due.grants());
+                now += S;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_settled_bucket_is_next_due_at_its_first_idle_deadline_or_ttl() {
+    let mut shares = Shares::new(ten_per_minute(), 0);
+    assert_eq!(shares.next_due(0), None);
+    shares.report(1, 1, 0, 0);
+    shares.assign(0);
+    shares.send(1, 0);
+    // 9 of the 10 were left for a target of 10: the next tick looks again (and keeps the 9).
+    assert_eq!(shares.next_due(0), Some(1));
+    assert!(shares.assign(S).is_empty());
+    assert_eq!(shares.next_due(S), Some(IDLE_AFTER));
+    // A report with requests moves the idle deadline.
+    shares.report(1, 1, 0, 5 * S);
+    shares.send(1, 5 * S);
+    assert_eq!(shares.next_due(5 * S), Some(5 * S + IDLE_AFTER));
+    // Closed: its share binds until the TTL of the last assignment sent.
+    shares.close(1);
+    assert_eq!(shares.next_due(6 * S), Some(25 * S));
+    assert!(shares.assign(25 * S).is_empty());
+    assert_eq!(shares.next_due(25 * S), None);
+}
