@@ -119,6 +119,7 @@ bases() {
     fi
     import_bases "$key"
   fi
+  mkdir -p "$bases_dir"
   echo "$key" >"$bases_dir/current"
 }
 
