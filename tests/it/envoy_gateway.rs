@@ -100,16 +100,7 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     // gRPC over TLS, as Envoy reaches it (no client certificate: GRPC_SERVER_TLS_CA_CERT is not
     // the reference's name for the client CA, and the reference does not ask for one either).
     let mut client = tls_client(&ca.cert_pem(), grpc).await;
-    assert_eq!(
-        three_calls(&mut client).await,
-        [Code::Ok, Code::Ok, Code::OverLimit]
-    );
-    // The counters are in Redis, as the reference keeps them.
-    assert!(
-        !redis.keys("*").is_empty(),
-        "no key in Redis:\n{}",
-        read_log()
-    );
+    decides_on_redis(&mut client, &redis, read_log).await;
     let log_text = read_log();
     eprintln!("--- start-up log under Envoy Gateway's environment ---\n{log_text}");
     eprintln!("--- the ADS exchange ---\n{}", ads.log());
@@ -222,6 +213,22 @@ pub(crate) async fn three_calls(client: &mut RateLimitServiceClient<Channel>) ->
     codes
 }
 
+/// Three calls for `user` answer OK, OK, OVER_LIMIT (its limit is 2 a day) with the counters in
+/// `redis`, as the reference keeps them; `log` is the server's, shown on failure.
+pub(crate) async fn decides_on_redis(
+    client: &mut RateLimitServiceClient<Channel>,
+    redis: &RedisServer,
+    log: impl Fn() -> String,
+) {
+    assert_eq!(
+        three_calls(client).await,
+        [Code::Ok, Code::Ok, Code::OverLimit],
+        "{}",
+        log()
+    );
+    assert!(!redis.keys("*").is_empty(), "no key in Redis:\n{}", log());
+}
+
 /// The binary as Envoy Gateway's container runs it (`/bin/ratelimit`, exactly its environment),
 /// with its addresses and paths substituted: the management server, Redis, the Prometheus port,
 /// the mapping file and the `/certs` secret.
@@ -305,17 +312,7 @@ async fn envoy_gateway_s_file_rules_with_redis_auth_variant_decides_on_redis() {
     let mut served = Served::spawn_command(command, grpc, http);
     served.wait_healthy().await;
     let mut client = served.client().await;
-    assert_eq!(
-        three_calls(&mut client).await,
-        [Code::Ok, Code::Ok, Code::OverLimit],
-        "{}",
-        served.log()
-    );
-    assert!(
-        !redis.keys("*").is_empty(),
-        "no key in Redis:\n{}",
-        served.log()
-    );
+    decides_on_redis(&mut client, &redis, || served.log()).await;
     let log = served.log();
     for expected in [
         "BACKEND_TYPE=redis",

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-use super::free_port;
+use super::proxy::Listening;
 
 /// The faults, shared with the relays.
 #[derive(Default)]
@@ -29,8 +29,8 @@ struct Faults {
 /// A proxy on 127.0.0.1 in front of `upstream`, with faults set at any time.
 pub struct FaultProxy {
     port: u16,
+    _listening: Listening,
     faults: Arc<Faults>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl FaultProxy {
@@ -38,33 +38,11 @@ impl FaultProxy {
     pub fn start(upstream: SocketAddr) -> FaultProxy {
         let faults = Arc::new(Faults::default());
         let shared = faults.clone();
-        let port = free_port();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready, listening) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-                ready.send(()).unwrap();
-                let accepting = async {
-                    while let Ok((client, _)) = listener.accept().await {
-                        tokio::spawn(relay(client, upstream, shared.clone()));
-                    }
-                };
-                tokio::select! {
-                    _ = accepting => {}
-                    _ = stopped => {}
-                }
-            });
-        });
-        listening.recv().expect("the proxy listens");
+        let listening = Listening::start(move |client| relay(client, upstream, shared.clone()));
         FaultProxy {
-            port,
+            port: listening.port,
+            _listening: listening,
             faults,
-            stop: Some(stop),
         }
     }
 
@@ -87,14 +65,6 @@ impl FaultProxy {
     /// `host:port` to give as `REDIS_URL`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
     }
 }
 

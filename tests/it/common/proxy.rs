@@ -4,6 +4,7 @@
 //! commands reached Redis, their replies did not); on a runtime thread of its own so it keeps time
 //! whatever the test's runtime is doing. Dropped, it stops accepting.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,8 +19,61 @@ use super::free_port;
 /// A proxy on 127.0.0.1 in front of `upstream`.
 pub struct LatencyProxy {
     pub port: u16,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    _listening: Listening,
     cuts: Arc<AtomicU64>,
+}
+
+/// A listener on 127.0.0.1 on a runtime thread of its own (so it keeps time whatever the test's
+/// runtime is doing), each client handed to a task of `serve`'s; dropped, it stops accepting.
+/// What the proxies of the harness share.
+pub struct Listening {
+    pub port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Listening {
+    /// Listens on a free port; returns once it accepts.
+    pub fn start<F, R>(serve: F) -> Listening
+    where
+        F: Fn(TcpStream) -> R + Send + 'static,
+        R: Future<Output = ()> + Send + 'static,
+    {
+        let port = free_port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, listening) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+                ready.send(()).unwrap();
+                let accepting = async {
+                    while let Ok((client, _)) = listener.accept().await {
+                        tokio::spawn(serve(client));
+                    }
+                };
+                tokio::select! {
+                    _ = accepting => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        listening.recv().expect("the proxy listens");
+        Listening {
+            port,
+            stop: Some(stop),
+        }
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 /// What the proxy does to the traffic.
@@ -80,32 +134,11 @@ impl LatencyProxy {
     fn run(upstream: SocketAddr, fault: Fault) -> LatencyProxy {
         let cuts = Arc::new(AtomicU64::new(0));
         let counted = cuts.clone();
-        let port = free_port();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready, listening) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-                ready.send(()).unwrap();
-                let accepting = async {
-                    while let Ok((client, _)) = listener.accept().await {
-                        tokio::spawn(relay(client, upstream, fault, counted.clone()));
-                    }
-                };
-                tokio::select! {
-                    _ = accepting => {}
-                    _ = stopped => {}
-                }
-            });
-        });
-        listening.recv().expect("the proxy listens");
+        let listening =
+            Listening::start(move |client| relay(client, upstream, fault, counted.clone()));
         LatencyProxy {
-            port,
-            stop: Some(stop),
+            port: listening.port,
+            _listening: listening,
             cuts,
         }
     }
@@ -113,14 +146,6 @@ impl LatencyProxy {
     /// `host:port` to give as `REDIS_URL`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for LatencyProxy {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
     }
 }
 
