@@ -28,7 +28,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
         "redis",
         &[
             &["cas", "slot", "key", "queue", "io"],
-            &["batch", "seen", "conn"],
+            &["batch", "seen", "conn", "refusal"],
             &["dispatch"],
             &["spread", "demand"],
         ],

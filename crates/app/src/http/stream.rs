@@ -2,6 +2,8 @@
 //! render runs on a blocking thread and its text leaves in [`CHUNK`]-byte pieces as the client
 //! reads them, so an answer never sits whole in memory and decisions and health checks keep their
 //! threads. At most [`MAX_RENDERS`] run at once per server; further requests wait their turn.
+//! A render that fails, or whose client reads nothing for 30 s, ends its answer as an error: the
+//! client sees a cut answer, never a short one that looks whole.
 
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -11,8 +13,9 @@ use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures_util::StreamExt;
 use tokio::runtime::Handle;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// Bytes sent per piece.
@@ -54,26 +57,27 @@ impl Renders {
                 .into_response();
         };
         let (tx, rx) = mpsc::channel::<Piece>(AHEAD);
+        // How a render that did not finish ends the body: as an error after the pieces already
+        // sent, so the client sees a cut answer, never a short one that looks whole. (The
+        // channel may be full then, so the error has a slot of its own.)
+        let (failed, failure) = oneshot::channel::<io::Error>();
         let handle = Handle::current();
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let mut out = Pieces {
                 buffer: Vec::with_capacity(CHUNK),
-                tx: tx.clone(),
-                handle: handle.clone(),
+                tx,
+                handle,
             };
-            let result = render(&mut out).and_then(|()| out.flush());
-            match result {
-                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-                    // Ends the body as an error: the client sees a cut answer, not a short one.
-                    let _ = handle.block_on(tx.send(Err(e)));
-                }
-                _ => {}
+            if let Err(e) = render(&mut out).and_then(|()| out.flush()) {
+                let _ = failed.send(e);
             }
         });
+        let cut = futures_util::stream::once(failure)
+            .filter_map(|failed| async move { failed.ok().map(Err) });
         (
             [(header::CONTENT_TYPE, content_type)],
-            Body::from_stream(ReceiverStream::new(rx)),
+            Body::from_stream(ReceiverStream::new(rx).chain(cut)),
         )
             .into_response()
     }
@@ -120,5 +124,38 @@ impl Write for Pieces {
 
     fn flush(&mut self) -> io::Result<()> {
         self.send()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_of(response: Response) -> Result<Bytes, axum::Error> {
+        axum::body::to_bytes(response.into_body(), usize::MAX).await
+    }
+
+    #[tokio::test]
+    async fn a_finished_render_is_sent_whole() {
+        let text = "x".repeat(3 * CHUNK + 7);
+        let sent = text.clone();
+        let response = Renders::default()
+            .stream("text/plain", move |out| out.write_all(sent.as_bytes()))
+            .await;
+        assert_eq!(body_of(response).await.unwrap(), text.as_bytes());
+    }
+
+    #[tokio::test]
+    async fn a_render_that_fails_midway_ends_its_answer_as_an_error_not_short() {
+        let response = Renders::default()
+            .stream("text/plain", |out| {
+                out.write_all(&vec![b'x'; 2 * CHUNK])?;
+                Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the client read nothing for 30 s",
+                ))
+            })
+            .await;
+        assert!(body_of(response).await.is_err());
     }
 }
