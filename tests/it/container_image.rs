@@ -196,12 +196,8 @@ async fn envoy_gateway_s_environment_in_the_image_takes_xds_rules() {
     for expected in ["rules from xDS: subscribing", "rules loaded from xDS"] {
         assert!(log.contains(expected), "no '{expected}' in:\n{log}");
     }
-    let page = reqwest::get(format!("http://127.0.0.1:{prometheus}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page =
+        crate::common::metrics::scrape(&format!("http://127.0.0.1:{prometheus}/metrics")).await;
     let series = r#"ratelimit_service_rate_limit_over_limit{domain="eg",key1="user"} 1"#;
     assert!(page.contains(series), "no {series} in:\n{page}");
 }

@@ -122,12 +122,8 @@ async fn envoy_gateway_s_environment_starts_takes_xds_rules_and_decides_over_tls
     assert_eq!(log_text.matches("GRPC_SERVER_TLS_CA_CERT=").count(), 1);
     // The Prometheus port: the reference's stats as Envoy Gateway's mapping names them (what its
     // dashboard queries), beside the process metrics.
-    let page = reqwest::get(format!("http://127.0.0.1:{prometheus}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page =
+        crate::common::metrics::scrape(&format!("http://127.0.0.1:{prometheus}/metrics")).await;
     for series in [
         r#"ratelimit_service_rate_limit_total_hits{domain="eg",key1="user"} 3"#,
         r#"ratelimit_service_rate_limit_within_limit{domain="eg",key1="user"} 2"#,
@@ -364,12 +360,8 @@ async fn envoy_gateway_s_tracing_variant_without_its_optional_mapping_decides() 
         "{}",
         served.log()
     );
-    let page = reqwest::get(format!("http://127.0.0.1:{prometheus}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page =
+        crate::common::metrics::scrape(&format!("http://127.0.0.1:{prometheus}/metrics")).await;
     assert!(
         page.contains(
             r#"ratelimit_service_rate_limit_total_hits{domain="eg",rule="user",key1="user"} 3"#

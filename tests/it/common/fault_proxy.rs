@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
-use super::proxy::Listening;
+use super::proxy::{Listening, connect_halves};
 
 /// The faults, shared with the relays.
 #[derive(Default)]
@@ -69,13 +69,11 @@ impl FaultProxy {
 }
 
 async fn relay(client: TcpStream, upstream: SocketAddr, faults: Arc<Faults>) {
-    let Ok(server) = TcpStream::connect(upstream).await else {
+    let Some(((client_read, client_write), (server_read, server_write))) =
+        connect_halves(client, upstream).await
+    else {
         return;
     };
-    let _ = client.set_nodelay(true);
-    let _ = server.set_nodelay(true);
-    let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
     // Either direction ending ends the relay: every half is dropped, so a cut is both ways.
     tokio::select! {
         () = pump(client_read, server_write, &faults, false) => {}

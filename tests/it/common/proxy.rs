@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -149,14 +150,24 @@ impl LatencyProxy {
     }
 }
 
-async fn relay(client: TcpStream, upstream: SocketAddr, fault: Fault, cuts: Arc<AtomicU64>) {
-    let Ok(server) = TcpStream::connect(upstream).await else {
-        return;
-    };
+/// A connection's read and write halves.
+pub type Halves = (OwnedReadHalf, OwnedWriteHalf);
+
+/// The halves of `client` and of a new connection to `upstream` (Nagle off on both, as Redis and
+/// its clients run); `None` when `upstream` cannot be reached.
+pub async fn connect_halves(client: TcpStream, upstream: SocketAddr) -> Option<(Halves, Halves)> {
+    let server = TcpStream::connect(upstream).await.ok()?;
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
+    Some((client.into_split(), server.into_split()))
+}
+
+async fn relay(client: TcpStream, upstream: SocketAddr, fault: Fault, cuts: Arc<AtomicU64>) {
+    let Some(((client_read, client_write), (server_read, server_write))) =
+        connect_halves(client, upstream).await
+    else {
+        return;
+    };
     // Either direction ending ends the relay: every half is dropped, so a cut connection is cut
     // both ways at once (and requests sent after it are lost, as on a real network).
     let replies = Cut {
@@ -196,12 +207,7 @@ impl Cut {
 /// and are not held up by each other's delays). With `cut.after`, stops after that many chunks
 /// and returns true; with `cut.lose_per_10k`, drops that share of the chunks unsent and stops
 /// there, returning true.
-async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    delay: Duration,
-    cut: Cut,
-) -> bool {
+async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration, cut: Cut) -> bool {
     let cut_after = cut.after;
     let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
     let writer = async move {
