@@ -23,8 +23,8 @@ use hdrhistogram::Histogram;
 use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
 use ratelimit_server::clock::monotonic;
+use ratelimit_server::remote::FailureMode;
 use ratelimit_server::settings::{BackendType, ServeSettings};
-use ratelimit_server::store::guard::FailureMode;
 
 const RULES: &str = "domain: o\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100000000, algorithm: fixed_window}\n";
 

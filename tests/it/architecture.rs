@@ -25,6 +25,16 @@ const CRATES: &[(&str, &[&[&str]])] = &[
         ],
     ),
     (
+        "remote",
+        &[
+            &["breaker", "every", "mode", "names"],
+            &["metrics", "outage"],
+            &["remote"],
+            &["over_limit_cache"],
+            &["guarded"],
+        ],
+    ),
+    (
         "redis",
         &[
             &["cas", "slot", "key", "queue", "io"],
@@ -64,6 +74,9 @@ const PURE: &[(&str, &str)] = &[
     ("core", "quota"),
     ("core", "redact"),
     ("core", "wire"),
+    ("remote", "breaker"),
+    ("remote", "outage"),
+    ("remote", "over_limit_cache"),
     ("redis", "batch"),
     ("redis", "queue"),
     ("redis", "slot"),
@@ -103,6 +116,9 @@ const CLOCK_FREE: &[(&str, &str)] = &[
     ("core", "engine"),
     ("core", "redact"),
     ("core", "wire"),
+    ("remote", "breaker"),
+    ("remote", "outage"),
+    ("remote", "over_limit_cache"),
     ("redis", "batch"),
     ("redis", "queue"),
 ];
@@ -118,7 +134,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file of a crate's `src/` belongs to (`src/store/guard/mod.rs` →
+/// The top-level module a file of a crate's `src/` belongs to (`src/store/memory/mod.rs` →
 /// `store`; `src/lib.rs` → `lib`).
 fn module_of(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
@@ -332,7 +348,7 @@ fn the_checker_sees_what_it_checks() {
     assert_eq!(joined[0].0, 1);
     assert_eq!(crate_paths(&joined[0].1), ["config", "engine"]);
     assert_eq!(
-        module_of(Path::new("src"), Path::new("src/store/guard/mod.rs")),
+        module_of(Path::new("src"), Path::new("src/store/memory/mod.rs")),
         "store"
     );
     assert_eq!(

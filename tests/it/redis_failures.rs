@@ -14,8 +14,8 @@ use common::metrics::{scrape, value};
 use common::redis::{RedisServer, free_port};
 use common::{Code, TestServer, code, request, start_with};
 use ratelimit_server::clock::{Clock, SystemClock, monotonic};
+use ratelimit_server::remote::FailureMode;
 use ratelimit_server::settings::BackendType;
-use ratelimit_server::store::guard::FailureMode;
 
 const RULES: &str = "\
 domain: f

@@ -33,12 +33,12 @@ use crate::settings::TransportArgs;
 use crate::settings::{BackendType, ServeSettings};
 use crate::statsd::Mapper;
 use crate::status::{LoadReport, ServerStatus};
-use crate::store::guard::{GuardSettings, Guarded};
 use crate::store::memory::MemoryBackend;
 use crate::store::{Backend, Store};
 use crate::telemetry::Tracing;
 use crate::xds::{XdsClient, XdsConfig, XdsMetrics};
-use ratelimit_redis::RedisConnect;
+use ratelimit_redis::{RedisBackend, RedisConnect};
+use ratelimit_remote::{GuardSettings, Guarded, RemoteMetrics};
 
 /// At shutdown, how long the record writer may take to write what is queued.
 const RECORD_FLUSH_WAIT: Duration = Duration::from_secs(10);
@@ -200,10 +200,13 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Server, StartError> {
     let metrics = Arc::new(Metrics::new(settings.detailed_metrics_cap));
     register_process_metrics(&metrics);
+    // The remote store's series are exported whatever the backend (zeros with memory).
+    let store_metrics = RemoteMetrics::unregistered(<RedisBackend as Backend>::NAME);
+    store_metrics.register(metrics.registry());
     // The one place a backend is chosen: everything after runs on it, statically dispatched.
     match settings.store.backend {
         BackendType::Memory => {
-            metrics.store.store_up.set(1);
+            store_metrics.store_up.set(1);
             let backend = MemoryBackend::new(settings.max_keys);
             start_on(settings, clock, metrics, backend, None).await
         }
@@ -217,8 +220,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
                 local_cache_bytes: settings.store.local_cache_size_in_bytes,
                 local_share: settings.store.redis_failure_local_share,
             };
-            let backend =
-                Guarded::start(RedisConnect::new(config), guard, metrics.store.clone()).await?;
+            let backend = Guarded::start(RedisConnect::new(config), guard, store_metrics).await?;
             tracing::info!(redis = %described.0, prefix = %described.1, failure_mode = mode.name(), "counters in Redis");
             // RLQS buckets are shared with the other instances through the same connections.
             let exchange: Arc<dyn rlqs::Exchange> = Arc::new(rlqs::RedisExchange {

@@ -26,7 +26,7 @@ pub use series::{Counts, HitOutcome};
 pub use store_stats::StatsSource;
 
 use crate::policy::Policy;
-use crate::store::{Backend, Store, StoreMetrics};
+use crate::store::{Backend, Store};
 
 pub struct Metrics {
     registry: Registry,
@@ -44,8 +44,6 @@ pub struct Metrics {
     pub response_time: HistogramVec,
     /// Where `ratelimit_store_keys` and `ratelimit_store_evictions` are read at scrape time.
     store_stats: Arc<OnceLock<StatsSource>>,
-    /// Redis calls and errors, store up/down, breaker, failure mode, `ratelimit_store_errors`.
-    pub store: StoreMetrics,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -128,11 +126,6 @@ impl Metrics {
             ),
             response_time,
             store_stats,
-            store: {
-                let store = StoreMetrics::unregistered();
-                store.register(&r);
-                store
-            },
             registry: r,
             live,
             installing: Mutex::new(()),
@@ -158,7 +151,7 @@ impl Metrics {
         let _ = self.store_stats.set(Arc::new(move || store.stats()));
     }
 
-    /// The registry, for metrics defined next to their code (TLS).
+    /// The registry, for metrics defined next to their code (TLS, the remote store's).
     pub fn registry(&self) -> &Registry {
         &self.registry
     }

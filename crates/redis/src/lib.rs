@@ -66,10 +66,9 @@ use clock::{Nanos, monotonic};
 use config::Algorithm;
 use limiter::State;
 use queue::{Arrival, Batch, Group, Queues, Ticket};
+use ratelimit_remote::{Connect, Every, Remote, RemoteKey, RemoteMetrics};
 use seen::Seen;
-use store::guard::{Connect, Every, Remote, RemoteKey};
-use store::transaction::Kind;
-use store::{Backend, Charge, CounterId, StoreError, StoreMetrics, Transaction, Verdicts};
+use store::{Backend, Charge, CounterId, StoreError, Transaction, TransactionKind, Verdicts};
 
 /// Compare-and-set attempts of one call before it gives up (each retry means another instance
 /// wrote one of its keys in between). With one call in flight per key and instance, a retry
@@ -113,7 +112,7 @@ struct Inner {
     /// When a call last got an answer, in ns after `epoch`.
     answered: AtomicU64,
     epoch: Instant,
-    metrics: StoreMetrics,
+    metrics: RemoteMetrics,
     /// When the last "Redis is slower than Envoy waits" warning was said.
     slow_warning: Every,
 }
@@ -135,8 +134,8 @@ impl Inner {
     ) -> Result<T, StoreError> {
         let m = &self.metrics;
         let took = started.elapsed();
-        m.redis_calls.inc();
-        m.redis_latency.observe(took.as_secs_f64());
+        m.calls.inc();
+        m.latency.observe(took.as_secs_f64());
         let error = match result {
             Ok(Ok(value)) => {
                 let at = monotonic().saturating_duration_since(self.epoch);
@@ -166,7 +165,7 @@ impl Inner {
     /// most every [`SLOW_WARNING_EVERY`] (a Redis slow but within `REDIS_TIMEOUT` is otherwise
     /// invisible, while behind Envoy every such call fails by the filter's `failure_mode_deny`).
     fn slow(&self, took: Duration, at: Duration) {
-        self.metrics.redis_slow_calls.inc();
+        self.metrics.slow_calls.inc();
         if self.slow_warning.due(at.as_nanos() as u64) {
             tracing::warn!(
                 ?took,
@@ -307,7 +306,11 @@ impl Drop for Leave<'_> {
 impl RedisBackend {
     /// Connects as `config` says (failing if Redis does not answer within its timeout).
     pub async fn connect(config: &RedisConfig) -> Result<RedisBackend, StoreError> {
-        Self::connect_observed(config, StoreMetrics::unregistered()).await
+        Self::connect_observed(
+            config,
+            RemoteMetrics::unregistered(<RedisBackend as Backend>::NAME),
+        )
+        .await
     }
 
     /// [`RedisBackend::connect`], counting calls, errors and latency in `metrics`. Fails with
@@ -316,7 +319,7 @@ impl RedisBackend {
     /// (password, ACL, certificate; `refusal`).
     pub async fn connect_observed(
         config: &RedisConfig,
-        metrics: StoreMetrics,
+        metrics: RemoteMetrics,
     ) -> Result<RedisBackend, StoreError> {
         // rustls needs a process-wide crypto provider; ours is ring. (Err: one is installed.)
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -442,7 +445,7 @@ impl RedisBackend {
             return self.inner.account(started, first);
         }
         let _ = self.inner.account(started, first);
-        self.inner.metrics.redis_retries.inc();
+        self.inner.metrics.retries.inc();
         let again = monotonic();
         let second = self.send_script(cmd).await;
         self.inner.account(again, second)
@@ -535,7 +538,7 @@ impl RedisBackend {
         match current {
             Some(current) => {
                 self.inner.conflicts.fetch_add(1, Ordering::Relaxed);
-                self.inner.metrics.redis_conflicts.inc();
+                self.inner.metrics.conflicts.inc();
                 Ok(Err(current))
             }
             None => Ok(Ok(written)),
@@ -595,10 +598,9 @@ impl RedisBackend {
             return;
         }
         let m = &self.inner.metrics;
-        m.redis_batch_requests.observe(requests.len() as f64);
+        m.batch_requests.observe(requests.len() as f64);
         for p in requests.iter().filter(|p| p.reply.is_some()) {
-            m.redis_queue_wait
-                .observe(p.arrived.elapsed().as_secs_f64());
+            m.queue_wait.observe(p.arrived.elapsed().as_secs_f64());
         }
         let keys: Vec<TextKey> = distinct(requests.iter().flat_map(|p| &p.charges)).into_vec();
         let result = if requests.len() == 1 && self.group(&keys).is_none() {
@@ -627,9 +629,9 @@ impl RedisBackend {
                     charges: &p.charges,
                     now: p.now,
                     kind: if p.reply.is_none() {
-                        Kind::Refund
+                        TransactionKind::Refund
                     } else {
-                        Kind::Apply
+                        TransactionKind::Apply
                     },
                 })
                 .collect();
@@ -779,8 +781,8 @@ impl Backend for RedisBackend {
 
     async fn transact(&self, tx: Transaction<'_, TextKey>) -> Result<Verdicts, StoreError> {
         match tx.kind {
-            Kind::Apply => self.apply_text(tx.charges, tx.now).await,
-            Kind::Refund => {
+            TransactionKind::Apply => self.apply_text(tx.charges, tx.now).await,
+            TransactionKind::Refund => {
                 self.refund_text(tx.charges.to_vec(), tx.now);
                 Ok(Verdicts::new())
             }
@@ -835,7 +837,7 @@ impl RedisConnect {
 impl Connect for RedisConnect {
     type Backend = RedisBackend;
 
-    async fn connect(&self, metrics: StoreMetrics) -> Result<RedisBackend, StoreError> {
+    async fn connect(&self, metrics: RemoteMetrics) -> Result<RedisBackend, StoreError> {
         RedisBackend::connect_observed(&self.config, metrics).await
     }
 

@@ -7,10 +7,10 @@
 use ratelimit_server::clock::NANOS_PER_SECOND as S;
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::LimitParams;
-use ratelimit_server::store::guard::{FailureMode, GuardSettings, Guarded, LocalShare};
+use ratelimit_server::remote::{FailureMode, GuardSettings, Guarded, LocalShare, RemoteMetrics};
 use ratelimit_server::store::memory::MemoryBackend;
 use ratelimit_server::store::redis::{RedisConfig, RedisConnect};
-use ratelimit_server::store::{Backend, Charge, CounterId, Store, StoreMetrics, Verdicts};
+use ratelimit_server::store::{Backend, Charge, CounterId, Store, Verdicts};
 
 use super::redis::RedisServer;
 
@@ -45,7 +45,7 @@ pub async fn guarded(config: RedisConfig) -> Store<Redis> {
     let backend = Guarded::start(
         RedisConnect::new(config),
         settings,
-        StoreMetrics::unregistered(),
+        RemoteMetrics::unregistered("redis"),
     )
     .await
     .expect("connects");

@@ -17,7 +17,7 @@ use super::table::{BucketKey, Table};
 use crate::clock::monotonic;
 use crate::quota::fraction::{self, InstanceId, Peer};
 use crate::store::Backend;
-use crate::store::guard::Every;
+use ratelimit_remote::Every;
 
 /// How often a failing exchange is said again.
 const WARN_EVERY: Duration = Duration::from_secs(60);

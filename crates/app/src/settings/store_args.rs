@@ -9,8 +9,8 @@ use clap::{ArgAction, Args};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::config::parse_duration;
-use crate::store::guard::{FailureMode, LocalShare};
 use ratelimit_redis::{RedisConfig, RedisTls, Topology};
+use ratelimit_remote::{FailureMode, LocalShare};
 
 /// Where counters live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! `ratelimit_store_keys` (gauge) and `ratelimit_store_evictions` (counter), read from the store's
 //! own counts at scrape time, so no handler has to copy them into metrics. Both read 0 until a store
-//! is attached (and with Redis, whose keys expire there).
+//! is attached (and with a remote backend, whose keys expire there).
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,8 +11,8 @@ use crate::store::StoreStats;
 
 const KEYS: (&str, &str) = (
     "ratelimit_store_keys",
-    "Keys held by the memory store (memory backend only: 0 with BACKEND_TYPE=redis, whose keys \
-     expire in Redis)",
+    "Keys held by the memory store (memory backend only: 0 with a remote backend, whose keys \
+     expire there)",
 );
 const EVICTIONS: (&str, &str) = (
     "ratelimit_store_evictions",

@@ -1,19 +1,16 @@
-//! Where limiter state lives, behind one seam. A [`Backend`] keeps states (in memory, in Redis,
-//! or anything else) and runs one request's [`Transaction`] atomically on the states of its keys;
-//! the transaction itself (all-or-nothing `decide`, leaky-bucket refunds) is written once, in
+//! Where limiter state lives, behind one seam. A [`Backend`] keeps states (in memory, in a remote
+//! store, or anything else) and runs one request's [`Transaction`] atomically on the states of its
+//! keys; the transaction itself (all-or-nothing `decide`, leaky-bucket refunds) is written once, in
 //! `transaction.rs`, so every backend gives the same verdicts. [`Store`] is what the engine holds:
-//! a backend, the key of each [`CounterId`], and refunds sent without waiting. A remote backend
-//! runs behind [`guard::Guarded`] (time bound, breaker, `REDIS_FAILURE_MODE`, reconnection,
-//! over-limit cache), which wraps any [`guard::Remote`].
+//! a backend, the key of each [`CounterId`], and refunds sent without waiting.
 //!
-//! Adding a backend: a crate or module with a type implementing [`Backend`] (and [`guard::Remote`]
-//! and [`guard::Connect`] if it is reached over the network; the Redis backend is the crate
-//! `ratelimit-redis`), and one arm where the server chooses its backend (`app::start`).
+//! Adding a backend: a crate or module with a type implementing [`Backend`] (a backend reached
+//! over the network also implements the remote layer's traits, crate `ratelimit-remote`, which
+//! gives it a deadline, a breaker and a failure mode), and one arm where the server chooses its
+//! backend (`app::start`).
 
 mod counter;
-pub mod guard;
 pub mod memory;
-mod metrics;
 pub mod transaction;
 
 use std::fmt::Debug;
@@ -24,8 +21,7 @@ use futures_util::FutureExt;
 use smallvec::SmallVec;
 
 pub use counter::{CounterId, Entries};
-pub use metrics::StoreMetrics;
-pub use transaction::{Decision, Transaction, decide};
+pub use transaction::{Transaction, TransactionKind, TransactionOutcome, decide};
 
 use crate::clock::Nanos;
 use crate::limiter::{LimitParams, Outlook, State};
@@ -64,7 +60,7 @@ pub type Verdicts = SmallVec<[Verdict; 2]>;
 pub enum StoreError {
     #[error("store unavailable: {0}")]
     Unavailable(String),
-    /// Nobody answered (connection refused, no answer within `REDIS_TIMEOUT`).
+    /// Nobody answered (connection refused, no answer within the backend's timeout).
     #[error("store unreachable: {0}")]
     Unreachable(String),
     /// Other instances kept changing the request's keys between our read and our write.
@@ -72,8 +68,8 @@ pub enum StoreError {
     Contention(usize),
 }
 
-/// Counts for metrics. `keys` and `evictions` are the memory backend's; a Redis backend reports
-/// none (its keys expire in Redis: see `INFO keyspace`).
+/// Counts for metrics. `keys` and `evictions` are the memory backend's; a remote backend reports
+/// none (its keys expire there).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {
     pub keys: usize,
@@ -84,10 +80,10 @@ pub struct StoreStats {
 /// Where states live.
 pub trait Backend: Send + Sync + 'static {
     /// The identity of one counter in this backend (it derives its own: a keyed hash in memory,
-    /// text every instance computes alike in Redis).
+    /// text every instance computes alike in a shared store).
     type Key: Clone + Debug + PartialEq + Send + Sync + 'static;
 
-    /// What it is, for logs, `/explain` and metrics (`memory`, `redis`).
+    /// What it is, for logs, `/explain` and metrics (`memory`, or a remote backend's name).
     const NAME: &'static str;
 
     /// The key of a counter. Limit values (requests per unit, burst) are not part of a counter's

@@ -1,7 +1,7 @@
 //! One request's transaction on the states of its keys, as a pure function: all-or-nothing over
 //! its charges (`decide`), or the leaky-bucket turns of a cancelled request given back. The single
-//! definition every backend runs (memory under its shard locks, Redis on the states it expects and
-//! then checks by compare-and-set), so they give the same verdicts.
+//! definition every backend runs (memory under its shard locks, a remote store on the states it
+//! expects and then checks by compare-and-set), so they give the same verdicts.
 
 use smallvec::SmallVec;
 
@@ -11,7 +11,7 @@ use crate::limiter::{self, State};
 
 /// What a transaction does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum TransactionKind {
     /// Charge all of the charges iff every enforced one fits.
     Apply,
     /// Give back the leaky-bucket turns the charges took (their answers were never delivered).
@@ -23,7 +23,7 @@ pub enum Kind {
 pub struct Transaction<'a, K> {
     pub charges: &'a [Charge<K>],
     pub now: Nanos,
-    pub kind: Kind,
+    pub kind: TransactionKind,
 }
 
 impl<K> Clone for Transaction<'_, K> {
@@ -39,7 +39,7 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
         Transaction {
             charges,
             now,
-            kind: Kind::Apply,
+            kind: TransactionKind::Apply,
         }
     }
 
@@ -47,12 +47,12 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
         Transaction {
             charges,
             now,
-            kind: Kind::Refund,
+            kind: TransactionKind::Refund,
         }
     }
 
     pub fn is_refund(&self) -> bool {
-        self.kind == Kind::Refund
+        self.kind == TransactionKind::Refund
     }
 
     /// The distinct keys of its charges, in order of first appearance.
@@ -74,7 +74,7 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
     pub fn run(&self, keys: &[K], states: &mut [Option<State>]) -> Verdicts {
         let at = |key: &K| keys.iter().position(|k| k == key);
         match self.kind {
-            Kind::Refund => {
+            TransactionKind::Refund => {
                 for charge in self.charges {
                     if let Some(i) = at(&charge.key)
                         && let Some(state) = states[i]
@@ -89,7 +89,7 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
                 }
                 Verdicts::new()
             }
-            Kind::Apply => {
+            TransactionKind::Apply => {
                 let decision = decide(self.charges, self.now, |k| at(k).and_then(|i| states[i]));
                 for (index, state) in &decision.writes {
                     if let Some(i) = at(&self.charges[*index].key) {
@@ -120,7 +120,7 @@ pub fn decide_one<K>(
 
 /// What to answer and what to write for one request.
 #[derive(Debug)]
-pub struct Decision {
+pub struct TransactionOutcome {
     pub verdicts: Verdicts,
     /// Whether the request is charged (every enforced charge fits).
     pub commit: bool,
@@ -172,7 +172,7 @@ pub fn decide<K: PartialEq>(
     charges: &[Charge<K>],
     now: Nanos,
     mut stored: impl FnMut(&K) -> Option<State>,
-) -> Decision {
+) -> TransactionOutcome {
     let mut pending: SmallVec<[(usize, State); 4]> = SmallVec::new();
     let mut evaluations: SmallVec<[limiter::Evaluation; 4]> = SmallVec::new();
     // Whether each charge was evaluated on top of an earlier charge of the same key.
@@ -207,7 +207,7 @@ pub fn decide<K: PartialEq>(
         }
         pending.retain(|(i, _)| charges[*i].params.charge_denied);
     }
-    Decision {
+    TransactionOutcome {
         verdicts: evaluations
             .iter()
             .zip(charges)

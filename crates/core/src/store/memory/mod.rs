@@ -16,7 +16,7 @@ mod key;
 
 pub use key::{KeyBuilder, StoreKey};
 
-use super::transaction::{Kind, decide_one};
+use super::transaction::{TransactionKind, decide_one};
 use super::{Backend, Charge, CounterId, StoreError, StoreStats, Transaction, Verdict, Verdicts};
 use crate::clock::Nanos;
 use crate::limiter::State;
@@ -111,7 +111,7 @@ impl MemoryBackend {
     /// what it changed: what `Backend::transact` does here, synchronously. Takes any key that
     /// names a memory key (a remote backend's, for its local failure mode).
     pub fn run<K: MemoryKey + PartialEq + Clone>(&self, tx: Transaction<'_, K>) -> Verdicts {
-        if let (Kind::Apply, [charge]) = (tx.kind, tx.charges) {
+        if let (TransactionKind::Apply, [charge]) = (tx.kind, tx.charges) {
             let mut verdicts = Verdicts::new();
             verdicts.push(self.apply_one(charge, tx.now));
             return verdicts;

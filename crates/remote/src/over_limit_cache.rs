@@ -1,22 +1,22 @@
 //! The local over-limit cache (`LOCAL_CACHE_SIZE_IN_BYTES`, 0 = off): a fixed-window key that
-//! Redis denied stays denied until its window ends, so requests on it are answered OVER_LIMIT
-//! without a Redis call until then. Pure: time comes in as `now`.
+//! the remote backend denied stays denied until its window ends, so requests on it are answered OVER_LIMIT
+//! without a call until then. Pure: time comes in as `now`.
 //!
-//! It never denies what Redis would admit: an entry answers only a charge with the same limit
+//! It never denies what the backend would admit: an entry answers only a charge with the same limit
 //! (algorithm, requests per unit, window: so a reload or override that changes the limit misses)
 //! asking for at least as many hits as the denied one, before the window's end. Within a fixed
 //! window a count never goes down (denied requests charge nothing), so such a charge is denied by
-//! Redis too. Only fixed windows are cached: a token bucket, sliding window or leaky bucket can
+//! the backend too. Only fixed windows are cached: a token bucket, sliding window or leaky bucket can
 //! admit again before its reset (they refill continuously, and a leaky bucket is refunded).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::RemoteKey;
-use crate::clock::Nanos;
-use crate::config::Algorithm;
-use crate::limiter::{LimitParams, Outlook};
-use crate::store::{Charge, Verdict, Verdicts};
+use crate::remote::RemoteKey;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::config::Algorithm;
+use ratelimit_core::limiter::{LimitParams, Outlook};
+use ratelimit_core::store::{Charge, Verdict, Verdicts};
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -49,7 +49,7 @@ impl<K: RemoteKey> OverLimitCache<K> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Redis's answer for `charges`, if every charge is known to be over its limit at `now`.
+    /// The backend's answer for `charges`, if every charge is known to be over its limit at `now`.
     pub fn answer(&self, charges: &[Charge<K>], now: Nanos) -> Option<Verdicts> {
         if charges.is_empty() {
             return None;
@@ -73,7 +73,7 @@ impl<K: RemoteKey> OverLimitCache<K> {
             .collect()
     }
 
-    /// Learns from Redis's `verdicts` for `charges` decided at `now`.
+    /// Learns from the backend's `verdicts` for `charges` decided at `now`.
     pub fn learn(&self, charges: &[Charge<K>], verdicts: &Verdicts, now: Nanos) {
         for (c, v) in charges.iter().zip(verdicts) {
             if v.allowed || c.hits == 0 || c.params.algorithm != Algorithm::FixedWindow {
@@ -102,7 +102,7 @@ impl<K: RemoteKey> OverLimitCache<K> {
         }
     }
 
-    /// Forgets everything (Redis came back after an outage: it may have lost counts).
+    /// Forgets everything (the backend came back after an outage: it may have lost counts).
     pub fn clear(&self) {
         let mut guard = self.lock();
         guard.0.clear();
@@ -119,7 +119,7 @@ impl<K: RemoteKey> OverLimitCache<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::memory::{MemoryKey, StoreKey};
+    use ratelimit_core::store::memory::{MemoryKey, StoreKey};
 
     /// A remote backend's key, as the cache sees it.
     #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -189,7 +189,7 @@ mod tests {
     }
 
     #[test]
-    fn never_answers_what_redis_could_admit() {
+    fn never_answers_what_the_backend_could_admit() {
         let cache = OverLimitCache::new(1 << 20).unwrap();
         let now = 100 * S;
         cache.learn(&[charge("k", 5, 3)], &denied(20 * S), now);

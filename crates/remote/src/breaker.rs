@@ -1,39 +1,38 @@
-//! The circuit breaker in front of Redis, as a pure state machine: time comes in as an argument
-//! (`now`), so it is tested without sleeping. It opens when Redis has stopped answering: at least
-//! [`Breaker::THRESHOLD`] failed calls since the last answered one, and that answer at least the
-//! breaker's quiet time ago (`REDIS_TIMEOUT`, at least [`Breaker::QUIET`]): silence on every
-//! connection for as long as a call may take. One dropped connection fails all of its calls in
-//! flight at once, but the pool's other connections go on answering, so it does not open it (it
-//! used to: three failures in a row did, and sent decisions to the failure mode; then 50 ms without
-//! an answer did, which cut connections reconnecting side by side reached). Open, no call goes
-//! to Redis for an interval that starts at `base` and doubles after each failed probe up to `max`;
-//! when the interval ends one call (the probe) goes through, and its success closes the breaker.
-//! A hung Redis therefore costs one timeout per probe, not one per request. It owns no clock, no
-//! I/O and no metrics: the caller reports what changed.
+//! The circuit breaker in front of a remote backend, as a pure state machine: time comes in as an
+//! argument (`now`), so it is tested without sleeping. It opens when the backend has stopped
+//! answering: at least [`Breaker::THRESHOLD`] failed calls since the last answered one, and that
+//! answer at least the breaker's quiet time ago (the backend's call timeout, at least
+//! [`Breaker::QUIET`]): silence on every connection for as long as a call may take. One dropped
+//! connection fails all of its calls in flight at once, but the pool's other connections go on
+//! answering, so it does not open it. Open, no call goes to the backend for an interval that
+//! starts at `base` and doubles after each failed probe up to `max`; when the interval ends one
+//! call (the probe) goes through, and its success closes the breaker. A hung backend therefore
+//! costs one timeout per probe, not one per request. It owns no clock, no I/O and no metrics: the
+//! caller reports what changed.
 
 use std::time::{Duration, Instant};
 
 /// What a caller may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Permit {
-    /// The breaker is closed: call Redis.
+    /// The breaker is closed: call the backend.
     Call,
-    /// The breaker lets this one call through to see whether Redis answers again.
+    /// The breaker lets this one call through to see whether the backend answers again.
     Probe,
-    /// The breaker is open: do not call Redis.
+    /// The breaker is open: do not call the backend.
     Reject,
 }
 
-/// A switch between Redis and the failure mode, to log and count once.
+/// A switch between the backend and the failure mode, to log and count once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
-    /// Redis stopped answering: decisions go to the failure mode.
+    /// The backend stopped answering: decisions go to the failure mode.
     Down,
-    /// Redis answers again: decisions go back to it.
+    /// The backend answers again: decisions go back to it.
     Up,
 }
 
-/// The breaker's state, for the `ratelimit_redis_breaker_state` gauge.
+/// The breaker's state, for the `ratelimit_<name>_breaker_state` gauge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
     Closed = 0,
@@ -111,7 +110,7 @@ impl Breaker {
         self.quiet
     }
 
-    /// An open breaker (Redis not reached yet), whose first probe may go at `now`.
+    /// An open breaker (the backend not reached yet), whose first probe may go at `now`.
     pub fn new_open(base: Duration, max: Duration, probe_timeout: Duration, now: Instant) -> Self {
         Breaker {
             phase: Phase::Open { until: now },
@@ -133,7 +132,7 @@ impl Breaker {
         matches!(self.phase, Phase::Closed { recent } if recent.failures >= Self::THRESHOLD)
     }
 
-    /// Whether decisions go to Redis (the breaker is closed).
+    /// Whether decisions go to the backend (the breaker is closed).
     pub fn is_up(&self) -> bool {
         matches!(self.phase, Phase::Closed { .. })
     }
@@ -195,7 +194,7 @@ impl Breaker {
         }
     }
 
-    /// Redis was reached some other way (the first connection): decisions go to it now.
+    /// The backend was reached some other way (the first connection): decisions go to it now.
     pub fn connected(&mut self) -> Option<Change> {
         (!self.is_up()).then(|| self.close())
     }
@@ -245,7 +244,7 @@ mod tests {
 
     #[test]
     fn opens_after_failures_with_no_answer_between_them() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker();
         assert_eq!(fail(&mut b, 2, t), [None, None]);
         succeed(&mut b, 1, t);
@@ -262,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_dropped_connection_while_others_answer_does_not_open_it() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker();
         succeed(&mut b, 1, t);
         // A connection with 16 calls in flight drops: all 16 fail at once...
@@ -274,8 +273,8 @@ mod tests {
     }
 
     #[test]
-    fn failures_right_after_an_answer_open_it_once_redis_stays_quiet() {
-        let t = crate::clock::monotonic();
+    fn failures_right_after_an_answer_open_it_once_the_backend_stays_quiet() {
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker();
         succeed(&mut b, 1000, t);
         assert!(fail(&mut b, 10, t + MS).iter().all(Option::is_none));
@@ -289,7 +288,7 @@ mod tests {
 
     #[test]
     fn with_a_longer_quiet_time_failures_within_it_keep_it_closed() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker().with_quiet(100 * MS);
         succeed(&mut b, 1, t);
         assert!(fail(&mut b, 30, t + 99 * MS).iter().all(Option::is_none));
@@ -300,7 +299,7 @@ mod tests {
 
     #[test]
     fn one_probe_at_a_time_and_its_success_closes() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         let at = t + 100 * MS;
@@ -315,7 +314,7 @@ mod tests {
 
     #[test]
     fn failed_probes_double_the_interval_up_to_the_cap() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         let mut now = t;
@@ -340,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_lost_probe_is_replaced() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         assert_eq!(b.permit(t + 100 * MS), Permit::Probe);
@@ -351,7 +350,7 @@ mod tests {
 
     #[test]
     fn late_answers_change_nothing() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = breaker();
         fail(&mut b, 3, t);
         // A call let through while closed answers after the breaker opened.
@@ -362,7 +361,7 @@ mod tests {
 
     #[test]
     fn starting_open_then_connected() {
-        let t = crate::clock::monotonic();
+        let t = ratelimit_core::clock::monotonic();
         let mut b = Breaker::new_open(100 * MS, 800 * MS, 250 * MS, t);
         assert!(!b.is_up());
         assert_eq!(b.connected(), Some(Change::Up));

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::Instant;
 
-use crate::clock::Nanos;
-use crate::limiter::LimitParams;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::limiter::LimitParams;
 
 /// A key taken over: its limit, the hits the local mode admitted on it (to write back), and
 /// whether a write-back of them is under way.
@@ -19,10 +19,10 @@ struct TakenOver {
 }
 
 /// A key's write-back: the key, its limit, the hits to write.
-pub(super) type Settle<K> = (K, LimitParams, u64);
+pub(crate) type Settle<K> = (K, LimitParams, u64);
 
 /// What the local failure mode decided in one outage.
-pub(super) struct Outage<K> {
+pub(crate) struct Outage<K> {
     keys: HashMap<K, TakenOver>,
     /// The last `now` it decided at, and when.
     pub last_now: Option<(Nanos, Instant)>,
@@ -30,7 +30,7 @@ pub(super) struct Outage<K> {
 
 /// What a decision on some keys must do about the outage first.
 #[derive(Debug, PartialEq)]
-pub(super) enum Claim<K> {
+pub(crate) enum Claim<K> {
     /// None of them is taken over: decide on the remote backend.
     Free,
     /// One is being written back by another call: decide locally meanwhile.
@@ -40,7 +40,7 @@ pub(super) enum Claim<K> {
 }
 
 impl<K: Hash + Eq + Clone> Outage<K> {
-    pub(super) fn new() -> Outage<K> {
+    pub(crate) fn new() -> Outage<K> {
         Outage {
             keys: HashMap::new(),
             last_now: None,
@@ -48,21 +48,21 @@ impl<K: Hash + Eq + Clone> Outage<K> {
     }
 
     /// Keys taken over.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
 
-    pub(super) fn contains(&self, key: &K) -> bool {
+    pub(crate) fn contains(&self, key: &K) -> bool {
         self.keys.contains_key(key)
     }
 
     /// Whether `key`'s write-back is under way (`None`: it is not taken over).
-    pub(super) fn settling(&self, key: &K) -> Option<bool> {
+    pub(crate) fn settling(&self, key: &K) -> Option<bool> {
         self.keys.get(key).map(|t| t.settling)
     }
 
     /// Takes `key` over (it was not).
-    pub(super) fn take_over(&mut self, key: K, params: LimitParams) {
+    pub(crate) fn take_over(&mut self, key: K, params: LimitParams) {
         self.keys.insert(
             key,
             TakenOver {
@@ -74,14 +74,14 @@ impl<K: Hash + Eq + Clone> Outage<K> {
     }
 
     /// The local mode admitted `hits` on `key` (counted if it is taken over).
-    pub(super) fn count(&mut self, key: &K, hits: u64) {
+    pub(crate) fn count(&mut self, key: &K, hits: u64) {
         if let Some(t) = self.keys.get_mut(key) {
             t.hits = t.hits.saturating_add(hits);
         }
     }
 
     /// Claims the write-back of those of `keys` that are taken over.
-    pub(super) fn claim<'k>(&mut self, keys: impl IntoIterator<Item = &'k K>) -> Claim<K>
+    pub(crate) fn claim<'k>(&mut self, keys: impl IntoIterator<Item = &'k K>) -> Claim<K>
     where
         K: 'k,
     {
@@ -108,7 +108,7 @@ impl<K: Hash + Eq + Clone> Outage<K> {
     }
 
     /// Claims the write-back of every key taken over that is not being written back already.
-    pub(super) fn claim_all(&mut self) -> Vec<Settle<K>> {
+    pub(crate) fn claim_all(&mut self) -> Vec<Settle<K>> {
         self.keys
             .iter_mut()
             .filter(|(_, t)| !t.settling)
@@ -123,7 +123,7 @@ impl<K: Hash + Eq + Clone> Outage<K> {
     /// those stay taken over with all their hits; the others leave once every hit they have is
     /// written (hits admitted locally meanwhile keep a key taken over for the next decision).
     /// Returns the keys that left, whose local state can go.
-    pub(super) fn release(&mut self, claimed: Vec<Settle<K>>, unsettled: &[K]) -> Vec<K> {
+    pub(crate) fn release(&mut self, claimed: Vec<Settle<K>>, unsettled: &[K]) -> Vec<K> {
         let mut left = Vec::new();
         for (key, _, written) in claimed {
             let Some(t) = self.keys.get_mut(&key) else {
@@ -146,7 +146,7 @@ impl<K: Hash + Eq + Clone> Outage<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Algorithm;
+    use ratelimit_core::config::Algorithm;
 
     fn params() -> LimitParams {
         LimitParams {

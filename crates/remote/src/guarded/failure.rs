@@ -1,0 +1,79 @@
+//! The answers while the remote backend cannot decide, by the operator's failure mode: the local
+//! memory backend (after the outage's hand-over, `hand_over`), allow or deny every charge
+//! ([`fixed`]), or an error.
+
+use std::sync::atomic::Ordering;
+
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::limiter::{self, Outlook};
+use ratelimit_core::store::{Charge, StoreError, Transaction, Verdict, Verdicts};
+
+use super::{BREAKER_MAX, Guarded, KeyOf};
+use crate::mode::{FailureMode, LocalShare};
+use crate::remote::Connect;
+
+impl<C: Connect> Guarded<C> {
+    /// The answer while the remote backend cannot decide.
+    pub(super) fn fallback(&self, tx: Transaction<'_, KeyOf<C>>) -> Result<Verdicts, StoreError> {
+        if tx.is_refund() {
+            self.shared.local.run(tx);
+            return Ok(Verdicts::new());
+        }
+        let mode = self.shared.mode;
+        self.shared
+            .metrics
+            .failure_mode_decisions
+            .with_label_values(&[mode.name()])
+            .inc();
+        match mode {
+            FailureMode::Local => {
+                self.hand_over(&tx);
+                let verdicts = self.shared.local.run(tx);
+                self.count_outage_use(&tx, &verdicts);
+                Ok(verdicts)
+            }
+            FailureMode::Allow => Ok(fixed(tx.charges, tx.now, true)),
+            FailureMode::Deny => Ok(fixed(tx.charges, tx.now, false)),
+            FailureMode::Error => {
+                let name = &self.shared.name;
+                Err(StoreError::Unavailable(format!(
+                    "{} is unreachable ({}_FAILURE_MODE=error)",
+                    name.title, name.upper
+                )))
+            }
+        }
+    }
+
+    /// This instance's share of what each limit has left, while the local failure mode decides.
+    pub(super) fn share(&self) -> f64 {
+        match self.shared.share {
+            LocalShare::Fixed(share) => share,
+            LocalShare::Auto => {
+                1.0 / self.shared.live_instances.load(Ordering::Relaxed).max(1) as f64
+            }
+        }
+    }
+}
+
+/// Allow or deny every charge, charging nothing.
+fn fixed<K>(charges: &[Charge<K>], now: Nanos, allowed: bool) -> Verdicts {
+    charges
+        .iter()
+        .map(|c| {
+            let fresh = limiter::evaluate(&c.params, None, now, c.hits).without_charge;
+            Verdict {
+                allowed,
+                outlook: if allowed {
+                    fresh
+                } else {
+                    Outlook {
+                        remaining: 0,
+                        reset_after: BREAKER_MAX.as_nanos() as Nanos,
+                    }
+                },
+                charged: false,
+                delay: 0,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,183 @@
+//! The local failure mode's outage: its first decision on a key starts from what this instance
+//! last saw in the remote backend, keeping this instance's share ([`Guarded::hand_over`]); what it
+//! admits is counted, and written back into the backend before the next remote decision on the
+//! key ([`Guarded::settle_first`], [`settle`]), after which the key leaves the outage ([`release`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::{MutexGuard, PoisonError};
+
+use ratelimit_core::clock::{Nanos, monotonic};
+use ratelimit_core::limiter::{self, LimitParams};
+use ratelimit_core::store::memory::MemoryKey;
+use ratelimit_core::store::{Charge, Transaction, Verdicts};
+
+use super::{Guarded, KeyOf, Shared};
+use crate::outage::{Claim, Outage, Settle};
+use crate::remote::{Connect, Remote};
+
+/// How many call timeouts a decision waits for another call's write-back of its keys before it
+/// is answered locally (a write-back is a read and a write per key, retried a few times).
+const SETTLE_WAIT_TIMEOUTS: u32 = 8;
+
+impl<C: Connect> Guarded<C> {
+    /// The local failure mode's first decision on a key in this outage starts from the value this
+    /// instance last saw in the remote backend, of which it keeps its share of what is left: an
+    /// outage does not give every instance the whole limit again.
+    pub(super) fn hand_over(&self, tx: &Transaction<'_, KeyOf<C>>) {
+        let share = self.share();
+        let remote = self.shared.remote.load_full();
+        let mut outage = self.outage();
+        outage.last_now = Some((tx.now, monotonic()));
+        for charge in tx.charges {
+            if outage.contains(&charge.key) || outage.len() >= self.shared.outage_cap {
+                continue;
+            }
+            let seen = remote
+                .as_ref()
+                .and_then(|r| r.last_seen(&charge.key, tx.now));
+            let state = limiter::keep_share(&charge.params, seen, tx.now, share);
+            self.shared.local.put(charge.key.id(), state, tx.now);
+            outage.take_over(charge.key.clone(), charge.params);
+            self.shared.outage_keys.fetch_add(1, Ordering::Relaxed);
+            self.shared.metrics.outage_keys_handed_over.inc();
+        }
+    }
+
+    /// Adds what the local failure mode admitted to what is written back.
+    pub(super) fn count_outage_use(&self, tx: &Transaction<'_, KeyOf<C>>, verdicts: &Verdicts) {
+        let mut outage = self.outage();
+        for (charge, verdict) in tx.charges.iter().zip(verdicts) {
+            if verdict.charged {
+                outage.count(&charge.key, charge.hits);
+            }
+        }
+    }
+
+    /// Before a decision goes to the remote backend on keys the local failure mode took over (one
+    /// master of a cluster back, or the breaker closed): their hits are written into it first, so
+    /// the decision counts them. While another call writes one of its keys back, the decision
+    /// waits for that (bounded). Either way the decision then goes to the remote backend: a key
+    /// whose write-back failed stays taken over (with its hits) for the next decision, and only a
+    /// failed call is answered by the failure mode.
+    pub(super) async fn settle_first(&self, remote: &C::Backend, tx: &Transaction<'_, KeyOf<C>>) {
+        if self.shared.outage_keys.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let claim = self.outage().claim(tx.charges.iter().map(|c| &c.key));
+        let claimed = match claim {
+            Claim::Free => return,
+            Claim::Busy => return self.wait_settled(tx).await,
+            Claim::Settle(claimed) => claimed,
+        };
+        let (written, unsettled) = settle(remote, claimed.clone(), tx.now).await;
+        self.shared.metrics.outage_hits_written_back.inc_by(written);
+        let unsettled: Vec<_> = unsettled.into_iter().map(|(k, _, _)| k).collect();
+        release(&self.shared, claimed, &unsettled, tx.now);
+    }
+
+    /// Waits (at most [`SETTLE_WAIT_TIMEOUTS`] call timeouts) until no key of `tx` is being
+    /// written back.
+    async fn wait_settled(&self, tx: &Transaction<'_, KeyOf<C>>) {
+        let wait = self.shared.connect.timeout() * SETTLE_WAIT_TIMEOUTS;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let done = self.shared.settled.notified();
+            let mut done = std::pin::pin!(done);
+            done.as_mut().enable();
+            {
+                let outage = self.outage();
+                if !tx
+                    .charges
+                    .iter()
+                    .any(|c| outage.settling(&c.key) == Some(true))
+                {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn outage(&self) -> MutexGuard<'_, Outage<KeyOf<C>>> {
+        self.shared
+            .outage
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A write-back of `claimed` ended at `now`: the keys written leave the outage with their local
+/// state (all of it once none is left).
+pub(super) fn release<C: Connect>(
+    shared: &Shared<C>,
+    claimed: Vec<Settle<KeyOf<C>>>,
+    unsettled: &[KeyOf<C>],
+    now: Nanos,
+) {
+    let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
+    for key in outage.release(claimed, unsettled) {
+        shared.local.put(key.id(), None, now);
+    }
+    shared.outage_keys.store(outage.len(), Ordering::Relaxed);
+    if outage.len() == 0 {
+        shared.local.clear();
+    }
+    drop(outage);
+    shared.settled.notify_waiters();
+}
+
+/// Charges `remote` with `hits` admitted elsewhere on each key, at most what its limit has left at
+/// `now` (another instance may charge the key between the read and the write: a few tries).
+/// Returns the hits written, and the keys that could not be written (the remote failed).
+pub(super) async fn settle<B: Remote>(
+    remote: &B,
+    keys: Vec<Settle<B::Key>>,
+    now: Nanos,
+) -> (u64, Vec<Settle<B::Key>>) {
+    let mut written = 0u64;
+    let mut unsettled = Vec::new();
+    for (key, params, hits) in keys.into_iter().filter(|(_, _, hits)| *hits > 0) {
+        match settle_one(remote, &key, params, hits, now).await {
+            Some(took) => written += took,
+            None => unsettled.push((key, params, hits)),
+        }
+    }
+    (written, unsettled)
+}
+
+/// [`settle`] for one key: the hits written (0 when its limit had nothing left), or `None` when
+/// the remote failed or kept changing the key.
+async fn settle_one<B: Remote>(
+    remote: &B,
+    key: &B::Key,
+    params: LimitParams,
+    hits: u64,
+    now: Nanos,
+) -> Option<u64> {
+    for _ in 0..3 {
+        let state = remote.peek(key).await.ok()?;
+        let take = limiter::settled_hits(&params, state, now, hits);
+        if take == 0 {
+            return Some(0);
+        }
+        let charge = Charge {
+            key: key.clone(),
+            params,
+            hits: take,
+            enforced: true,
+            quota: None,
+        };
+        let tx = Transaction::apply(std::slice::from_ref(&charge), now);
+        match remote.transact(tx).await {
+            Ok(v) if v.first().is_some_and(|v| v.charged) => return Some(take),
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "writing the outage's hits back failed");
+                return None;
+            }
+        }
+    }
+    None
+}
