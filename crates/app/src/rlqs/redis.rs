@@ -1,7 +1,8 @@
 //! The RLQS demand exchange on the Redis store (`BACKEND_TYPE=redis`): Redis's time, one beat in
 //! the instances' hash and one write-and-read per bucket (`ratelimit_redis`'s `exchange_demand`), buckets
-//! [`IN_FLIGHT`] at a time, each call bounded by `REDIS_TIMEOUT`. Not connected yet: the round fails
-//! (and the last fractions are kept).
+//! [`IN_FLIGHT`] at a time, each call bounded by `REDIS_TIMEOUT` and made through the store's
+//! breaker ([`Guarded::call`]: none while it is open, failures counted as a decision's). Not
+//! connected yet, or the breaker open: the round fails (and the last fractions are kept).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,22 +43,27 @@ impl Exchange for RedisExchange {
         demands: &'a [(Arc<BucketKey>, f64)],
     ) -> Pin<Box<dyn Future<Output = Result<Exchanged, String>> + Send + 'a>> {
         Box::pin(async move {
-            let redis = self
-                .store
-                .remote()
-                .ok_or_else(|| "not connected to Redis yet".to_owned())?;
-            let now_ms = redis.time_ms().await.map_err(|e| e.to_string())?;
-            let instances = redis
-                .exchange_demand(&redis.instances_key(), instance, 0.0, now_ms)
+            let store = &self.store;
+            let now_ms = store
+                .call(|redis| async move { redis.time_ms().await })
+                .await
+                .map_err(|e| e.to_string())?;
+            let instances = store
+                .call(|redis| async move {
+                    let key = redis.instances_key();
+                    redis.exchange_demand(&key, instance, 0.0, now_ms).await
+                })
                 .await
                 .map_err(|e| e.to_string())?;
             let mut buckets = Vec::with_capacity(demands.len());
             for chunk in demands.chunks(IN_FLIGHT) {
                 let calls = chunk.iter().map(|(key, demand)| {
-                    let redis = redis.clone();
-                    let hash = redis.demand_key(&key.0, &key.1);
-                    let demand = *demand;
-                    async move { redis.exchange_demand(&hash, instance, demand, now_ms).await }
+                    store.call(move |redis| async move {
+                        let hash = redis.demand_key(&key.0, &key.1);
+                        redis
+                            .exchange_demand(&hash, instance, *demand, now_ms)
+                            .await
+                    })
                 });
                 for answer in futures_util::future::join_all(calls).await {
                     buckets.push(answer.ok().map(seen));
