@@ -1,5 +1,6 @@
 //! ratelimit-server's core: everything a decision is made of, with no listener, no file watcher
-//! and no network (the layers above: `ratelimit-redis`, `ratelimit-replay`, `ratelimit-app`).
+//! and no network (the layers above: `ratelimit-remote`, `ratelimit-redis`, `ratelimit-replay`,
+//! `ratelimit-app`).
 //!
 //! Module map (dependencies point inward only; `tests/it/architecture.rs` holds what the compiler
 //! cannot: which modules stay pure and which never read the wall clock):
@@ -7,8 +8,8 @@
 //! - pure: [`config`] (rules files → validated model), [`policy`] (matching tree), [`limiter`]
 //!   (algorithms as functions of state, now and hits), [`wire`] (the JSON form of requests, the
 //!   record line, RFC 3339, the `/explain` answer), [`redact`] (passwords out of messages);
-//! - state: [`store`] (the seam every backend implements, the memory backend, the guard of a
-//!   remote one);
+//! - state: [`store`] (the seam every backend implements, the transaction, the memory backend;
+//!   a remote one's guard is the crate `ratelimit-remote`);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`] (every Prometheus
 //!   series, the per-rule ones installed with the rules);
 //! - [`rules_dir`]: reading a rules directory from disk; [`testing`]: request builders shared by

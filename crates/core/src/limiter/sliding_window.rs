@@ -217,7 +217,7 @@ mod tests {
     fn state_rolls_over_and_expires() {
         let p = params(4, 1);
         let e = eval(&p, None, T0 + S / 2, 3);
-        // The stored words themselves (Redis holds them as they are).
+        // The stored words themselves (a remote store holds them as they are).
         assert_eq!(
             e.state_after,
             State {

@@ -1,5 +1,5 @@
 //! Which part of a rule's pool one server instance hands out when several instances share a
-//! bucket (through Redis). Pure: the snapshot of every instance's demand and the snapshot's time
+//! bucket (through a shared store). Pure: the snapshot of every instance's demand and the snapshot's time
 //! are passed in.
 //!
 //! Each instance publishes its demand for the bucket (requests per second, from its Envoys'

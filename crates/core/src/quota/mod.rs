@@ -1,9 +1,9 @@
 //! The Rate Limit Quota Service's logic, transport-free and pure (time is passed in): which rule
 //! governs an RLQS bucket ([`bucket`]), what one rule allows as a pool of tokens ([`pool`]), and
 //! how a pool is split among the Envoys that report the bucket ([`shares`]), and which part of it
-//! one server instance hands out when instances share the bucket through Redis ([`fraction`]), and
+//! one server instance hands out when instances share the bucket through a shared store ([`fraction`]), and
 //! when each bucket next needs a tick ([`deadlines`]).
-//! The gRPC stream and the Redis exchange around it live in `ratelimit-app`.
+//! The gRPC stream and the exchange between instances around it live in `ratelimit-app`.
 
 pub mod bucket;
 pub mod deadlines;
@@ -17,7 +17,7 @@ pub use pool::Pool;
 pub use shares::{Grant, Shares, StreamId, TokenGrant};
 
 /// What the server holds for one RLQS bucket: the rule it was read on, this instance's fraction of
-/// the pool (1 unless instances share it through Redis) and, per stream, its grant (if any) and
+/// the pool (1 unless instances share it through a shared store) and, per stream, its grant (if any) and
 /// its demand in requests per second (`/explain?bucket=…`).
 #[derive(Debug, Clone)]
 pub struct BucketView {

@@ -16,7 +16,7 @@
 //! that cannot be covered gets DENY_ALL until its share comes back. A stream whose stream closed
 //! keeps its bound until its assignment's TTL has passed (Envoy enforces it until then).
 //!
-//! With instances sharing the pool through Redis, this instance hands out only its fraction of
+//! With instances sharing the pool through a shared store, this instance hands out only its fraction of
 //! it (`set_fraction`, see `quota::fraction`): the rate, the burst and the ledger's cap scaled
 //! down; a smaller fraction clamps the level at once, a larger one only refills faster.
 
@@ -128,7 +128,7 @@ fn secs(nanos: Nanos) -> f64 {
 #[derive(Debug, Clone)]
 pub struct Shares {
     pool: Pool,
-    /// This instance's part of the pool (1 unless instances share it through Redis: see
+    /// This instance's part of the pool (1 unless instances share it through a shared store: see
     /// `quota::fraction`); the rate and burst handed out here are the pool's scaled by it.
     fraction: f64,
     /// The pool's level (may go below zero when Envoys admitted more than it held, e.g. before

@@ -94,7 +94,7 @@ pub struct BucketExplanation {
     /// What governs the bucket (`outcome`, and what goes with it).
     #[serde(flatten)]
     pub governed: BucketGoverned,
-    /// This instance's part of the pool (1 unless instances share it through Redis); absent when
+    /// This instance's part of the pool (1 unless instances share it through a shared store); absent when
     /// no stream reported the bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fraction: Option<f64>,
