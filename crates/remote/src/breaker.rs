@@ -97,7 +97,7 @@ impl Breaker {
     }
 
     /// This breaker, taking `quiet` without an answer (at least [`Breaker::QUIET`]) as silence:
-    /// the guard gives `REDIS_TIMEOUT`, as long as an answer may take.
+    /// the guard gives the backend's call timeout, as long as an answer may take.
     pub fn with_quiet(self, quiet: Duration) -> Breaker {
         Breaker {
             quiet: quiet.max(Self::QUIET),

@@ -15,6 +15,8 @@ mod failure;
 mod hand_over;
 mod switch;
 mod tasks;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
