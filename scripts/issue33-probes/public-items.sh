@@ -6,7 +6,7 @@
 set -eu
 cd "${1:-.}"
 printf '%-8s %8s %8s %8s\n' crate lines items fields
-for c in core redis replay app root; do
+for c in core remote redis replay app root; do
   dir=crates/$c/src; [ $c = root ] && dir=src
   [ -d "$dir" ] || continue
   files=$(find "$dir" -name '*.rs' ! -name tests.rs ! -path '*/tests/*' | sort)
