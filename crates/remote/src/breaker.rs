@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// What a caller may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Permit {
+pub(crate) enum Permit {
     /// The breaker is closed: call the backend.
     Call,
     /// The breaker lets this one call through to see whether the backend answers again.
@@ -25,7 +25,7 @@ pub enum Permit {
 
 /// A switch between the backend and the failure mode, to log and count once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// The backend stopped answering: decisions go to the failure mode.
     Down,
     /// The backend answers again: decisions go back to it.
@@ -34,7 +34,7 @@ pub enum Change {
 
 /// The breaker's state, for the `ratelimit_<name>_breaker_state` gauge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerState {
+pub(crate) enum BreakerState {
     Closed = 0,
     Open = 1,
     HalfOpen = 2,
@@ -62,7 +62,7 @@ impl Recent {
 }
 
 #[derive(Debug, Clone)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     phase: Phase,
     /// How long the next opening lasts.
     interval: Duration,
@@ -77,13 +77,13 @@ pub struct Breaker {
 
 impl Breaker {
     /// Failed calls since the last answered one that open the breaker...
-    pub const THRESHOLD: u32 = 3;
+    pub(crate) const THRESHOLD: u32 = 3;
     /// ... once that answer is at least this old (other connections answering meanwhile keep it
     /// closed): the least quiet time, and the default.
-    pub const QUIET: Duration = Duration::from_millis(50);
+    pub(crate) const QUIET: Duration = Duration::from_millis(50);
 
     /// A closed breaker whose openings last `base`, doubling up to `max`.
-    pub fn new(base: Duration, max: Duration, probe_timeout: Duration) -> Breaker {
+    pub(crate) fn new(base: Duration, max: Duration, probe_timeout: Duration) -> Breaker {
         Breaker {
             phase: Phase::Closed {
                 recent: Recent::NONE,
@@ -98,7 +98,7 @@ impl Breaker {
 
     /// This breaker, taking `quiet` without an answer (at least [`Breaker::QUIET`]) as silence:
     /// the guard gives the backend's call timeout, as long as an answer may take.
-    pub fn with_quiet(self, quiet: Duration) -> Breaker {
+    pub(crate) fn with_quiet(self, quiet: Duration) -> Breaker {
         Breaker {
             quiet: quiet.max(Self::QUIET),
             ..self
@@ -106,19 +106,24 @@ impl Breaker {
     }
 
     /// How long without an answer is silence.
-    pub fn quiet(&self) -> Duration {
+    pub(crate) fn quiet(&self) -> Duration {
         self.quiet
     }
 
     /// An open breaker (the backend not reached yet), whose first probe may go at `now`.
-    pub fn new_open(base: Duration, max: Duration, probe_timeout: Duration, now: Instant) -> Self {
+    pub(crate) fn new_open(
+        base: Duration,
+        max: Duration,
+        probe_timeout: Duration,
+        now: Instant,
+    ) -> Self {
         Breaker {
             phase: Phase::Open { until: now },
             ..Breaker::new(base, max, probe_timeout)
         }
     }
 
-    pub fn state(&self) -> BreakerState {
+    pub(crate) fn state(&self) -> BreakerState {
         match self.phase {
             Phase::Closed { .. } => BreakerState::Closed,
             Phase::Open { .. } => BreakerState::Open,
@@ -128,17 +133,17 @@ impl Breaker {
 
     /// Closed, with enough failures to open but an answer too recent: the caller should check
     /// again (a `PING`) once [`Breaker::quiet`] has passed, in case no more calls come to tell.
-    pub fn suspects(&self) -> bool {
+    pub(crate) fn suspects(&self) -> bool {
         matches!(self.phase, Phase::Closed { recent } if recent.failures >= Self::THRESHOLD)
     }
 
     /// Whether decisions go to the backend (the breaker is closed).
-    pub fn is_up(&self) -> bool {
+    pub(crate) fn is_up(&self) -> bool {
         matches!(self.phase, Phase::Closed { .. })
     }
 
     /// What a call may do at `now`.
-    pub fn permit(&mut self, now: Instant) -> Permit {
+    pub(crate) fn permit(&mut self, now: Instant) -> Permit {
         match self.phase {
             Phase::Closed { .. } => Permit::Call,
             Phase::Open { until } if now >= until => {
@@ -156,7 +161,7 @@ impl Breaker {
     }
 
     /// Records how a call made with `permit` ended at `now`; returns the switch it caused.
-    pub fn record(&mut self, permit: Permit, ok: bool, now: Instant) -> Option<Change> {
+    pub(crate) fn record(&mut self, permit: Permit, ok: bool, now: Instant) -> Option<Change> {
         match (self.phase, permit) {
             (Phase::Closed { recent }, Permit::Call) => {
                 if ok {
@@ -195,7 +200,7 @@ impl Breaker {
     }
 
     /// The backend was reached some other way (the first connection): decisions go to it now.
-    pub fn connected(&mut self) -> Option<Change> {
+    pub(crate) fn connected(&mut self) -> Option<Change> {
         (!self.is_up()).then(|| self.close())
     }
 

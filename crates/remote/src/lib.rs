@@ -15,6 +15,7 @@
 //! - `guarded` ([`Guarded`]: the call under deadline and permit, the failure modes, the outage's
 //!   hand-over and write-back, the background tasks).
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 mod breaker;
 mod every;

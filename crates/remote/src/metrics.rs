@@ -12,11 +12,11 @@ use crate::mode::FailureMode;
 use crate::names::RemoteName;
 
 /// Kinds of failed calls (`ratelimit_<name>_errors{kind}`).
-pub const ERROR_KINDS: [&str; 4] = ["timeout", "connection", "script", "conflict_exhausted"];
+pub(crate) const ERROR_KINDS: [&str; 4] = ["timeout", "connection", "script", "conflict_exhausted"];
 
 /// Outcomes of connecting (`ratelimit_<name>_connects{outcome}`): connected; nobody answered
 /// (refused, no answer in time); the backend or its TLS refused us (password, certificate).
-pub const CONNECT_OUTCOMES: [&str; 3] = ["connected", "unreachable", "refused"];
+pub(crate) const CONNECT_OUTCOMES: [&str; 3] = ["connected", "unreachable", "refused"];
 
 #[derive(Clone)]
 pub struct RemoteMetrics {

@@ -5,7 +5,7 @@
 
 /// A remote backend's names, derived once from its `Backend::NAME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RemoteName {
+pub(crate) struct RemoteName {
     /// In metric names and label values: `redis`.
     pub series: &'static str,
     /// In prose: `Redis`.
@@ -16,7 +16,7 @@ pub struct RemoteName {
 
 impl RemoteName {
     /// The names of the backend called `name` (lower case, as `Backend::NAME`).
-    pub fn of(name: &'static str) -> RemoteName {
+    pub(crate) fn of(name: &'static str) -> RemoteName {
         let mut chars = name.chars();
         let title = chars
             .next()
@@ -30,7 +30,7 @@ impl RemoteName {
     }
 
     /// `template` with `{name}`, `{Name}` and `{NAME}` replaced by this backend's names.
-    pub fn fill(&self, template: &str) -> String {
+    pub(crate) fn fill(&self, template: &str) -> String {
         template
             .replace("{name}", self.series)
             .replace("{Name}", &self.title)

@@ -29,14 +29,14 @@ struct Entry {
 /// Bytes counted per entry besides its key's text.
 const ENTRY_OVERHEAD: usize = 96;
 
-pub struct OverLimitCache<K> {
+pub(crate) struct OverLimitCache<K> {
     entries: Mutex<(HashMap<K, Entry>, usize)>,
     max_bytes: usize,
 }
 
 impl<K: RemoteKey> OverLimitCache<K> {
     /// A cache of at most about `max_bytes` (None when 0: off).
-    pub fn new(max_bytes: usize) -> Option<OverLimitCache<K>> {
+    pub(crate) fn new(max_bytes: usize) -> Option<OverLimitCache<K>> {
         (max_bytes > 0).then(|| OverLimitCache {
             entries: Mutex::new((HashMap::new(), 0)),
             max_bytes,
@@ -50,7 +50,7 @@ impl<K: RemoteKey> OverLimitCache<K> {
     }
 
     /// The backend's answer for `charges`, if every charge is known to be over its limit at `now`.
-    pub fn answer(&self, charges: &[Charge<K>], now: Nanos) -> Option<Verdicts> {
+    pub(crate) fn answer(&self, charges: &[Charge<K>], now: Nanos) -> Option<Verdicts> {
         if charges.is_empty() {
             return None;
         }
@@ -74,7 +74,7 @@ impl<K: RemoteKey> OverLimitCache<K> {
     }
 
     /// Learns from the backend's `verdicts` for `charges` decided at `now`.
-    pub fn learn(&self, charges: &[Charge<K>], verdicts: &Verdicts, now: Nanos) {
+    pub(crate) fn learn(&self, charges: &[Charge<K>], verdicts: &Verdicts, now: Nanos) {
         for (c, v) in charges.iter().zip(verdicts) {
             if v.allowed || c.hits == 0 || c.params.algorithm != Algorithm::FixedWindow {
                 continue;
@@ -103,7 +103,7 @@ impl<K: RemoteKey> OverLimitCache<K> {
     }
 
     /// Forgets everything (the backend came back after an outage: it may have lost counts).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         let mut guard = self.lock();
         guard.0.clear();
         guard.1 = 0;
