@@ -206,12 +206,6 @@ impl<C: Connect> Guarded<C> {
         self.shared.instance_id
     }
 
-    /// The remote backend, once connected, unguarded (for tests and tools; a call the server
-    /// makes goes through [`Guarded::call`]).
-    pub fn remote(&self) -> Option<Arc<C::Backend>> {
-        self.shared.remote.load_full()
-    }
-
     /// Whether decisions go to the remote backend now.
     pub fn is_up(&self) -> bool {
         self.breaker().is_up() && self.shared.remote.load().is_some()

@@ -148,7 +148,7 @@ async fn failed_calls_open_the_breaker_and_then_nothing_is_called() {
         "three failures and no answer open the breaker"
     );
     assert_eq!(metrics.store_errors.get(), 3);
-    let remote = store.remote().unwrap();
+    let remote = store.shared.remote.load_full().unwrap();
     assert_eq!(remote.calls.load(Ordering::Relaxed), 3);
 
     let error = failing(&store).await.unwrap_err();
