@@ -141,7 +141,7 @@ fn the_image_and_the_deployment_agree() {
     }
 }
 
-/// Probe timings against the shutdown the server implements (README "Signals"): on SIGTERM it
+/// Probe timings against the shutdown the server implements (docs/operations.md "Signals"): on SIGTERM it
 /// serves for SHUTDOWN_DELAY with /readyz 503 and /healthcheck 500, then drains for at most
 /// DRAIN_TIMEOUT, then exits.
 #[test]
