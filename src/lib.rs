@@ -11,12 +11,11 @@
 
 pub mod cli;
 
-pub use ratelimit_app::{app, front, http, logging, record, reference_env, settings, status};
+pub use ratelimit_app::{front, http, logging, record, reference_env, server, settings, status};
 pub use ratelimit_core::{
     clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, testing, wire,
 };
 pub use ratelimit_replay as replay;
-pub use ratelimit_replay::chart as plot;
 
 /// Where limiter state lives: the core's seam, the memory backend and the guard, and the Redis
 /// backend.

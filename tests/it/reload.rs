@@ -310,7 +310,7 @@ async fn two_servers_on_one_directory_stay_quiet() {
             ratelimit_server::settings::ServeSettings::for_tests(first.dir.path().to_path_buf());
         settings.shutdown_delay = std::time::Duration::ZERO;
         let clock = ratelimit_server::clock::ManualClock::new(common::START);
-        ratelimit_server::app::start(&settings, std::sync::Arc::new(clock))
+        ratelimit_server::server::start(&settings, std::sync::Arc::new(clock))
             .await
             .expect("second server starts")
     };
