@@ -1,8 +1,8 @@
 //! The Kubernetes manifests and the binary agree: each test renders deploy/kubernetes with
 //! `kubectl kustomize`, reads the ratelimit-server Deployment's container, and runs the binary on
 //! the host with that container's command, environment, user, ports and mounts (mapped into a
-//! temporary root, ConfigMaps and Secrets in kubelet's `..data` layout; tests/support/manifest.rs
-//! and tests/support/pod.rs).
+//! temporary root, ConfigMaps and Secrets in kubelet's `..data` layout; tests/it/support/manifest.rs
+//! and tests/it/support/pod.rs).
 //! Then kubelet's probes, real decisions, a ConfigMap update and SIGTERM are played against it.
 //! Without kubectl the tests say so loudly and pass; under CI they fail instead.
 

@@ -434,11 +434,10 @@ async fn admitted(s: &TestServer, n: usize) -> u64 {
     ok
 }
 
-/// Issue 23, finding 3: an outage no longer gives every instance the whole limit again. Three
+/// An outage does not give every instance the whole limit again. Three
 /// instances on one Redis (they count each other by heartbeat) share a 300/day key and use half of
 /// it; Redis is frozen; each instance then decides alone from the value it last saw, keeping a
-/// third of what was left, so the three together admit about the 150 left (before: each started
-/// from zero, 300 each). When Redis answers again, what they admitted is written back: Redis
+/// third of what was left, so the three together admit about the 150 left. When Redis answers again, what they admitted is written back: Redis
 /// holds the whole limit spent and every instance refuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]

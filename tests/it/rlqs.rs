@@ -318,7 +318,7 @@ async fn a_stream_cannot_hold_more_buckets_than_its_cap_and_each_refusal_counts_
     assert_eq!(envoy.next().await.len(), 1);
 }
 
-/// Streams whose client sends reports and never reads the answers (issue 31, finding 5): the
+/// Streams whose client sends reports and never reads the answers: the
 /// server holds at most one action per bucket for each, and nothing once they are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
@@ -382,8 +382,7 @@ async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
     }
 }
 
-/// A shadow-mode bucket binds no Envoy: once its streams close it is forgotten (issue 31, finding
-/// 7: such buckets were ticked forever).
+/// A shadow-mode bucket binds no Envoy: once its streams close it is forgotten, not ticked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shadow_mode_bucket_goes_with_its_last_stream() {
     let rules = RULES.replace(

@@ -59,8 +59,8 @@ async fn health_flips_to_not_serving_before_the_server_stops() {
         .unwrap();
 }
 
-/// An open Watch stream used to hold the shutdown for the whole drain timeout: it must end (after
-/// saying NOT_SERVING) when the server closes its listeners.
+/// An open Watch stream does not hold the shutdown for the drain timeout: it ends (after saying
+/// NOT_SERVING) when the server closes its listeners.
 #[tokio::test]
 async fn open_health_watches_end_at_shutdown_instead_of_holding_the_drain() {
     let s = common::start_with(&[("d.yaml", RULES)], |settings| {
@@ -81,7 +81,7 @@ async fn open_health_watches_end_at_shutdown_instead_of_holding_the_drain() {
         watch.message().await.unwrap().unwrap().status(),
         ServingStatus::Serving
     );
-    // The guard is far above any real shutdown: before the fix this waited out the hour.
+    // The guard is far above any real shutdown and far below the hour-long drain timeout.
     tokio::time::timeout(Duration::from_secs(30), s.server.shutdown())
         .await
         .expect("shutdown is not held by an open Watch stream");
