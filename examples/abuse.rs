@@ -1,4 +1,4 @@
-//! Hostile clients, for trying a running server from outside (issue 10's findings): stalled
+//! Hostile clients, for trying a running server from outside: stalled
 //! streams, silent connections, descriptor floods. Bounded in count and time; loopback only.
 //!
 //! ```sh

@@ -17,9 +17,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Zipf};
-use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
 use ratelimit_server::clock::monotonic;
+use ratelimit_server::server;
 use ratelimit_server::settings::{BackendType, ServeSettings};
 
 #[derive(Debug, Parser)]
@@ -77,7 +77,9 @@ async fn run(args: &Args, port: u16, cache_bytes: usize, prefix: &str) {
     settings.store.redis_url = format!("127.0.0.1:{port}");
     settings.store.cache_key_prefix = prefix.into();
     settings.store.local_cache_size_in_bytes = cache_bytes;
-    let server = app::start(&settings, Arc::new(SystemClock)).await.unwrap();
+    let server = server::start(&settings, Arc::new(SystemClock))
+        .await
+        .unwrap();
     let client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))
         .await
         .unwrap();

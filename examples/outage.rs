@@ -20,10 +20,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use hdrhistogram::Histogram;
-use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::remote::FailureMode;
+use ratelimit_server::server;
 use ratelimit_server::settings::{BackendType, ServeSettings};
 
 const RULES: &str = "domain: o\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 100000000, algorithm: fixed_window}\n";
@@ -149,7 +149,7 @@ async fn main() {
     settings.store.redis_url = format!("127.0.0.1:{port}");
     settings.store.redis_timeout = Duration::from_millis(args.timeout_ms);
     settings.store.redis_failure_mode = mode;
-    let server = app::start(&settings, Arc::new(SystemClock))
+    let server = server::start(&settings, Arc::new(SystemClock))
         .await
         .expect("server starts");
     let metrics_url = format!("http://{}/metrics", server.http_addr);

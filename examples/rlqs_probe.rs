@@ -1,4 +1,4 @@
-//! RLQS from outside, for issue 31's findings 5 and 7 (`scripts/issue31-probes/rlqs.sh` starts
+//! RLQS from outside: streams that never read, and shadow-mode buckets (`scripts/issue31-probes/rlqs.sh` starts
 //! the server and runs this): loopback only, bounded in count and time.
 //!
 //! - `slow-readers`: streams that report many buckets often and never read an answer; prints the

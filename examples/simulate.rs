@@ -13,7 +13,7 @@ use plotters::prelude::*;
 use ratelimit_server::clock::{NANOS_PER_SECOND, Nanos};
 use ratelimit_server::config::Algorithm;
 use ratelimit_server::limiter::{self, LimitParams, State};
-use ratelimit_server::plot::{Plot, builder, legend, mesh, page};
+use ratelimit_server::replay::chart::{Plot, builder, legend, mesh, page};
 
 const MS: Nanos = 1_000_000;
 /// Simulated span, and the width of one bar of the plots.

@@ -1,4 +1,4 @@
-//! Soak load for a running server (issue 31, finding 11): steady ShouldRateLimit calls over many
+//! Soak load for a running server: steady ShouldRateLimit calls over many
 //! distinct keys, and RLQS streams that report their buckets every second and read every answer,
 //! each stream closed and opened again every minute. Prints one line a minute (calls, answers by
 //! code, errors, RLQS messages). `scripts/issue31-probes/soak.sh` starts the server and Redis,

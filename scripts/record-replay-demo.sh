@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Before you edit a limit" example, end to end on the release binary: serve the
+# docs/record.md's "Before you edit a limit" example, end to end on the release binary: serve the
 # shipped rules (config/) with --record, send 20 s of real traffic to POST /json (a few clients
 # above their per-IP limit, API keys searching), stop, then replay the recording against a
 # proposal that halves the per-IP limit, as text and as a plot.

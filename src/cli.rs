@@ -96,13 +96,15 @@ pub async fn run(cli: Cli) -> i32 {
         .command
         .unwrap_or_else(|| Command::Serve(Box::new(ServeSettings::from_env())));
     match command {
-        Command::Serve(settings) => match crate::app::run(&settings, Arc::new(SystemClock)).await {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("error: {e}");
-                1
+        Command::Serve(settings) => {
+            match crate::server::run(&settings, Arc::new(SystemClock)).await {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    1
+                }
             }
-        },
+        }
         Command::Check { dir, rules_files } => {
             check(&dir, rules_files.caps(), rules_files.merge_domain_config)
         }

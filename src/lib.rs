@@ -13,13 +13,12 @@
 
 pub mod cli;
 
-pub use ratelimit_app::{app, front, http, logging, record, reference_env, settings, status};
+pub use ratelimit_app::{front, http, logging, record, reference_env, server, settings, status};
 pub use ratelimit_core::{
     clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, testing, wire,
 };
 pub use ratelimit_remote as remote;
 pub use ratelimit_replay as replay;
-pub use ratelimit_replay::chart as plot;
 
 /// Where limiter state lives: the core's seam and the memory backend, and the Redis backend.
 pub mod store {

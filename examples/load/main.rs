@@ -233,7 +233,7 @@ fn spawn_server(
 }
 
 async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::path::PathBuf) {
-    use ratelimit_server::{app, clock::SystemClock, settings::ServeSettings};
+    use ratelimit_server::{clock::SystemClock, server, settings::ServeSettings};
     if kind == "noop" {
         tonic::transport::Server::builder()
             .add_service(noop::server())
@@ -246,7 +246,7 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
         let mut settings = ServeSettings::for_tests(config);
         settings.grpc_addr = addr;
         settings.http_addr = admin;
-        let _server = app::start(&settings, Arc::new(SystemClock))
+        let _server = server::start(&settings, Arc::new(SystemClock))
             .await
             .expect("server");
         std::future::pending::<()>().await;

@@ -98,62 +98,42 @@ fn input_of(side: &Side) -> RunInput<'_> {
 }
 
 pub async fn run(args: ReplayArgs) -> i32 {
-    let settings = EngineSettings {
-        defaults: args.defaults.limit_defaults(),
-        ..EngineSettings::default()
-    };
-    let Some(policy) = load(&args.config, &args.rules_files) else {
-        return 1;
-    };
-    let mut before = Side::new(
-        args.config.display().to_string(),
-        policy,
-        settings.clone(),
-        args.max_keys,
-    );
-    let mut after = match &args.against {
-        None => None,
-        Some(dir) => match load(dir, &args.rules_files) {
-            Some(policy) => Some(Side::new(
-                dir.display().to_string(),
-                policy,
-                settings,
-                args.max_keys,
-            )),
-            None => return 1,
-        },
-    };
-    let decoder: Box<dyn Decode> = match &args.map {
-        Some(map) if args.from_envoy_log => match crate::replay::envoy_log::Mapping::load(map) {
-            Ok(m) => Box::new(m),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return 1;
-            }
-        },
-        _ => Box::new(RecordLines),
-    };
-    let mut input = match Merged::open(&args.files, &*decoder, Problems::new(args.print_skipped)) {
-        Ok(input) => input,
-        Err(e) => {
+    match replay_and_report(&args).await {
+        Ok(()) => 0,
+        Err(Stop::Printed) => 1,
+        Err(Stop::Error(e)) => {
             eprintln!("error: {e}");
-            return 1;
+            1
         }
-    };
+    }
+}
+
+/// Why a replay stopped: its errors already printed (a rules directory's), or one to print.
+enum Stop {
+    Printed,
+    Error(String),
+}
+
+impl Stop {
+    fn error(e: impl std::fmt::Display) -> Stop {
+        Stop::Error(e.to_string())
+    }
+}
+
+/// Loads the rules, replays the input through them, and prints the report (and draws the plot).
+async fn replay_and_report(args: &ReplayArgs) -> Result<(), Stop> {
+    let (mut before, mut after) = sides(args)?;
+    let decoder = decoder(args)?;
+    let mut input = Merged::open(&args.files, &*decoder, Problems::new(args.print_skipped))
+        .map_err(Stop::error)?;
     let mut diff = DiffTally::default();
-    let run = match replay(
+    let run = replay(
         &mut input,
         &mut before,
         after.as_mut().map(|a| (a, &mut diff)),
     )
     .await
-    {
-        Ok(run) => run,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return 1;
-        }
-    };
+    .map_err(Stop::error)?;
     if run.evictions > 0 {
         eprintln!(
             "warning: {} keys were evicted because a store held --max-keys ({}) keys: answers \
@@ -170,20 +150,54 @@ pub async fn run(args: ReplayArgs) -> i32 {
     );
     if let Some(path) = &args.plot {
         let sides: Vec<&Side> = std::iter::once(&before).chain(after.as_ref()).collect();
-        if let Err(e) = crate::replay::plot::draw(path, &sides) {
-            eprintln!("error: cannot draw {}: {e}", path.display());
-            return 1;
-        }
+        crate::replay::plot::draw(path, &sides)
+            .map_err(|e| Stop::Error(format!("cannot draw {}: {e}", path.display())))?;
     }
     match args.format {
         Format::Text => print!("{}", report::text(&report)),
-        Format::Json => match serde_json::to_string_pretty(&report) {
-            Ok(json) => println!("{json}"),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return 1;
-            }
-        },
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(Stop::error)?
+        ),
     }
-    0
+    Ok(())
+}
+
+/// The rules replayed (`--config`) and, with `--against`, the proposed ones, each on its own
+/// engine.
+fn sides(args: &ReplayArgs) -> Result<(Side, Option<Side>), Stop> {
+    let settings = EngineSettings {
+        defaults: args.defaults.limit_defaults(),
+        ..EngineSettings::default()
+    };
+    let policy = load(&args.config, &args.rules_files).ok_or(Stop::Printed)?;
+    let before = Side::new(
+        args.config.display().to_string(),
+        policy,
+        settings.clone(),
+        args.max_keys,
+    );
+    let after = match &args.against {
+        None => None,
+        Some(dir) => {
+            let policy = load(dir, &args.rules_files).ok_or(Stop::Printed)?;
+            Some(Side::new(
+                dir.display().to_string(),
+                policy,
+                settings,
+                args.max_keys,
+            ))
+        }
+    };
+    Ok((before, after))
+}
+
+/// How input lines are read: record lines, or Envoy access-log lines through `--map`.
+fn decoder(args: &ReplayArgs) -> Result<Box<dyn Decode>, Stop> {
+    Ok(match &args.map {
+        Some(map) if args.from_envoy_log => {
+            Box::new(crate::replay::envoy_log::Mapping::load(map).map_err(Stop::error)?)
+        }
+        _ => Box::new(RecordLines),
+    })
 }

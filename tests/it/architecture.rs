@@ -60,7 +60,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             &["net"],
             &["xds"],
             &["settings", "reference_env"],
-            &["app", "logging"],
+            &["server", "logging"],
         ],
     ),
 ];

@@ -1,8 +1,8 @@
 //! The Kubernetes manifests and the binary agree: each test renders deploy/kubernetes with
 //! `kubectl kustomize`, reads the ratelimit-server Deployment's container, and runs the binary on
 //! the host with that container's command, environment, user, ports and mounts (mapped into a
-//! temporary root, ConfigMaps and Secrets in kubelet's `..data` layout; tests/support/manifest.rs
-//! and tests/support/pod.rs).
+//! temporary root, ConfigMaps and Secrets in kubelet's `..data` layout; tests/it/support/manifest.rs
+//! and tests/it/support/pod.rs).
 //! Then kubelet's probes, real decisions, a ConfigMap update and SIGTERM are played against it.
 //! Without kubectl the tests say so loudly and pass; under CI they fail instead.
 
@@ -141,7 +141,7 @@ fn the_image_and_the_deployment_agree() {
     }
 }
 
-/// Probe timings against the shutdown the server implements (README "Signals"): on SIGTERM it
+/// Probe timings against the shutdown the server implements (docs/operations.md "Signals"): on SIGTERM it
 /// serves for SHUTDOWN_DELAY with /readyz 503 and /healthcheck 500, then drains for at most
 /// DRAIN_TIMEOUT, then exits.
 #[test]

@@ -366,7 +366,7 @@ async fn a_record_file_that_cannot_be_opened_stops_the_start() {
     let mut settings = ServeSettings::for_tests(dir.path().to_path_buf());
     settings.record.record_file = Some(dir.path().join("missing/dir/rec.jsonl"));
     let clock = Arc::new(ratelimit_server::clock::ManualClock::new(START));
-    let error = ratelimit_server::app::start(&settings, clock)
+    let error = ratelimit_server::server::start(&settings, clock)
         .await
         .err()
         .expect("refused")

@@ -618,11 +618,10 @@ pub(crate) fn is_master(node: &RedisServer) -> bool {
         .is_ok_and(|i| i.contains("role:master"))
 }
 
-/// Issue 23, finding 2: a master killed under racing load, its replica promoted. While it is
+/// A master killed under racing load, its replica promoted. While it is
 /// dead the key's decisions go to the local failure mode, which starts from the values each
 /// instance last saw and keeps its share (one of two instances: a half) of what was left; once the
-/// replica serves the slot, what was admitted locally is written into it. Before the hand-over
-/// (each local store started empty) a master kill gave 2,700 of 900; now the total stays within
+/// replica serves the slot, what was admitted locally is written into it. The total stays within
 /// the limit plus what the two instances had not seen of each other (at most one batch each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]

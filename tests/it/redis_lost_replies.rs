@@ -1,4 +1,4 @@
-//! Replies lost on the way back from Redis (issue 31, findings 4 and 8): a proxy in front of a real
+//! Replies lost on the way back from Redis: a proxy in front of a real
 //! redis-server drops a share of its replies and cuts their connections (the commands ran; their
 //! callers never hear so), under the real server binary at the defaults a user gets. A call so
 //! lost is sent once more on the pool's next connection, and Redis recognises a resent
@@ -114,14 +114,14 @@ async fn lost_replies_are_charged_once_and_do_not_open_the_breaker() {
     assert_eq!(f.ok + f.over_limit + f.unavailable, requests);
     assert_eq!(f.over_limit, f.failure_mode, "only the failure mode denies");
     // Each admitted request is in Redis once; a denied one only if its every attempt was lost
-    // after landing (before: a resent call that had landed was charged again).
+    // after landing (a resent call that had landed is not charged again).
     assert!(
         f.ok <= f.charged && f.charged <= f.ok + f.failure_mode,
         "{} admitted, {} charged",
         f.ok,
         f.charged
     );
-    // Only calls whose every attempt was lost go to the failure mode (before: 34–62 %).
+    // Only calls whose every attempt was lost go to the failure mode.
     assert!(
         f.failure_mode * 50 <= requests,
         "{} of {requests} answered by the failure mode",

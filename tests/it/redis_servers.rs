@@ -150,23 +150,16 @@ async fn a_bad_redis_setting_stops_the_server_naming_it() {
         (("REDIS_URL", "nohostport"), "REDIS_URL"),
         (("REDIS_TLS_CACERT", "/nonexistent.pem"), "REDIS_TLS_CACERT"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
-            .args([
-                "serve",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-            ])
-            .arg("--config")
-            .arg(rules.path())
-            .env("BACKEND_TYPE", "redis")
-            .env("REDIS_TLS", "true")
-            .env(env.0, env.1)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{env:?}");
+        let mut served = Served::with_env(
+            rules.path(),
+            &[
+                ("BACKEND_TYPE", "redis".to_owned()),
+                ("REDIS_TLS", "true".to_owned()),
+                (env.0, env.1.to_owned()),
+            ],
+        );
+        assert!(!served.wait_exit().success(), "{env:?}");
+        let stderr = served.log();
         assert!(
             stderr.contains(named) || stderr.contains(&named.to_lowercase().replace('_', "-")),
             "{env:?}: {stderr}"

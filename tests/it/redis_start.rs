@@ -1,6 +1,6 @@
 //! Start-up on a Redis that is slow, cuts its replies, or refuses us: the real binary at the
 //! defaults a user gets, a real redis-server behind a proxy whose faults change while the server
-//! runs (`common::fault_proxy`). Issue 31, finding 2: only a refusal (password, ACL, TLS) stops
+//! runs (`common::fault_proxy`). Only a refusal (password, ACL, TLS) stops
 //! the start; a Redis too far or a reply cut short leaves it "unreachable": the server starts in
 //! the failure mode, says so once, and keeps connecting until Redis answers.
 
@@ -19,7 +19,7 @@ const RULES: &str =
     "domain: boot\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
 
 /// One way: a round trip of 120 ms, past the default 100 ms `REDIS_TIMEOUT`, yet near enough
-/// that connecting succeeds and only the first PING times out (the server used to exit).
+/// that connecting succeeds and only the first PING times out (the server must start).
 const TOO_FAR: Duration = Duration::from_millis(60);
 
 fn rules() -> tempfile::TempDir {

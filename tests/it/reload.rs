@@ -152,14 +152,10 @@ async fn a_broken_edit_keeps_the_old_rules_and_is_reported_until_fixed() {
     assert_eq!(metric(&s, "ratelimit_service_config_load_success").await, 1);
     let broken = rules("a", 5).replace("requests_per_unit", "request_per_unit");
     fs::write(s.dir.path().join("a.yaml"), broken).unwrap();
-    let started = monotonic();
-    while metric(&s, "ratelimit_service_config_load_error").await == 0 {
-        assert!(
-            started.elapsed().as_secs() < 30,
-            "the broken edit was not noticed"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    common::wait::eventually("the broken edit is noticed", || async {
+        metric(&s, "ratelimit_service_config_load_error").await > 0
+    })
+    .await;
     assert_eq!(
         limit_of(s.client.clone(), "a").await,
         Some(5),
@@ -220,8 +216,8 @@ async fn unchanged_overall_answer_while_reloading() {
     wait_for_limit(&mut s, "a", Some(1019)).await;
 }
 
-/// Asserts that `name` stays at `expected` on `server` for `period`, polling (fails at the first
-/// change, so a loop is caught quickly and a quiet server costs only the period).
+/// Asserts that `name` is still `expected` once the server has read the rules files after
+/// everything done to them so far ([`settle`]).
 async fn stays_at(s: &TestServer, name: &str, expected: u64) {
     let metrics = s.http("/metrics");
     settle(s.dir.path(), &metrics).await;
@@ -310,7 +306,7 @@ async fn two_servers_on_one_directory_stay_quiet() {
             ratelimit_server::settings::ServeSettings::for_tests(first.dir.path().to_path_buf());
         settings.shutdown_delay = std::time::Duration::ZERO;
         let clock = ratelimit_server::clock::ManualClock::new(common::START);
-        ratelimit_server::app::start(&settings, std::sync::Arc::new(clock))
+        ratelimit_server::server::start(&settings, std::sync::Arc::new(clock))
             .await
             .expect("second server starts")
     };
@@ -321,11 +317,10 @@ async fn two_servers_on_one_directory_stay_quiet() {
     assert_eq!(second_metric(SUCCESS).await, 1, "second server reloaded");
     // An edit reloads each once.
     fs::write(first.dir.path().join("a.yaml"), rules("a", 6)).unwrap();
-    let started = monotonic();
-    while metric(&first, SUCCESS).await < 2 || second_metric(SUCCESS).await < 2 {
-        assert!(started.elapsed().as_secs() < 30, "the edit was not seen");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    common::wait::eventually("both servers see the edit", || async {
+        metric(&first, SUCCESS).await >= 2 && second_metric(SUCCESS).await >= 2
+    })
+    .await;
     stays_at(&first, SUCCESS, 2).await;
     assert_eq!(
         second_metric(SUCCESS).await,

@@ -19,6 +19,7 @@ use tonic::Streaming;
 use crate::common::metrics::scrape_count as scrape_metric;
 use crate::common::process::Served;
 use crate::common::redis::RedisServer;
+use crate::common::wait::eventually;
 use crate::common::{self, TestServer};
 
 const RULES: &str = "
@@ -318,7 +319,7 @@ async fn a_stream_cannot_hold_more_buckets_than_its_cap_and_each_refusal_counts_
     assert_eq!(envoy.next().await.len(), 1);
 }
 
-/// Streams whose client sends reports and never reads the answers (issue 31, finding 5): the
+/// Streams whose client sends reports and never reads the answers: the
 /// server holds at most one action per bucket for each, and nothing once they are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
@@ -340,24 +341,16 @@ async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
         silent.push(envoy);
     }
     let reports = 3 * 40 * BUCKETS as u64;
-    let started = tokio::time::Instant::now();
-    while scrape_metric(&metrics, "ratelimit_rlqs_reports_total").await < reports {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "reports not read"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("every report is read", || async {
+        scrape_metric(&metrics, "ratelimit_rlqs_reports_total").await >= reports
+    })
+    .await;
     // The last answers are queued just after their reports are counted.
-    let mut pending = 0;
-    while pending == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "the clients read nothing, yet nothing waits"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        pending = scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await;
-    }
+    eventually("the clients read nothing, and actions wait", || async {
+        scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await > 0
+    })
+    .await;
+    let pending = scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await;
     assert!(
         pending <= 3 * BUCKETS as u64,
         "{pending} actions wait for 3 streams of {BUCKETS} buckets"
@@ -370,20 +363,14 @@ async fn streams_that_never_read_hold_at_most_one_action_per_bucket() {
     }
     drop(reader);
     drop(silent);
-    let started = tokio::time::Instant::now();
-    while scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await > 0
-        || scrape_metric(&metrics, "ratelimit_rlqs_streams").await > 0
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "pending after close"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("nothing pending once the streams close", || async {
+        scrape_metric(&metrics, "ratelimit_rlqs_outbox_pending").await == 0
+            && scrape_metric(&metrics, "ratelimit_rlqs_streams").await == 0
+    })
+    .await;
 }
 
-/// A shadow-mode bucket binds no Envoy: once its streams close it is forgotten (issue 31, finding
-/// 7: such buckets were ticked forever).
+/// A shadow-mode bucket binds no Envoy: once its streams close it is forgotten, not ticked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shadow_mode_bucket_goes_with_its_last_stream() {
     let rules = RULES.replace(
@@ -401,11 +388,10 @@ async fn a_shadow_mode_bucket_goes_with_its_last_stream() {
     );
     assert_eq!(scrape_metric(&metrics, "ratelimit_rlqs_buckets").await, 1);
     drop(envoy);
-    let started = tokio::time::Instant::now();
-    while scrape_metric(&metrics, "ratelimit_rlqs_buckets").await > 0 {
-        assert!(started.elapsed() < Duration::from_secs(10), "bucket kept");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the bucket goes with its stream", || async {
+        scrape_metric(&metrics, "ratelimit_rlqs_buckets").await == 0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,12 +2,11 @@
 
 use crate::common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{free_port, start};
+use common::process::Served;
+use common::start;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use tokio::time::Instant;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
@@ -59,8 +58,8 @@ async fn health_flips_to_not_serving_before_the_server_stops() {
         .unwrap();
 }
 
-/// An open Watch stream used to hold the shutdown for the whole drain timeout: it must end (after
-/// saying NOT_SERVING) when the server closes its listeners.
+/// An open Watch stream does not hold the shutdown for the drain timeout: it ends (after saying
+/// NOT_SERVING) when the server closes its listeners.
 #[tokio::test]
 async fn open_health_watches_end_at_shutdown_instead_of_holding_the_drain() {
     let s = common::start_with(&[("d.yaml", RULES)], |settings| {
@@ -81,7 +80,7 @@ async fn open_health_watches_end_at_shutdown_instead_of_holding_the_drain() {
         watch.message().await.unwrap().unwrap().status(),
         ServingStatus::Serving
     );
-    // The guard is far above any real shutdown: before the fix this waited out the hour.
+    // The guard is far above any real shutdown and far below the hour-long drain timeout.
     tokio::time::timeout(Duration::from_secs(30), s.server.shutdown())
         .await
         .expect("shutdown is not held by an open Watch stream");
@@ -100,66 +99,26 @@ async fn client_channel(port: u16) -> tonic::transport::Channel {
         .unwrap()
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 /// SIGTERM: health says NOT_SERVING (HTTP 500) while the server keeps answering, new connections
 /// included, for SHUTDOWN_DELAY; then it drains and exits 0.
 async fn sigterm_keeps_serving_with_health_not_serving_for_the_delay_then_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
-    let (grpc, http) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args(["serve", "--config"])
-        .arg(dir.path())
-        .args([
-            "--grpc-addr",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-addr",
-            &format!("127.0.0.1:{http}"),
-        ])
-        // Long enough for the checks below on a loaded machine; they assert what happens within
-        // the delay, not when.
-        .env("SHUTDOWN_DELAY", "5s")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut child = Killed(child);
-    let started = Instant::now();
-    loop {
-        let ready = reqwest::get(format!("http://127.0.0.1:{http}/readyz")).await;
-        if ready.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "server not ready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let status = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let health = reqwest::get(format!("http://127.0.0.1:{http}/healthcheck")).await;
-        if health.is_ok_and(|r| r.status() == 500) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "health never said unhealthy");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Long enough for the checks below on a loaded machine; they assert what happens within the
+    // delay, not when.
+    let mut served = Served::with_env(dir.path(), &[("SHUTDOWN_DELAY", "5s".to_owned())]);
+    served.wait_ready().await;
+    served.terminate();
+    let healthcheck = format!("{}/healthcheck", served.http);
+    common::wait::eventually("health says unhealthy", || async {
+        reqwest::get(&healthcheck)
+            .await
+            .is_ok_and(|r| r.status() == 500)
+    })
+    .await;
     // Unhealthy, but still serving: a new connection gets its answer.
+    let grpc = served.grpc;
     let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
         .await
         .expect("the gRPC listener is still open during the shutdown delay");
@@ -178,13 +137,7 @@ async fn sigterm_keeps_serving_with_health_not_serving_for_the_delay_then_exits_
         .unwrap()
         .into_inner();
     assert_eq!(status.status(), ServingStatus::NotServing);
-    let exit = loop {
-        if let Some(exit) = child.0.try_wait().unwrap() {
-            break exit;
-        }
-        assert!(Instant::now() < deadline, "no exit after SIGTERM");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let exit = served.wait_exit();
     assert_eq!(exit.code(), Some(0));
 }
 
@@ -192,20 +145,9 @@ async fn sigterm_keeps_serving_with_health_not_serving_for_the_delay_then_exits_
 async fn serve_refuses_to_start_on_invalid_rules() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("d.yaml"), "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
-        .args([
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--config",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut served = Served::start(dir.path(), &[]);
+    assert_eq!(served.wait_exit().code(), Some(1));
+    let stderr = served.log();
     assert!(
         stderr.contains("d.yaml:4:") && stderr.contains("fortnight"),
         "{stderr}"
@@ -242,14 +184,7 @@ async fn in_flight_requests_complete_during_shutdown() {
     common::wait_remaining(&s.client, "d", &[("q", "x")], 2).await;
     let (draining, clock) = (s.server.status.clone(), s.clock.clone());
     let stopping = tokio::spawn(s.server.shutdown());
-    let started = tokio::time::Instant::now();
-    while !draining.is_draining() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "health never flipped"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    common::wait::eventually("health flips", || async { draining.is_draining() }).await;
     assert!(
         !stopping.is_finished() && !calls[1].is_finished() && !calls[2].is_finished(),
         "shutdown waits for the held answers"

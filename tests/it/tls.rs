@@ -17,9 +17,9 @@ use common::wait::eventually;
 use common::{Code, code, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use hyper_util::rt::TokioIo;
-use ratelimit_server::app::{self, Server, StartError};
 use ratelimit_server::clock::ManualClock;
 use ratelimit_server::clock::monotonic;
+use ratelimit_server::server::{self, Server, StartError};
 use ratelimit_server::settings::ServeSettings;
 use rustls::ClientConfig;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -59,7 +59,7 @@ fn settings(dir: &Path) -> ServeSettings {
 
 async fn start(settings: &ServeSettings) -> Result<Server, StartError> {
     let clock = ManualClock::new(common::START);
-    app::start(settings, Arc::new(clock)).await
+    server::start(settings, Arc::new(clock)).await
 }
 
 /// A gRPC server with TLS; mTLS (client CA, and SAN `CLIENT_SAN`) when `mtls`.

@@ -356,7 +356,7 @@ async fn a_missing_tls_file_stops_the_start_naming_its_setting() {
     s.xds.xds_server_use_tls = true;
     s.xds.xds_server_tls_cacert = Some(dir.path().join("missing-ca.crt"));
     let clock = ratelimit_server::clock::ManualClock::new(common::START);
-    let error = match ratelimit_server::app::start(&s, std::sync::Arc::new(clock)).await {
+    let error = match ratelimit_server::server::start(&s, std::sync::Arc::new(clock)).await {
         Ok(_) => panic!("started without its CA file"),
         Err(e) => e.to_string(),
     };
@@ -370,7 +370,7 @@ async fn a_missing_tls_file_stops_the_start_naming_its_setting() {
     s.xds.xds_server_tls_cacert = Some(ca_file);
     s.xds.xds_client_tls_cert = Some(dir.path().join("tls.crt"));
     let clock = ratelimit_server::clock::ManualClock::new(common::START);
-    let error = match ratelimit_server::app::start(&s, std::sync::Arc::new(clock)).await {
+    let error = match ratelimit_server::server::start(&s, std::sync::Arc::new(clock)).await {
         Ok(_) => panic!("started with a certificate and no key"),
         Err(e) => e.to_string(),
     };

@@ -18,7 +18,7 @@ use crate::telemetry::Tracing;
 /// Why a call was refused before it reached the engine, as `ratelimit_service_should_rate_limit_error`
 /// counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub enum RefusedCall {
     /// Malformed (gRPC decoding, JSON parsing).
     InvalidArgument,
     /// Over the request size bound.
@@ -31,14 +31,14 @@ pub enum Refused {
     Transport,
 }
 
-impl Refused {
+impl RefusedCall {
     fn label(self) -> &'static str {
         match self {
-            Refused::InvalidArgument => "invalid_argument",
-            Refused::TooLarge => "request_too_large",
-            Refused::ResourceExhausted => "resource_exhausted",
-            Refused::Stalled => "stalled_request",
-            Refused::Transport => "transport",
+            RefusedCall::InvalidArgument => "invalid_argument",
+            RefusedCall::TooLarge => "request_too_large",
+            RefusedCall::ResourceExhausted => "resource_exhausted",
+            RefusedCall::Stalled => "stalled_request",
+            RefusedCall::Transport => "transport",
         }
     }
 }
@@ -133,7 +133,7 @@ impl<B: Backend> FrontDoor<B> {
     }
 
     /// Counts a call refused before it reached the engine.
-    pub fn refused(&self, why: Refused) {
+    pub fn refused(&self, why: RefusedCall) {
         if let Some(m) = &self.metrics {
             m.requests.inc();
             m.errors.with_label_values(&[why.label()]).inc();

@@ -10,10 +10,9 @@
 //! - `net`: listeners (accept with backoff, caps, timeouts, TLS);
 //! - [`xds`]: rules from an xDS management server (`CONFIG_TYPE=GRPC_XDS_SOTW`);
 //! - [`settings`], [`reference_env`] (envoyproxy/ratelimit's environment → ours), [`logging`];
-//! - [`app`]: the wiring (the one place a backend is chosen).
+//! - [`server`]: the wiring (the one place a backend is chosen), a running server and its shutdown.
 #![forbid(unsafe_code)]
 
-pub mod app;
 pub mod front;
 mod health;
 pub mod http;
@@ -23,6 +22,7 @@ pub mod record;
 pub mod reference_env;
 mod reload;
 mod rlqs;
+pub mod server;
 mod service;
 pub mod settings;
 pub mod statsd;

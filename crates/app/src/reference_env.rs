@@ -104,98 +104,149 @@ pub fn invoked_as_reference(argv0: &std::ffi::OsStr) -> bool {
 /// Reads the reference's settings through `lookup` (an environment). `as_reference`: the binary
 /// runs as the reference's command, so the reference's defaults where ours differ (statsd on).
 pub fn translate(lookup: &dyn Fn(&str) -> Option<String>, as_reference: bool) -> Translation {
-    let mut t = Translation::default();
-    let mut set = |ours: &'static str, value: Option<String>| {
-        if let Some(v) = value
-            && lookup(ours).is_none()
-        {
-            t.set.push((ours, v));
-        }
+    let mut reading = Reading {
+        lookup,
+        t: Translation::default(),
+        bad_addresses: Vec::new(),
     };
     if as_reference && lookup("USE_STATSD").is_none() {
         // The reference sends its stats to statsd unless told not to.
-        set("USE_STATSD", Some("true".into()));
+        reading.set("USE_STATSD", Some("true".into()));
     }
-    let runtime = [
-        "RUNTIME_ROOT",
-        "RUNTIME_SUBDIRECTORY",
-        "RUNTIME_APPDIRECTORY",
-    ];
-    let from_xds = lookup("CONFIG_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("GRPC_XDS_SOTW"));
-    if from_xds {
-        // A RateLimitConfig cannot name an algorithm: what its sender means is the reference's
-        // fixed window.
-        set("DEFAULT_ALGORITHM", Some("fixed_window".into()));
-        // Its senders (Envoy Gateway, Envoy AI Gateway) charge token costs after the response,
-        // expecting the reference's counting: denied hits count.
-        set("CHARGE_DENIED_HITS", Some("true".into()));
-        // Envoy Gateway sets the runtime directory and its watch settings with xDS: unused.
-        if runtime.iter().any(|n| lookup(n).is_some()) {
-            t.notes.push(
-                "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY: not read: the rules come from xDS \
-                 (CONFIG_TYPE=GRPC_XDS_SOTW)"
-                    .into(),
-            );
-        }
-    } else if runtime.iter().any(|n| lookup(n).is_some()) {
-        let mut dir = PathBuf::from(
-            lookup("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
-        );
-        dir.push(lookup("RUNTIME_SUBDIRECTORY").unwrap_or_default());
-        dir.push(lookup("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
-        set("CONFIG_DIR", Some(dir.display().to_string()));
-    }
-    let mut bad_addresses = Vec::new();
-    for (ours, host, port, default) in [
-        ("HTTP_ADDR", "HOST", "PORT", 8080),
-        ("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", 8081),
-        ("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", 6070),
-    ] {
-        match host_port(lookup, host, port, default) {
-            // Only an IP address and port can be listened on; a shell's own HOST (a host name)
-            // must not stop the server.
-            Some(a) if a.parse::<std::net::SocketAddr>().is_err() => {
-                if lookup(ours).is_none() {
-                    bad_addresses.push(format!(
-                        "{host}/{port} ignored: '{a}' is not an IP address and port; set {ours}"
-                    ));
-                }
-            }
-            addr => set(ours, addr),
-        }
-    }
-    // The reference keeps counters in Redis unless told otherwise; our default is memory. A
-    // deployment that names its Redis (Envoy Gateway's does) means Redis.
-    if lookup("REDIS_URL").is_some_and(|u| !u.is_empty()) && lookup("BACKEND_TYPE").is_none() {
-        set("BACKEND_TYPE", Some("redis".into()));
-    }
-    // The reference's Prometheus sink listens on PROMETHEUS_ADDR (`:9090` form) when on.
-    if lookup("USE_PROMETHEUS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-        let path = lookup("PROMETHEUS_PATH").filter(|p| !p.is_empty());
-        match lookup("PROMETHEUS_ADDR").filter(|a| !a.is_empty()) {
-            Some(a) => {
-                let addr = match a.strip_prefix(':') {
-                    Some(port) => format!("0.0.0.0:{port}"),
-                    None => a.clone(),
-                };
-                if addr.parse::<std::net::SocketAddr>().is_ok() {
-                    set("METRICS_ADDR", Some(addr));
-                    set("METRICS_PATH", path);
-                } else if lookup("METRICS_ADDR").is_none() {
-                    bad_addresses.push(format!(
-                        "PROMETHEUS_ADDR ignored: '{a}' is not an IP address and port (or :port); \
-                         set METRICS_ADDR"
-                    ));
-                }
-            }
-            None => {
-                set("METRICS_ADDR", Some("0.0.0.0:9090".into()));
-                set("METRICS_PATH", path);
-            }
-        }
-    }
+    let from_xds = reading.rules_source();
+    reading.listeners();
+    reading.backend();
+    reading.prometheus();
+    let Reading {
+        mut t,
+        bad_addresses,
+        ..
+    } = reading;
     t.warnings.extend(bad_addresses);
-    // The reference's own exporter switch; ours exports over OTLP/gRPC only.
+    tracing_protocol(lookup, &mut t);
+    unsupported(lookup, &mut t);
+    accepted(lookup, from_xds, &mut t);
+    t
+}
+
+/// The reference's variables of the rules' location.
+const RUNTIME: [&str; 3] = [
+    "RUNTIME_ROOT",
+    "RUNTIME_SUBDIRECTORY",
+    "RUNTIME_APPDIRECTORY",
+];
+
+/// A translation under way: what is set so far, and addresses that cannot be listened on.
+struct Reading<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    t: Translation,
+    bad_addresses: Vec<String>,
+}
+
+impl Reading<'_> {
+    /// Sets our `ours` to `value`, unless the environment sets `ours` itself.
+    fn set(&mut self, ours: &'static str, value: Option<String>) {
+        if let Some(v) = value
+            && (self.lookup)(ours).is_none()
+        {
+            self.t.set.push((ours, v));
+        }
+    }
+
+    /// Where the rules come from: with xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`, returns true) the
+    /// reference's counting; otherwise the runtime directory, when set, as `CONFIG_DIR`.
+    fn rules_source(&mut self) -> bool {
+        let lookup = self.lookup;
+        let runtime_set = RUNTIME.iter().any(|n| lookup(n).is_some());
+        let from_xds =
+            lookup("CONFIG_TYPE").is_some_and(|t| t.eq_ignore_ascii_case("GRPC_XDS_SOTW"));
+        if from_xds {
+            // A RateLimitConfig cannot name an algorithm: what its sender means is the reference's
+            // fixed window.
+            self.set("DEFAULT_ALGORITHM", Some("fixed_window".into()));
+            // Its senders (Envoy Gateway, Envoy AI Gateway) charge token costs after the response,
+            // expecting the reference's counting: denied hits count.
+            self.set("CHARGE_DENIED_HITS", Some("true".into()));
+            // Envoy Gateway sets the runtime directory and its watch settings with xDS: unused.
+            if runtime_set {
+                self.t.notes.push(
+                    "RUNTIME_ROOT/RUNTIME_SUBDIRECTORY: not read: the rules come from xDS \
+                     (CONFIG_TYPE=GRPC_XDS_SOTW)"
+                        .into(),
+                );
+            }
+        } else if runtime_set {
+            let mut dir = PathBuf::from(
+                lookup("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
+            );
+            dir.push(lookup("RUNTIME_SUBDIRECTORY").unwrap_or_default());
+            dir.push(lookup("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+            self.set("CONFIG_DIR", Some(dir.display().to_string()));
+        }
+        from_xds
+    }
+
+    /// `HOST`/`PORT`, `GRPC_HOST`/`GRPC_PORT`, `DEBUG_HOST`/`DEBUG_PORT` → our addresses.
+    fn listeners(&mut self) {
+        for (ours, host, port, default) in [
+            ("HTTP_ADDR", "HOST", "PORT", 8080),
+            ("GRPC_ADDR", "GRPC_HOST", "GRPC_PORT", 8081),
+            ("DEBUG_ADDR", "DEBUG_HOST", "DEBUG_PORT", 6070),
+        ] {
+            match host_port(self.lookup, host, port, default) {
+                // Only an IP address and port can be listened on; a shell's own HOST (a host name)
+                // must not stop the server.
+                Some(a) if a.parse::<std::net::SocketAddr>().is_err() => {
+                    if (self.lookup)(ours).is_none() {
+                        self.bad_addresses.push(format!(
+                            "{host}/{port} ignored: '{a}' is not an IP address and port; set {ours}"
+                        ));
+                    }
+                }
+                addr => self.set(ours, addr),
+            }
+        }
+    }
+
+    /// The reference keeps counters in Redis unless told otherwise; our default is memory. A
+    /// deployment that names its Redis (Envoy Gateway's does) means Redis.
+    fn backend(&mut self) {
+        let lookup = self.lookup;
+        if lookup("REDIS_URL").is_some_and(|u| !u.is_empty()) && lookup("BACKEND_TYPE").is_none() {
+            self.set("BACKEND_TYPE", Some("redis".into()));
+        }
+    }
+
+    /// The reference's Prometheus sink listens on PROMETHEUS_ADDR (`:9090` form) when on.
+    fn prometheus(&mut self) {
+        let lookup = self.lookup;
+        if !lookup("USE_PROMETHEUS").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return;
+        }
+        let path = lookup("PROMETHEUS_PATH").filter(|p| !p.is_empty());
+        let Some(a) = lookup("PROMETHEUS_ADDR").filter(|a| !a.is_empty()) else {
+            self.set("METRICS_ADDR", Some("0.0.0.0:9090".into()));
+            self.set("METRICS_PATH", path);
+            return;
+        };
+        let addr = match a.strip_prefix(':') {
+            Some(port) => format!("0.0.0.0:{port}"),
+            None => a.clone(),
+        };
+        if addr.parse::<std::net::SocketAddr>().is_ok() {
+            self.set("METRICS_ADDR", Some(addr));
+            self.set("METRICS_PATH", path);
+        } else if lookup("METRICS_ADDR").is_none() {
+            self.bad_addresses.push(format!(
+                "PROMETHEUS_ADDR ignored: '{a}' is not an IP address and port (or :port); \
+                 set METRICS_ADDR"
+            ));
+        }
+    }
+}
+
+/// The reference's own exporter switch; ours exports over OTLP/gRPC only.
+fn tracing_protocol(lookup: &dyn Fn(&str) -> Option<String>, t: &mut Translation) {
     if let Some(p) = lookup("TRACING_EXPORTER_PROTOCOL")
         && !p.eq_ignore_ascii_case("grpc")
     {
@@ -204,6 +255,10 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>, as_reference: bool) ->
              only (point OTEL_EXPORTER_OTLP_ENDPOINT at the collector's gRPC port, 4317)"
         ));
     }
+}
+
+/// A warning for each [`UNSUPPORTED`] setting that is set.
+fn unsupported(lookup: &dyn Fn(&str) -> Option<String>, t: &mut Translation) {
     for (name, why) in UNSUPPORTED {
         match lookup(name) {
             // Several of these are addresses that may carry a password (REDIS_PERSECOND_URL).
@@ -213,6 +268,10 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>, as_reference: bool) ->
             _ => {}
         }
     }
+}
+
+/// A note for each [`ACCEPTED`] setting that is set (those about files: not with xDS).
+fn accepted(lookup: &dyn Fn(&str) -> Option<String>, from_xds: bool, t: &mut Translation) {
     for (name, what) in ACCEPTED {
         let about_files = name.starts_with("RUNTIME_");
         if let Some(v) = lookup(name)
@@ -221,7 +280,6 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>, as_reference: bool) ->
             t.notes.push(format!("{name}={v}: {what}"));
         }
     }
-    t
 }
 
 /// `LOG_LEVEL` in any of the reference's spellings (logrus: `DEBUG`, `warning`, `fatal`…) as a

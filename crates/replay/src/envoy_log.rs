@@ -149,6 +149,7 @@ fn only(node: &Node, allowed: &[&str], what: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// One entry of a route's `actions`, as Envoy's config writes it.
 fn action(node: &Node) -> Result<Action, String> {
     let entries = keys(node);
     let &[(name, body)] = entries.as_slice() else {
@@ -156,12 +157,6 @@ fn action(node: &Node) -> Result<Action, String> {
             "{}: an action is a mapping with one key, such as `remote_address: {{}}`",
             at(node)
         ));
-    };
-    let required = |key: &str| {
-        get(body, key)
-            .ok_or_else(|| format!("{}: {name} needs `{key}`", at(body)))
-            .and_then(|n| text(n, key))
-            .map(str::to_owned)
     };
     match name {
         "remote_address" => Ok(Action::RemoteAddress),
@@ -172,8 +167,8 @@ fn action(node: &Node) -> Result<Action, String> {
                 name,
             )?;
             Ok(Action::RequestHeaders {
-                field: required("header_name")?.to_ascii_lowercase(),
-                key: required("descriptor_key")?,
+                field: required(body, name, "header_name")?.to_ascii_lowercase(),
+                key: required(body, name, "descriptor_key")?,
                 skip_if_absent: flag(get(body, "skip_if_absent"), "skip_if_absent")?,
             })
         }
@@ -184,60 +179,76 @@ fn action(node: &Node) -> Result<Action, String> {
                     Some(k) => text(k, "descriptor_key")?.to_owned(),
                     None => "generic_key".to_owned(),
                 },
-                value: required("descriptor_value")?,
+                value: required(body, name, "descriptor_value")?,
             })
         }
-        "metadata" => {
-            only(
-                body,
-                &[
-                    "descriptor_key",
-                    "metadata_key",
-                    "default_value",
-                    "source",
-                    "skip_if_absent",
-                ],
-                name,
-            )?;
-            match get(body, "source").map(|s| (s, text(s, "source"))) {
-                None | Some((_, Ok("DYNAMIC"))) => {}
-                Some((s, _)) => {
-                    return Err(format!(
-                        "{}: only `source: DYNAMIC` metadata is in the access log",
-                        at(s)
-                    ));
-                }
-            }
-            let meta = get(body, "metadata_key")
-                .ok_or_else(|| format!("{}: metadata needs `metadata_key`", at(body)))?;
-            only(meta, &["key", "path"], "metadata_key")?;
-            let mut field = get(meta, "key")
-                .ok_or_else(|| format!("{}: metadata_key needs `key`", at(meta)))
-                .and_then(|k| text(k, "key"))?
-                .to_owned();
-            if let Some(path) = get(meta, "path") {
-                for step in list(path, "path")? {
-                    only(step, &["key"], "a path step")?;
-                    let key = get(step, "key")
-                        .ok_or_else(|| format!("{}: a path step needs `key`", at(step)))?;
-                    field.push(':');
-                    field.push_str(text(key, "key")?);
-                }
-            }
-            Ok(Action::Metadata {
-                field,
-                key: required("descriptor_key")?,
-                default: get(body, "default_value")
-                    .map(|d| text(d, "default_value").map(str::to_owned))
-                    .transpose()?,
-                skip_if_absent: flag(get(body, "skip_if_absent"), "skip_if_absent")?,
-            })
-        }
+        "metadata" => metadata_action(body),
         other => Err(format!(
             "{}: action `{other}` is not supported by replay (supported: remote_address, request_headers, generic_key, metadata)",
             at(node)
         )),
     }
+}
+
+/// The text of `key`, which action `name`'s `body` must have.
+fn required(body: &Node, name: &str, key: &str) -> Result<String, String> {
+    get(body, key)
+        .ok_or_else(|| format!("{}: {name} needs `{key}`", at(body)))
+        .and_then(|n| text(n, key))
+        .map(str::to_owned)
+}
+
+/// A `metadata` action: dynamic metadata only, read from the access log's field of its key path.
+fn metadata_action(body: &Node) -> Result<Action, String> {
+    only(
+        body,
+        &[
+            "descriptor_key",
+            "metadata_key",
+            "default_value",
+            "source",
+            "skip_if_absent",
+        ],
+        "metadata",
+    )?;
+    match get(body, "source").map(|s| (s, text(s, "source"))) {
+        None | Some((_, Ok("DYNAMIC"))) => {}
+        Some((s, _)) => {
+            return Err(format!(
+                "{}: only `source: DYNAMIC` metadata is in the access log",
+                at(s)
+            ));
+        }
+    }
+    Ok(Action::Metadata {
+        field: metadata_field(body)?,
+        key: required(body, "metadata", "descriptor_key")?,
+        default: get(body, "default_value")
+            .map(|d| text(d, "default_value").map(str::to_owned))
+            .transpose()?,
+        skip_if_absent: flag(get(body, "skip_if_absent"), "skip_if_absent")?,
+    })
+}
+
+/// `metadata_key` as the access log's field: `key`, then `:step` for each step of its `path`.
+fn metadata_field(body: &Node) -> Result<String, String> {
+    let meta = get(body, "metadata_key")
+        .ok_or_else(|| format!("{}: metadata needs `metadata_key`", at(body)))?;
+    only(meta, &["key", "path"], "metadata_key")?;
+    let mut field = get(meta, "key")
+        .ok_or_else(|| format!("{}: metadata_key needs `key`", at(meta)))
+        .and_then(|k| text(k, "key"))?
+        .to_owned();
+    if let Some(path) = get(meta, "path") {
+        for step in list(path, "path")? {
+            only(step, &["key"], "a path step")?;
+            let key =
+                get(step, "key").ok_or_else(|| format!("{}: a path step needs `key`", at(step)))?;
+            field.push(':');
+            field.push_str(text(key, "key")?);
+        }
+    }
+    Ok(field)
 }
 
 fn rate_limits(node: &Node) -> Result<Vec<Vec<Action>>, String> {

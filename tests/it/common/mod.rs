@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use ratelimit_server::app::{self, Server};
 use ratelimit_server::clock::{ManualClock, NANOS_PER_SECOND};
+use ratelimit_server::server::{self, Server};
 use ratelimit_server::settings::ServeSettings;
 use tempfile::TempDir;
 use tonic::transport::Channel;
@@ -94,7 +94,7 @@ async fn start_clocked(
     let mut settings = ServeSettings::for_tests(config);
     adjust(&mut settings);
     let clock = ManualClock::new(now);
-    let server = app::start(&settings, Arc::new(clock.clone()))
+    let server = server::start(&settings, Arc::new(clock.clone()))
         .await
         .expect("server starts");
     let client = RateLimitServiceClient::connect(format!("http://{}", server.grpc_addr))

@@ -179,6 +179,15 @@ impl Served {
         }
     }
 
+    /// Sends SIGTERM, as an orchestrator stops the server.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -TERM {}", self.child.id());
+    }
+
     /// The child's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -219,7 +219,7 @@ pub fn arg(path: &Path) -> String {
     path.display().to_string()
 }
 
-/// Where test binaries put generated files that must outlive one server (certificates).
+/// Where the tests put generated files that must outlive one server (certificates).
 pub fn scratch() -> PathBuf {
     tempfile::tempdir().expect("temp dir").keep()
 }

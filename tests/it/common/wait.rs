@@ -12,14 +12,24 @@ pub const BOUND: Duration = Duration::from_secs(30);
 
 /// Polls `probe` every 10 ms until it returns true; returns how long that took. Fails saying
 /// `what` after [`BOUND`].
-pub async fn eventually<F, Fut>(what: &str, mut probe: F) -> Duration
+pub async fn eventually<F, Fut>(what: &str, probe: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    eventually_within(what, BOUND, probe).await
+}
+
+/// [`eventually`] with a bound of its own, for what an outside process paces (Envoy reports
+/// every 5 s, an assignment lives 20 s): still far above the normal time.
+pub async fn eventually_within<F, Fut>(what: &str, bound: Duration, mut probe: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
     let started = monotonic();
     while !probe().await {
-        assert!(started.elapsed() < BOUND, "{what}: not after {BOUND:?}");
+        assert!(started.elapsed() < bound, "{what}: not after {bound:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     started.elapsed()

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use ratelimit_server::app::{self, Server};
 use ratelimit_server::clock::SystemClock;
+use ratelimit_server::server::{self, Server};
 use ratelimit_server::settings::ServeSettings;
 use tempfile::TempDir;
 
@@ -290,12 +290,12 @@ impl RateLimit {
     pub async fn try_start_with(
         rules: &str,
         adjust: impl FnOnce(&mut ServeSettings),
-    ) -> Result<RateLimit, app::StartError> {
+    ) -> Result<RateLimit, server::StartError> {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join(RULES_FILE), rules).expect("write rules");
         let mut settings = ServeSettings::for_tests(dir.path().to_path_buf());
         adjust(&mut settings);
-        let server = app::start(&settings, Arc::new(SystemClock)).await?;
+        let server = server::start(&settings, Arc::new(SystemClock)).await?;
         Ok(RateLimit {
             grpc_addr: server.grpc_addr,
             server: Some(server),

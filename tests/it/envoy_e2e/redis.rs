@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use ratelimit_server::app;
 use ratelimit_server::clock::SystemClock;
+use ratelimit_server::server;
 use ratelimit_server::settings::{BackendType, ServeSettings};
 
 use crate::common::redis::RedisServer;
@@ -37,7 +37,7 @@ async fn two_instances_behind_envoy_enforce_one_limit() {
         settings.store.redis_url = redis.addr();
         settings.store.cache_key_prefix = "e2e:".into();
         servers.push(
-            app::start(&settings, Arc::new(SystemClock))
+            server::start(&settings, Arc::new(SystemClock))
                 .await
                 .expect("ratelimit-server on Redis starts"),
         );

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use ratelimit_server::settings::BackendType;
 
+use crate::common::metrics;
 use crate::common::redis::RedisServer;
+use crate::common::wait::eventually_within;
 use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render, repo_root, shout};
 use crate::envoy_e2e::http;
 
@@ -22,32 +24,14 @@ fn rules() -> String {
     std::fs::read_to_string(repo_root().join("examples/envoy/rlqs.yaml")).expect("shipped rules")
 }
 
-/// A series of the server's `/metrics` text (0 when absent).
+/// A series of the server's metrics page (0 when absent).
 fn metric(ratelimit: &RateLimit, series: &str) -> u64 {
-    let text = ratelimit
-        .server
-        .as_ref()
-        .expect("server running")
-        .metrics
-        .encode();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .parse::<f64>()
-                .ok()
-        })
-        .map_or(0, |v| v as u64)
+    let server = ratelimit.server.as_ref().expect("server running");
+    metrics::count(&server.metrics.encode(), series)
 }
 
-/// Polls until `done` holds (at most 60 s: Envoy reports every 5 s).
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let started = tokio::time::Instant::now();
-    while !done() {
-        assert!(started.elapsed() < Duration::from_secs(60), "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// The bound on what Envoy paces: it reports every 5 s, an assignment lives 20 s.
+const ENVOY_PACED: Duration = Duration::from_secs(60);
 
 async fn status(envoy: &Envoy, key: &str) -> u16 {
     http::get(envoy.ports.ingress, "/", &[("x-api-key", key)])
@@ -89,7 +73,7 @@ async fn one_envoy_is_limited_near_the_eleventh_request_and_reports_every_one() 
     assert_eq!(metric(&ratelimit, "ratelimit_rlqs_streams"), 1);
     // Every request is reported once (deltas, allowed and denied alike).
     let total = format!("ratelimit_service_rate_limit_total_hits{RULE}");
-    eventually("all 30 requests reported", || {
+    eventually_within("all 30 requests reported", ENVOY_PACED, || async {
         metric(&ratelimit, &total) == 30
     })
     .await;
@@ -106,10 +90,13 @@ async fn one_envoy_is_limited_near_the_eleventh_request_and_reports_every_one() 
     for _ in 0..15 {
         assert_eq!(status(&envoy, "internal-monitoring").await, 200);
     }
-    eventually("k2 reported", || metric(&ratelimit, &total) == 31).await;
+    eventually_within("k2 reported", ENVOY_PACED, || async {
+        metric(&ratelimit, &total) == 31
+    })
+    .await;
     // Idle buckets are reported too: reports (one per bucket) keep coming with nothing to say.
     let reports = metric(&ratelimit, "ratelimit_rlqs_reports_total");
-    eventually("two beats of idle reports", || {
+    eventually_within("two beats of idle reports", ENVOY_PACED, || async {
         metric(&ratelimit, "ratelimit_rlqs_reports_total") >= reports + 6
     })
     .await;
@@ -192,7 +179,7 @@ async fn two_servers_on_one_redis_one_envoy_each_share_one_limit() {
     let one = RateLimit::start_with(&rules(), on_redis).await;
     let two = RateLimit::start_with(&rules(), on_redis).await;
     // Each has seen the other's beat in Redis before any bucket exists.
-    eventually("both instances see each other", || {
+    eventually_within("both instances see each other", ENVOY_PACED, || async {
         metric(&one, "ratelimit_rlqs_instances") == 2
             && metric(&two, "ratelimit_rlqs_instances") == 2
     })
@@ -245,46 +232,33 @@ async fn without_the_server_assignments_expire_and_envoy_recovers_when_it_is_bac
     ratelimit.stop().await;
     // The bucket keeps enforcing (and refilling: one token per 6 s) until its TTL (20 s) runs
     // out; then expired_assignment_behavior ALLOW_ALL lets every request through.
-    let started = tokio::time::Instant::now();
-    let mut in_a_row = 0;
-    while in_a_row < 10 {
-        in_a_row = if status(&envoy, "k1").await == 200 {
-            in_a_row + 1
-        } else {
-            0
-        };
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the assignment never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_within("the assignment expires", ENVOY_PACED, || async {
+        for _ in 0..10 {
+            if status(&envoy, "k1").await != 200 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
     // The server comes back on the same port; Envoy reopens its stream from its report timer,
     // its reports reach the new server, and k1 is limited again.
     // While it was down (20 s and more) another process may have taken the port for a while
     // (a test's server, a cluster bus port): try again until it is free.
-    let started = tokio::time::Instant::now();
-    let back = loop {
+    let restarted = std::sync::Mutex::new(None);
+    eventually_within("the server gets its port back", ENVOY_PACED, || async {
         match RateLimit::try_start_with(&rules(), |s| s.grpc_addr = addr).await {
-            Ok(back) => break back,
-            Err(e) => assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the server never got its port back: {e}"
-            ),
+            Ok(back) => *restarted.lock().unwrap() = Some(back),
+            Err(e) => eprintln!("the port is not free yet: {e}"),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let started = tokio::time::Instant::now();
-    loop {
-        if status(&envoy, "k1").await == 429 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "never limited again"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        restarted.lock().unwrap().is_some()
+    })
+    .await;
+    let back = restarted.into_inner().unwrap().expect("restarted");
+    eventually_within("k1 is limited again", ENVOY_PACED, || async {
+        status(&envoy, "k1").await == 429
+    })
+    .await;
     assert_eq!(metric(&back, "ratelimit_rlqs_streams"), 1);
     assert!(metric(&back, "ratelimit_rlqs_reports_total") >= 1);
 }

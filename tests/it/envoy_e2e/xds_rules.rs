@@ -1,5 +1,5 @@
 //! Through a real Envoy, to a ratelimit-server whose rules came over xDS from the management
-//! server in the test (support/ads.rs): the shipped per-ip config limits each client address as
+//! server in the test (tests/it/support/ads.rs): the shipped per-ip config limits each client address as
 //! the pushed RateLimitConfig says; a pushed change takes effect with the counts kept; an invalid
 //! push is NACKed and Envoy's clients still see the last good rules.
 

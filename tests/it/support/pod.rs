@@ -1,5 +1,5 @@
 //! A rendered Deployment's container run on the host as kubelet would run it (the spec read by
-//! tests/support/manifest.rs): the image's binary paths and working directory laid out in a
+//! tests/it/support/manifest.rs): the image's binary paths and working directory laid out in a
 //! temporary root, absolute paths of the environment mapped into it, ConfigMap and Secret volumes
 //! written in kubelet's layout (files are symlinks through `..data` to a timestamped directory,
 //! swapped atomically on update), the listen addresses moved to free loopback ports, and the

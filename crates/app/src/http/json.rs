@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::AdminState;
 use crate::engine::EngineError;
-use crate::front::Refused;
+use crate::front::RefusedCall;
 use crate::store::Backend;
 use crate::wire::json::{self, response_json};
 
@@ -90,15 +90,15 @@ pub(super) async fn json<B: Backend>(
     body: Body,
 ) -> Response {
     let front = &admin.front;
-    let refuse = |why: Refused, status: StatusCode, message: String| {
+    let refuse = |why: RefusedCall, status: StatusCode, message: String| {
         front.refused(why);
         error(status, message)
     };
     if let Some(refused) = refuse_before_reading(&headers) {
         let why = if refused.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Refused::TooLarge
+            RefusedCall::TooLarge
         } else {
-            Refused::InvalidArgument
+            RefusedCall::InvalidArgument
         };
         front.refused(why);
         return refused;
@@ -108,17 +108,25 @@ pub(super) async fn json<B: Backend>(
         Ok(body) => body,
         Err(e) if is_length_limit(&e) => {
             let message = format!("cannot read the body: {e}");
-            return refuse(Refused::TooLarge, StatusCode::PAYLOAD_TOO_LARGE, message);
+            return refuse(
+                RefusedCall::TooLarge,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                message,
+            );
         }
         Err(e) => {
             let message = format!("cannot read the body: {e}");
-            return refuse(Refused::Transport, StatusCode::BAD_REQUEST, message);
+            return refuse(RefusedCall::Transport, StatusCode::BAD_REQUEST, message);
         }
     };
     let request = match json::read(&body) {
         Ok(r) => r,
         Err(message) => {
-            return refuse(Refused::InvalidArgument, StatusCode::BAD_REQUEST, message);
+            return refuse(
+                RefusedCall::InvalidArgument,
+                StatusCode::BAD_REQUEST,
+                message,
+            );
         }
     };
     match admin.front.decide(&request).await {

@@ -33,7 +33,7 @@ pub use writer::{FileSpec, RecordFile};
 
 use crate::clock::Nanos;
 use crate::policy::Policy;
-use pending::{Pending, Refused};
+use pending::{NotQueued, Pending};
 
 /// What `--record` and its companions ask for.
 #[derive(Debug, Clone)]
@@ -152,8 +152,8 @@ impl Recorder {
             .push_with(|out| frame::write(time, request, response, out));
         match pushed {
             Ok(()) => {}
-            Err(Refused::Full) => self.metrics.count_drop(DropReason::QueueFull, 1),
-            Err(Refused::Closed) => self.metrics.count_drop(DropReason::WriteError, 1),
+            Err(NotQueued::Full) => self.metrics.count_drop(DropReason::QueueFull, 1),
+            Err(NotQueued::Closed) => self.metrics.count_drop(DropReason::WriteError, 1),
         }
     }
 

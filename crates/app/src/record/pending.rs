@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Why a record was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refused {
+pub enum NotQueued {
     /// The bound in records or bytes is reached: the writer is behind.
     Full,
     /// The writer has stopped (shutdown).
@@ -55,20 +55,20 @@ impl Pending {
 
     /// Appends one record, written by `write`, unless the buffer is full or closed (a record that
     /// takes the buffer past its byte bound is taken back).
-    pub fn push_with(&self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), Refused> {
+    pub fn push_with(&self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), NotQueued> {
         let mut buffer = self.lock();
         if buffer.closed {
-            return Err(Refused::Closed);
+            return Err(NotQueued::Closed);
         }
         let records = &mut buffer.records;
         if records.count >= self.max_records {
-            return Err(Refused::Full);
+            return Err(NotQueued::Full);
         }
         let start = records.bytes.len();
         write(&mut records.bytes);
         if records.bytes.len() > self.max_bytes {
             records.bytes.truncate(start);
-            return Err(Refused::Full);
+            return Err(NotQueued::Full);
         }
         records.count += 1;
         Ok(())
@@ -76,7 +76,7 @@ impl Pending {
 
     /// Appends `record` as it is.
     #[cfg(test)]
-    pub fn push(&self, record: &[u8]) -> Result<(), Refused> {
+    pub fn push(&self, record: &[u8]) -> Result<(), NotQueued> {
         self.push_with(|out| out.extend_from_slice(record))
     }
 
@@ -104,10 +104,10 @@ mod tests {
         assert_eq!(pending.push(b"a\n"), Ok(()));
         assert_eq!(pending.push(b"bbbbbb\n"), Ok(()));
         // 9 bytes held: a 2-byte record would pass the byte bound.
-        assert_eq!(pending.push(b"c\n"), Err(Refused::Full));
+        assert_eq!(pending.push(b"c\n"), Err(NotQueued::Full));
         assert_eq!(pending.push(b"\n"), Ok(()));
         // 3 records held: the record bound.
-        assert_eq!(pending.push(b""), Err(Refused::Full));
+        assert_eq!(pending.push(b""), Err(NotQueued::Full));
         let mut taken = Records::default();
         pending.take(&mut taken, false);
         assert_eq!(
@@ -118,7 +118,7 @@ mod tests {
         assert_eq!(pending.push(b"d\n"), Ok(()));
         pending.take(&mut taken, true);
         assert_eq!((taken.bytes.as_slice(), taken.count), (&b"d\n"[..], 1));
-        assert_eq!(pending.push(b"e\n"), Err(Refused::Closed));
+        assert_eq!(pending.push(b"e\n"), Err(NotQueued::Closed));
         pending.take(&mut taken, true);
         assert_eq!(taken.count, 0);
     }

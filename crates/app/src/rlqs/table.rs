@@ -251,58 +251,11 @@ impl<B: Backend> Table<B> {
                 let Some(id) = usage.bucket_id else {
                     continue;
                 };
-                let Some(state) = inner.streams.get_mut(&stream) else {
-                    return;
+                let Some(key) = self.admit(inner, stream, &domain, &id) else {
+                    continue;
                 };
-                let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
-                if id.bucket.len() > MAX_BUCKET_ENTRIES
-                    || bytes > MAX_BUCKET_BYTES
-                    || domain.len() > MAX_DOMAIN_BYTES
-                {
-                    // Not kept: a hostile stream cannot make the server hold large keys.
-                    state.refuse(&self.metrics, &domain, &id);
-                    continue;
-                }
-                let key = Arc::new((
-                    domain.clone(),
-                    canonical(id.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
-                ));
-                let known = state.buckets.contains(&key);
-                if !known
-                    && (state.buckets.len() >= MAX_BUCKETS_PER_STREAM
-                        || (!inner.buckets.contains_key(&key)
-                            && inner.buckets.len() >= MAX_BUCKETS))
-                {
-                    state.refuse(&self.metrics, &domain, &id);
-                    continue;
-                }
-                state.buckets.insert(key.clone());
-                let fraction = even(inner.instances);
-                let bucket = inner
-                    .buckets
-                    .entry(key.clone())
-                    .or_insert_with(|| self.new_bucket(&key, id.clone(), fraction, now));
-                bucket.streams.insert(stream);
                 let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
-                let mut shadow_over = 0;
-                if let Some(shares) = &mut bucket.shares {
-                    shadow_over = shares.report(stream, allowed, denied, now).over;
-                }
-                if !matches!(
-                    bucket.mapping.governed,
-                    Governed::Limited { shadow: true, .. }
-                ) {
-                    shadow_over = 0;
-                }
-                if bucket.mapping.rule_id().is_some() {
-                    self.engine.record_quota_usage(
-                        &domain,
-                        &bucket.mapping.descriptor,
-                        allowed,
-                        denied,
-                        shadow_over,
-                    );
-                }
+                self.count_usage(inner, stream, (&key, id), (allowed, denied), now);
                 touched.push(key);
             }
             touched.sort();
@@ -324,6 +277,78 @@ impl<B: Backend> Table<B> {
             outgoing.push((stream, answer));
         }
         self.send(outgoing);
+    }
+
+    /// The key of bucket `id` that `stream` reports, now bound to the stream; `None` (the refusal
+    /// counted once) when the bucket is too large or a bucket cap is reached.
+    fn admit(
+        &self,
+        inner: &mut Inner,
+        stream: StreamId,
+        domain: &str,
+        id: &BucketId,
+    ) -> Option<Arc<BucketKey>> {
+        let state = inner.streams.get_mut(&stream)?;
+        let bytes: usize = id.bucket.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if id.bucket.len() > MAX_BUCKET_ENTRIES
+            || bytes > MAX_BUCKET_BYTES
+            || domain.len() > MAX_DOMAIN_BYTES
+        {
+            // Not kept: a hostile stream cannot make the server hold large keys.
+            state.refuse(&self.metrics, domain, id);
+            return None;
+        }
+        let key = Arc::new((
+            domain.to_owned(),
+            canonical(id.bucket.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        ));
+        let known = state.buckets.contains(&key);
+        if !known
+            && (state.buckets.len() >= MAX_BUCKETS_PER_STREAM
+                || (!inner.buckets.contains_key(&key) && inner.buckets.len() >= MAX_BUCKETS))
+        {
+            state.refuse(&self.metrics, domain, id);
+            return None;
+        }
+        state.buckets.insert(key.clone());
+        Some(key)
+    }
+
+    /// One bucket's usage from `stream`: the bucket made if new, the stream's share told what it
+    /// admitted, and the rule's series counted (shadow mode: what the share would have denied).
+    fn count_usage(
+        &self,
+        inner: &mut Inner,
+        stream: StreamId,
+        (key, id): (&Arc<BucketKey>, BucketId),
+        (allowed, denied): (u64, u64),
+        now: Nanos,
+    ) {
+        let fraction = even(inner.instances);
+        let bucket = inner
+            .buckets
+            .entry(key.clone())
+            .or_insert_with(|| self.new_bucket(key, id, fraction, now));
+        bucket.streams.insert(stream);
+        let mut shadow_over = 0;
+        if let Some(shares) = &mut bucket.shares {
+            shadow_over = shares.report(stream, allowed, denied, now).over;
+        }
+        if !matches!(
+            bucket.mapping.governed,
+            Governed::Limited { shadow: true, .. }
+        ) {
+            shadow_over = 0;
+        }
+        if bucket.mapping.rule_id().is_some() {
+            self.engine.record_quota_usage(
+                &key.0,
+                &bucket.mapping.descriptor,
+                allowed,
+                denied,
+                shadow_over,
+            );
+        }
     }
 
     /// Recomputes the buckets that are due (an idle stream, a closed stream's TTL passing, a

@@ -18,7 +18,7 @@ use tonic::codegen::{BoxFuture, Context, Poll, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Request, Response, Status};
 
-use crate::front::{FrontDoor, Refused, status_code};
+use crate::front::{FrontDoor, RefusedCall, status_code};
 use crate::store::Backend;
 
 pub use body::GuardedBody;
@@ -91,12 +91,12 @@ impl<S: Backend> RateLimitGrpc<S> {
     /// by the gRPC code it was refused with.
     fn count_refused(&self, code: Code) {
         let why = match code {
-            Code::InvalidArgument => Refused::InvalidArgument,
+            Code::InvalidArgument => RefusedCall::InvalidArgument,
             // tonic refuses a message over the size bound with OUT_OF_RANGE.
-            Code::OutOfRange => Refused::TooLarge,
-            Code::ResourceExhausted => Refused::ResourceExhausted,
-            Code::DeadlineExceeded | Code::Cancelled => Refused::Stalled,
-            _ => Refused::Transport,
+            Code::OutOfRange => RefusedCall::TooLarge,
+            Code::ResourceExhausted => RefusedCall::ResourceExhausted,
+            Code::DeadlineExceeded | Code::Cancelled => RefusedCall::Stalled,
+            _ => RefusedCall::Transport,
         };
         self.shared.front.refused(why);
     }

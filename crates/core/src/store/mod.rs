@@ -7,7 +7,7 @@
 //! Adding a backend: a crate or module with a type implementing [`Backend`] (a backend reached
 //! over the network also implements the remote layer's traits, crate `ratelimit-remote`, which
 //! gives it a deadline, a breaker and a failure mode), and one arm where the server chooses its
-//! backend (`app::start`).
+//! backend (`server::start` in the app crate).
 
 mod counter;
 pub mod memory;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::Ctx;
 use super::fields::{self, IntError, Level};
 use super::rate_limit;
-use crate::config::model::{DescriptorConfig, MAX_DESCRIPTOR_DEPTH, MetaValue};
+use crate::config::model::{DescriptorConfig, MAX_DESCRIPTOR_DEPTH, MetaValue, RateLimitSpec};
 use crate::config::yaml::{Node, NodeKind, ScalarKind};
 
 /// A `descriptors` list (null or absent means empty) whose entries are at `depth` (1 for the
@@ -74,104 +74,129 @@ fn descriptor(
     entries: &[(Node, Node)],
     depth: usize,
 ) -> Option<DescriptorConfig> {
-    let mut key = None;
-    let mut seen_key = false;
-    let mut value = None;
-    let mut value_ok = true;
-    let mut rate_limit_key: Option<&Node> = None;
-    let mut rate_limit = None;
-    let mut rate_limits_key: Option<&Node> = None;
-    let mut shadow_mode = false;
-    let mut quota_mode = false;
-    let mut detailed_metric = false;
-    let mut value_to_metric = false;
-    let mut share_threshold: Option<&Node> = None;
-    let mut metadata = None;
-    let mut descriptors = Vec::new();
-    for (k, v) in entries {
-        let Some(name) = fields::field_name(ctx, k) else {
-            continue;
-        };
-        match name {
-            "key" => {
-                seen_key = true;
-                key = fields::non_empty_string(ctx, "key", v);
-            }
-            "value" => {
-                value = descriptor_value(ctx, v);
-                value_ok = value.is_some();
-            }
-            "rate_limit" => {
-                rate_limit_key = Some(k);
-                if let Some(spec) = rate_limit::single(ctx, v) {
-                    rate_limit.get_or_insert(spec);
-                }
-            }
-            "rate_limits" => {
-                rate_limits_key = Some(k);
-                if let Some(spec) = rate_limit::list(ctx, v) {
-                    rate_limit.get_or_insert(spec);
-                }
-            }
-            "shadow_mode" => shadow_mode = fields::boolean(ctx, "shadow_mode", v).unwrap_or(false),
-            "detailed_metric" => {
-                detailed_metric = fields::boolean(ctx, "detailed_metric", v).unwrap_or(false);
-            }
-            "quota_mode" => quota_mode = fields::boolean(ctx, "quota_mode", v).unwrap_or(false),
-            "value_to_metric" => {
-                value_to_metric = fields::boolean(ctx, "value_to_metric", v).unwrap_or(false);
-            }
-            "share_threshold" => {
-                if fields::boolean(ctx, "share_threshold", v) == Some(true) {
-                    share_threshold = Some(k);
-                }
-            }
-            "metadata" => metadata = metadata_map(ctx, v),
-            "descriptors" => descriptors = list(ctx, v, depth + 1),
-            other => fields::unexpected_field(ctx, Level::Descriptor, other, k),
-        }
-    }
-    if let (Some(_), Some(second)) = (rate_limit_key, rate_limits_key) {
-        ctx.error(
-            &second.location,
-            "'rate_limit' and 'rate_limits' cannot both be given on one descriptor \
-             (put every limit under rate_limits)",
-        );
-    }
-    if !seen_key {
-        ctx.error(&node.location, "descriptor is missing required field 'key'");
-    }
-    if !value_ok {
+    let fields = DescriptorFields::read(ctx, entries, depth);
+    fields.check_limits_and_key(ctx, node);
+    if !fields.value_ok {
         return None;
     }
-    if let Some(k) = share_threshold
-        && !value.as_deref().is_some_and(|v| v.contains('*'))
-    {
-        ctx.error(
-            &k.location,
-            format!(
-                "share_threshold can only be used with wildcard values (containing '*'), but \
-                 found key '{}'{}",
-                key.as_deref().unwrap_or(""),
-                value
-                    .as_deref()
-                    .map_or(String::new(), |v| format!(" and value '{v}'"))
-            ),
-        );
-    }
+    fields.check_share_threshold(ctx);
     Some(DescriptorConfig {
-        key: key?,
-        value,
-        rate_limit,
-        shadow_mode,
-        quota_mode,
-        detailed_metric,
-        value_to_metric,
-        share_threshold: share_threshold.is_some(),
-        metadata,
-        descriptors,
+        key: fields.key?,
+        value: fields.value,
+        rate_limit: fields.rate_limit,
+        shadow_mode: fields.shadow_mode,
+        quota_mode: fields.quota_mode,
+        detailed_metric: fields.detailed_metric,
+        value_to_metric: fields.value_to_metric,
+        share_threshold: fields.share_threshold.is_some(),
+        metadata: fields.metadata,
+        descriptors: fields.descriptors,
         location: node.location.clone(),
     })
+}
+
+/// A descriptor's fields as read, each checked on its own; what depends on several is checked
+/// after.
+#[derive(Default)]
+struct DescriptorFields<'a> {
+    key: Option<String>,
+    seen_key: bool,
+    value: Option<String>,
+    value_ok: bool,
+    rate_limit_key: Option<&'a Node>,
+    rate_limit: Option<RateLimitSpec>,
+    rate_limits_key: Option<&'a Node>,
+    shadow_mode: bool,
+    quota_mode: bool,
+    detailed_metric: bool,
+    value_to_metric: bool,
+    /// The `share_threshold: true` key, where an error about it is placed.
+    share_threshold: Option<&'a Node>,
+    metadata: Option<Vec<(String, MetaValue)>>,
+    descriptors: Vec<DescriptorConfig>,
+}
+
+impl<'a> DescriptorFields<'a> {
+    fn read(ctx: &mut Ctx, entries: &'a [(Node, Node)], depth: usize) -> DescriptorFields<'a> {
+        let mut f = DescriptorFields {
+            value_ok: true,
+            ..DescriptorFields::default()
+        };
+        for (k, v) in entries {
+            let Some(name) = fields::field_name(ctx, k) else {
+                continue;
+            };
+            let flag = |ctx: &mut Ctx| fields::boolean(ctx, name, v).unwrap_or(false);
+            match name {
+                "key" => {
+                    f.seen_key = true;
+                    f.key = fields::non_empty_string(ctx, "key", v);
+                }
+                "value" => {
+                    f.value = descriptor_value(ctx, v);
+                    f.value_ok = f.value.is_some();
+                }
+                "rate_limit" => {
+                    f.rate_limit_key = Some(k);
+                    if let Some(spec) = rate_limit::single(ctx, v) {
+                        f.rate_limit.get_or_insert(spec);
+                    }
+                }
+                "rate_limits" => {
+                    f.rate_limits_key = Some(k);
+                    if let Some(spec) = rate_limit::list(ctx, v) {
+                        f.rate_limit.get_or_insert(spec);
+                    }
+                }
+                "shadow_mode" => f.shadow_mode = flag(ctx),
+                "detailed_metric" => f.detailed_metric = flag(ctx),
+                "quota_mode" => f.quota_mode = flag(ctx),
+                "value_to_metric" => f.value_to_metric = flag(ctx),
+                "share_threshold" => {
+                    if fields::boolean(ctx, "share_threshold", v) == Some(true) {
+                        f.share_threshold = Some(k);
+                    }
+                }
+                "metadata" => f.metadata = metadata_map(ctx, v),
+                "descriptors" => f.descriptors = list(ctx, v, depth + 1),
+                other => fields::unexpected_field(ctx, Level::Descriptor, other, k),
+            }
+        }
+        f
+    }
+
+    /// One of `rate_limit` and `rate_limits`, and a `key`.
+    fn check_limits_and_key(&self, ctx: &mut Ctx, node: &Node) {
+        if let (Some(_), Some(second)) = (self.rate_limit_key, self.rate_limits_key) {
+            ctx.error(
+                &second.location,
+                "'rate_limit' and 'rate_limits' cannot both be given on one descriptor \
+                 (put every limit under rate_limits)",
+            );
+        }
+        if !self.seen_key {
+            ctx.error(&node.location, "descriptor is missing required field 'key'");
+        }
+    }
+
+    /// `share_threshold` only with a wildcard value.
+    fn check_share_threshold(&self, ctx: &mut Ctx) {
+        if let Some(k) = self.share_threshold
+            && !self.value.as_deref().is_some_and(|v| v.contains('*'))
+        {
+            ctx.error(
+                &k.location,
+                format!(
+                    "share_threshold can only be used with wildcard values (containing '*'), but \
+                     found key '{}'{}",
+                    self.key.as_deref().unwrap_or(""),
+                    self.value
+                        .as_deref()
+                        .map_or(String::new(), |v| format!(" and value '{v}'"))
+                ),
+            );
+        }
+    }
 }
 
 /// `metadata`: a mapping of anything (returned to Envoy as a protobuf Struct).

@@ -216,8 +216,8 @@ mod fuzz {
     }
 }
 
-/// Fuzz finding (rules target, fuzz/corpus/rules/regression-crash-46acc…): a syntax error at the
-/// end of a file without a final newline was placed on a line after the last one.
+/// A syntax error at the end of a file without a final newline is on its last line (the fuzz
+/// corpus keeps the input: fuzz/corpus/rules/regression-crash-46acc…).
 #[test]
 fn an_error_at_the_end_of_a_file_without_a_newline_is_on_its_last_line() {
     let text = "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: minute\n      requests_per_unit";
@@ -227,9 +227,8 @@ fn an_error_at_the_end_of_a_file_without_a_newline_is_on_its_last_line() {
     assert_eq!(e.location.line, 2, "{e:?}");
 }
 
-/// Fuzz finding (rules target, fuzz/corpus/rules/regression-crash-b6e29…): YAML breaks lines at a
-/// lone carriage return, so every location after one was a line too far for an editor, which
-/// shows `\r` inside the line; lines are now counted at `\n` only.
+/// YAML breaks lines at a lone carriage return, which an editor shows inside the line: lines are
+/// counted at `\n` only (fuzz/corpus/rules/regression-crash-b6e29…).
 #[test]
 fn a_lone_carriage_return_does_not_shift_the_lines_after_it() {
     let r = root("domain: a\nname: 'x\r  y'\ndescriptors:\n  - key: k\n");

@@ -8,7 +8,7 @@ use super::*;
 
 const S: Nanos = NANOS_PER_SECOND;
 
-/// 10 per minute, burst 10: the example.
+/// 10 per minute, burst 10.
 fn ten_per_minute() -> Pool {
     Pool {
         tokens: 10,

@@ -2,6 +2,8 @@
 //! instant it was decided at and the answer given → one JSON line, values in clear or as keyed
 //! hashes.
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
@@ -58,68 +60,83 @@ pub fn encode(decided: &Decided<'_>, values: &Values<'_>, out: &mut Vec<u8>) {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(b"{\"entries\":[");
-        for (j, e) in d.entries.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"key\":");
-            string(&e.key, out);
-            out.extend_from_slice(b",\"value\":");
-            match values {
-                Values::Hashed { key, named } if !named(&r.domain, &e.key, &e.value) => {
-                    out.extend_from_slice(b"\"h:");
-                    key.write_hex(&e.value, out);
-                    out.push(b'"');
-                }
-                _ => string(&e.value, out),
-            }
-            out.push(b'}');
-        }
-        out.push(b']');
-        if let Some(limit) = &d.limit {
-            out.extend_from_slice(b",\"limit\":{");
-            let mut comma = false;
-            if limit.requests_per_unit != 0 {
-                out.extend_from_slice(b"\"requestsPerUnit\":");
-                number(u64::from(limit.requests_per_unit), out);
-                comma = true;
-            }
-            if limit.unit != 0 {
-                if comma {
-                    out.push(b',');
-                }
-                out.extend_from_slice(b"\"unit\":");
-                match RateLimitUnit::try_from(limit.unit) {
-                    Ok(unit) => string(unit.as_str_name(), out),
-                    Err(_) => {
-                        if limit.unit < 0 {
-                            out.push(b'-');
-                        }
-                        number(u64::from(limit.unit.unsigned_abs()), out);
-                    }
-                }
-            }
-            out.push(b'}');
-        }
-        if let Some(hits) = &d.hits_addend {
-            // proto3 JSON writes a 64-bit integer as a string.
-            out.extend_from_slice(b",\"hitsAddend\":\"");
-            number(hits.value, out);
-            out.push(b'"');
-        }
-        if d.is_negative_hits {
-            out.extend_from_slice(b",\"isNegativeHits\":true");
-        }
-        out.push(b'}');
+        descriptor(&r.domain, d, values, out);
     }
     out.push(b']');
     if r.hits_addend != 0 {
         out.extend_from_slice(b",\"hitsAddend\":");
         number(u64::from(r.hits_addend), out);
     }
+    decision(decided.answer.as_ref(), out);
+}
+
+/// One descriptor: its entries, its limit override, its own hits.
+fn descriptor(domain: &str, d: &RateLimitDescriptor, values: &Values<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"entries\":[");
+    for (j, e) in d.entries.iter().enumerate() {
+        if j > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"key\":");
+        string(&e.key, out);
+        out.extend_from_slice(b",\"value\":");
+        match values {
+            Values::Hashed { key, named } if !named(domain, &e.key, &e.value) => {
+                out.extend_from_slice(b"\"h:");
+                key.write_hex(&e.value, out);
+                out.push(b'"');
+            }
+            _ => string(&e.value, out),
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    if let Some(limit) = &d.limit {
+        limit_override(limit, out);
+    }
+    if let Some(hits) = &d.hits_addend {
+        // proto3 JSON writes a 64-bit integer as a string.
+        out.extend_from_slice(b",\"hitsAddend\":\"");
+        number(hits.value, out);
+        out.push(b'"');
+    }
+    if d.is_negative_hits {
+        out.extend_from_slice(b",\"isNegativeHits\":true");
+    }
+    out.push(b'}');
+}
+
+/// A descriptor's `limit` override, its zero fields left out as proto3 JSON does.
+fn limit_override(limit: &RateLimitOverride, out: &mut Vec<u8>) {
+    out.extend_from_slice(b",\"limit\":{");
+    let mut comma = false;
+    if limit.requests_per_unit != 0 {
+        out.extend_from_slice(b"\"requestsPerUnit\":");
+        number(u64::from(limit.requests_per_unit), out);
+        comma = true;
+    }
+    if limit.unit != 0 {
+        if comma {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"unit\":");
+        match RateLimitUnit::try_from(limit.unit) {
+            Ok(unit) => string(unit.as_str_name(), out),
+            Err(_) => {
+                if limit.unit < 0 {
+                    out.push(b'-');
+                }
+                number(u64::from(limit.unit.unsigned_abs()), out);
+            }
+        }
+    }
+    out.push(b'}');
+}
+
+/// The answer and the line's end: `UNKNOWN` with no statuses when the engine refused the request.
+fn decision(answer: Option<&Answer>, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"decision\":{\"code\":\"");
-    match &decided.answer {
+    match answer {
         None => out.extend_from_slice(b"UNKNOWN\",\"statuses\":[]}}\n"),
         Some(answer) => {
             out.extend_from_slice(code_name(answer.code).as_bytes());

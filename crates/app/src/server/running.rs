@@ -1,0 +1,137 @@
+//! A running server: its addresses and handles, and how it stops (health NOT_SERVING first, then
+//! the listeners close and in-flight calls drain).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use crate::clock::Clock;
+use crate::health::HealthReporter;
+use crate::metrics::Metrics;
+use crate::record::Recorder;
+use crate::reload::Reloader;
+use crate::settings::ServeSettings;
+use crate::status::ServerStatus;
+use crate::telemetry::Tracing;
+
+use super::{StartError, start};
+
+/// At shutdown, how long the record writer may take to write what is queued.
+const RECORD_FLUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// A running server: its bound addresses, its metrics, and a handle to stop it.
+pub struct Server {
+    pub grpc_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    /// The debug listener's address, when `--debug-addr` is set.
+    pub debug_addr: Option<SocketAddr>,
+    /// The metrics listener's address, when `--metrics-addr` is set.
+    pub metrics_addr: Option<SocketAddr>,
+    pub metrics: Arc<Metrics>,
+    pub reloader: Arc<Reloader>,
+    pub status: Arc<ServerStatus>,
+    pub(super) health: HealthReporter,
+    pub(super) shutdown: watch::Sender<bool>,
+    pub(super) tasks: Vec<JoinHandle<()>>,
+    pub(super) drain_timeout: Duration,
+    pub(super) shutdown_delay: Duration,
+    /// Flushed once the listeners are closed.
+    pub(super) tracing: Option<Tracing>,
+    /// `--record`: its queue is written out once the listeners are closed.
+    pub recorder: Option<Arc<Recorder>>,
+}
+
+impl Server {
+    /// Shuts down after the configured `SHUTDOWN_DELAY` (see [`Server::shutdown_after`]).
+    pub async fn shutdown(self) {
+        let delay = self.shutdown_delay;
+        self.shutdown_after(delay).await;
+    }
+
+    /// Flips health to NOT_SERVING (gRPC health and HTTP `/healthcheck`) while still serving every
+    /// call for `delay`, so that load balancers see it; then ends health Watch streams, stops
+    /// accepting, lets in-flight calls finish (for at most `drain_timeout`; what is left is then
+    /// cut), and returns.
+    pub async fn shutdown_after(self, delay: Duration) {
+        self.status.set_draining();
+        self.health.set(ServingStatus::NotServing);
+        if !delay.is_zero() {
+            tracing::info!(
+                ?delay,
+                "health is NOT_SERVING; serving on until the shutdown delay ends"
+            );
+            tokio::time::sleep(delay).await;
+        }
+        self.health.close();
+        let _ = self.shutdown.send(true);
+        let drain_timeout = self.drain_timeout;
+        for mut task in self.tasks {
+            if tokio::time::timeout(drain_timeout, &mut task)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    ?drain_timeout,
+                    "drain timeout: closing remaining connections"
+                );
+                task.abort();
+            }
+        }
+        if let Some(tracing) = &self.tracing {
+            tracing.shutdown().await;
+        }
+        if let Some(recorder) = self.recorder {
+            let _ = tokio::task::spawn_blocking(move || recorder.finish(RECORD_FLUSH_WAIT)).await;
+        }
+    }
+}
+
+/// Which signal asked the server to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    /// SIGTERM (an orchestrator): keep serving for `SHUTDOWN_DELAY` with health NOT_SERVING.
+    Terminate,
+    /// SIGINT (Ctrl-C at a terminal): stop without the delay.
+    Interrupt,
+}
+
+/// Runs until SIGTERM or SIGINT, then shuts down gracefully.
+pub async fn run(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<(), StartError> {
+    let server = start(settings, clock).await?;
+    let signal = wait_for_signal().await;
+    let delay = match signal {
+        Signal::Terminate => settings.shutdown_delay,
+        Signal::Interrupt => Duration::ZERO,
+    };
+    tracing::info!(
+        ?signal,
+        "shutting down: health NOT_SERVING, then draining in-flight requests"
+    );
+    server.shutdown_after(delay).await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> Signal {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => Signal::Interrupt,
+        _ = term => Signal::Terminate,
+    }
+}
