@@ -210,7 +210,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         BackendType::Redis => {
             let config = settings.store.redis_config()?;
             let mode = settings.store.redis_failure_mode;
-            let described = (config.describe(), config.prefix.clone());
+            let described = (config.describe(), config.prefix().to_owned());
             let guard = GuardSettings {
                 mode,
                 local_max_keys: settings.max_keys,

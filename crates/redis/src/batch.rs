@@ -4,8 +4,8 @@
 
 use smallvec::SmallVec;
 
-use crate::limiter::State;
-use crate::store::{Transaction, Verdicts};
+use ratelimit_core::limiter::State;
+use ratelimit_core::store::{Transaction, Verdicts};
 
 /// What a batch answers and leaves.
 #[derive(Debug)]
@@ -31,11 +31,11 @@ pub fn decide_batch<K: PartialEq>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::NANOS_PER_SECOND as S;
-    use crate::config::Algorithm;
-    use crate::limiter::LimitParams;
-    use crate::store::memory::{MemoryBackend, StoreKey};
-    use crate::store::{Charge, Transaction};
+    use ratelimit_core::clock::NANOS_PER_SECOND as S;
+    use ratelimit_core::config::Algorithm;
+    use ratelimit_core::limiter::LimitParams;
+    use ratelimit_core::store::memory::{MemoryBackend, StoreKey};
+    use ratelimit_core::store::{Charge, Transaction};
 
     fn params(algorithm: Algorithm, limit: u32) -> LimitParams {
         LimitParams {

@@ -6,9 +6,9 @@
 
 use smallvec::SmallVec;
 
-use crate::TextKey;
-use crate::clock::Nanos;
-use crate::limiter::State;
+use crate::key::TextKey;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::limiter::State;
 
 /// Kept past the instant a state equals no state, so an instance whose clock is up to this much
 /// behind Redis's (or another instance's) still reads it.
@@ -64,6 +64,11 @@ fn script() -> &'static ::redis::Script {
 
 /// Raw values of keys, `None` for an absent key.
 pub(super) type Raw = SmallVec<[Option<Vec<u8>>; 4]>;
+
+/// The states of raw values (anything unreadable counts as no state).
+pub(crate) fn states(raw: &[Option<Vec<u8>>]) -> SmallVec<[Option<State>; 4]> {
+    raw.iter().map(|v| v.as_deref().and_then(decode)).collect()
+}
 
 /// A state as stored.
 pub fn encode(state: &State) -> String {

@@ -24,10 +24,11 @@ use std::fmt::Write;
 use std::hash::Hasher;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
+use smallvec::SmallVec;
 
-use crate::clock::NANOS_PER_SECOND;
-use crate::store::CounterId;
-use crate::store::memory::{MemoryKey, StoreKey};
+use ratelimit_core::clock::NANOS_PER_SECOND;
+use ratelimit_core::store::memory::{MemoryKey, StoreKey};
+use ratelimit_core::store::{Charge, CounterId};
 
 /// Longest key before its entries are hashed.
 pub const MAX_KEY: usize = 256;
@@ -54,6 +55,19 @@ impl MemoryKey for TextKey {
     fn id(&self) -> StoreKey {
         StoreKey(self.digest())
     }
+}
+
+/// The distinct keys of some requests' charges, in order of first appearance.
+pub(crate) fn distinct<'a>(
+    charges: impl IntoIterator<Item = &'a Charge<TextKey>>,
+) -> SmallVec<[TextKey; 4]> {
+    let mut keys: SmallVec<[TextKey; 4]> = SmallVec::new();
+    for c in charges {
+        if !keys.contains(&c.key) {
+            keys.push(c.key.clone());
+        }
+    }
+    keys
 }
 
 /// Builds text keys under one prefix (`CACHE_KEY_PREFIX`).
@@ -94,11 +108,6 @@ impl TextKeyBuilder {
         TextKeyBuilder {
             prefix: prefix.into(),
         }
-    }
-
-    /// The prefix every key starts with.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
     }
 
     /// The key of a counter.
@@ -183,7 +192,7 @@ impl TextKeyBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::LimitParams;
+    use ratelimit_core::limiter::LimitParams;
 
     /// The key of limit `slot` of a descriptor.
     fn key_of<'e>(
@@ -196,7 +205,7 @@ mod tests {
         let entries: Vec<(&str, &str)> = entries.into_iter().collect();
         b.key(&CounterId::new(domain, &entries[..], slot, params))
     }
-    use crate::config::Algorithm;
+    use ratelimit_core::config::Algorithm;
 
     fn params(algorithm: Algorithm, period_s: u64) -> LimitParams {
         LimitParams {

@@ -139,13 +139,15 @@ impl<K: Clone + Eq + Hash, P> Queues<K, P> {
         (Some(w.request), self.start_from(keys))
     }
 
-    /// Requests waiting (for metrics and tests).
-    pub fn waiting(&self) -> usize {
+    /// Requests waiting.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
         self.waiting.len()
     }
 
-    /// Keys with a call in flight or a request waiting (for tests: 0 once all is done).
-    pub fn lanes(&self) -> usize {
+    /// Keys with a call in flight or a request waiting (0 once all is done).
+    #[cfg(test)]
+    fn lanes(&self) -> usize {
         self.lanes.len()
     }
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::TextKey;
+use crate::key::TextKey;
 
 /// Keys whose last seen value an instance remembers (per shard; `SEEN_SHARDS` shards).
 pub const SEEN_PER_SHARD: usize = 1024;
@@ -102,9 +102,9 @@ mod tests {
 
     #[test]
     fn a_hot_key_outlives_a_stream_of_cold_ones() {
-        let keys = crate::TextKeyBuilder::new(String::new());
-        let params = crate::limiter::LimitParams {
-            algorithm: crate::config::Algorithm::FixedWindow,
+        let keys = crate::key::TextKeyBuilder::new(String::new());
+        let params = ratelimit_core::limiter::LimitParams {
+            algorithm: ratelimit_core::config::Algorithm::FixedWindow,
             requests_per_unit: 1,
             period: 1_000_000_000,
             burst: 1,
@@ -114,7 +114,12 @@ mod tests {
         let key = |i: usize| {
             let value = i.to_string();
             let entries = [("k", value.as_str())];
-            keys.key(&crate::CounterId::new("d", &entries[..], 0, &params))
+            keys.key(&ratelimit_core::store::CounterId::new(
+                "d",
+                &entries[..],
+                0,
+                &params,
+            ))
         };
         let seen = Seen::new();
         let hot = key(0);

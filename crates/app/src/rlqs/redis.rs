@@ -1,7 +1,7 @@
-//! The RLQS demand exchange on the Redis store (`BACKEND_TYPE=redis`): Redis's time, one beat in
-//! the instances' hash and one write-and-read per bucket (`ratelimit_redis`'s `exchange_demand`), buckets
-//! [`IN_FLIGHT`] at a time, each call bounded by `REDIS_TIMEOUT`. Not connected yet: the round fails
-//! (and the last fractions are kept).
+//! The RLQS demand exchange on the Redis store (`BACKEND_TYPE=redis`): a round at Redis's time
+//! (`ratelimit_redis::DemandRound`), one beat in the instances' hash and one write-and-read per
+//! bucket, buckets [`IN_FLIGHT`] at a time, each call bounded by `REDIS_TIMEOUT`. Not connected
+//! yet: the round fails (and the last fractions are kept).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,18 +46,16 @@ impl Exchange for RedisExchange {
                 .store
                 .remote()
                 .ok_or_else(|| "not connected to Redis yet".to_owned())?;
-            let now_ms = redis.time_ms().await.map_err(|e| e.to_string())?;
-            let instances = redis
-                .exchange_demand(&redis.instances_key(), instance, 0.0, now_ms)
+            let round = redis
+                .demand_round(instance)
                 .await
                 .map_err(|e| e.to_string())?;
+            let instances = round.beat().await.map_err(|e| e.to_string())?;
             let mut buckets = Vec::with_capacity(demands.len());
             for chunk in demands.chunks(IN_FLIGHT) {
                 let calls = chunk.iter().map(|(key, demand)| {
-                    let redis = redis.clone();
-                    let hash = redis.demand_key(&key.0, &key.1);
-                    let demand = *demand;
-                    async move { redis.exchange_demand(&hash, instance, demand, now_ms).await }
+                    let round = &round;
+                    async move { round.bucket(&key.0, &key.1, *demand).await }
                 });
                 for answer in futures_util::future::join_all(calls).await {
                     buckets.push(answer.ok().map(seen));
