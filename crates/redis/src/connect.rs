@@ -74,7 +74,7 @@ impl Connect for RedisConnect {
         self.config.timeout
     }
 
-    /// Its own calls and the one ahead of it on its keys, each up to [`MAX_ATTEMPTS`] attempts.
+    /// Its own calls and the one ahead of it on its keys, each up to `MAX_ATTEMPTS` attempts.
     fn decision_deadline(&self) -> Duration {
         self.config.timeout * (2 * MAX_ATTEMPTS as u32)
     }

@@ -37,7 +37,7 @@ pub const MAX_DOMAIN: usize = 64;
 
 /// A key in a shared store. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TextKey(pub std::sync::Arc<str>);
+pub struct TextKey(std::sync::Arc<str>);
 
 impl TextKey {
     pub fn as_str(&self) -> &str {

@@ -43,6 +43,7 @@
 //! - `backend`: [`RedisBackend`], the store; `connect`: [`RedisConnect`] and the store under
 //!   core's remote-store guard.
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 mod attempts;
 mod backend;
