@@ -27,7 +27,9 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "redis",
         &[
-            &["slot", "key", "queue", "batch", "io", "retry", "conn", "refusal"],
+            &[
+                "slot", "key", "queue", "batch", "io", "retry", "conn", "refusal",
+            ],
             &["cas", "seen", "pending", "settings"],
             &["dispatch"],
             &["calls"],

@@ -9,16 +9,16 @@ use ratelimit_core::store::{Transaction, Verdicts};
 
 /// What a batch answers and leaves.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Per transaction, in order: its verdicts (empty for a refund).
-    pub verdicts: Vec<Verdicts>,
+    pub(crate) verdicts: Vec<Verdicts>,
     /// Per key (in the order given): the state after the whole batch.
-    pub states: SmallVec<[Option<State>; 4]>,
+    pub(crate) states: SmallVec<[Option<State>; 4]>,
 }
 
 /// Runs `txs` in order on `keys`, which hold `stored` before the batch. Every key of every
 /// transaction must be in `keys`.
-pub fn decide_batch<K: PartialEq>(
+pub(crate) fn decide_batch<K: PartialEq>(
     txs: &[Transaction<'_, K>],
     keys: &[K],
     stored: &[Option<State>],

@@ -31,21 +31,22 @@ use ratelimit_core::store::memory::{MemoryKey, StoreKey};
 use ratelimit_core::store::{Charge, CounterId};
 
 /// Longest key before its entries are hashed.
-pub const MAX_KEY: usize = 256;
+pub(crate) const MAX_KEY: usize = 256;
 /// Longest encoded domain kept whole.
-pub const MAX_DOMAIN: usize = 64;
+pub(crate) const MAX_DOMAIN: usize = 64;
 
 /// A key in a shared store. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TextKey(std::sync::Arc<str>);
 
 impl TextKey {
+    /// The key as Redis holds it.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// A 128-bit digest of the key (for a memory store holding text keys).
-    pub fn digest(&self) -> u128 {
+    pub(crate) fn digest(&self) -> u128 {
         hash128(self.0.as_bytes())
     }
 }
@@ -72,7 +73,7 @@ pub(crate) fn distinct<'a>(
 
 /// Builds text keys under one prefix (`CACHE_KEY_PREFIX`).
 #[derive(Debug, Clone, Default)]
-pub struct TextKeyBuilder {
+pub(crate) struct TextKeyBuilder {
     prefix: String,
 }
 
@@ -104,14 +105,14 @@ fn head(s: &str, max: usize) -> &str {
 impl TextKeyBuilder {
     /// `prefix` must not contain `{` or `}` (a hash tag would put every key in one cluster slot);
     /// the settings refuse one that does.
-    pub fn new(prefix: impl Into<String>) -> Self {
+    pub(crate) fn new(prefix: impl Into<String>) -> Self {
         TextKeyBuilder {
             prefix: prefix.into(),
         }
     }
 
     /// The key of a counter.
-    pub fn key(&self, id: &CounterId<'_>) -> TextKey {
+    pub(crate) fn key(&self, id: &CounterId<'_>) -> TextKey {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
         let mut name = String::new();
@@ -153,7 +154,7 @@ impl TextKeyBuilder {
     /// `<prefix>%rlqs|<domain>|<k>=<v>…` with the entries in the order given (sorted by the
     /// caller), encoded and bounded as counter keys are. No counter key starts so: an encoded
     /// domain never holds a bare `%` followed by `r`.
-    pub fn quota_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
+    pub(crate) fn quota_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
         key.push_str("%rlqs|");
@@ -184,7 +185,7 @@ impl TextKeyBuilder {
     }
 
     /// The key of the hash of RLQS instances alive (each one's last beat).
-    pub fn instances_key(&self) -> TextKey {
+    pub(crate) fn instances_key(&self) -> TextKey {
         TextKey(format!("{}%instances", self.prefix).into())
     }
 }

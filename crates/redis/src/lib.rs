@@ -43,7 +43,7 @@
 //! - `backend`: [`RedisBackend`], the store; `connect`: [`RedisConnect`] and the store under
 //!   core's remote-store guard.
 #![forbid(unsafe_code)]
-#![warn(unreachable_pub)]
+#![deny(unreachable_pub)]
 
 mod attempts;
 mod backend;
@@ -77,5 +77,5 @@ pub use settings::{InvalidSetting, RedisSettings, RedisType, SocketType};
 #[cfg(feature = "testing")]
 pub mod testing {
     /// Kept past the instant a state equals no state (what a key's `PXAT` adds).
-    pub use crate::cas::EXPIRY_GRACE_MS;
+    pub const EXPIRY_GRACE_MS: u64 = crate::cas::EXPIRY_GRACE_MS;
 }

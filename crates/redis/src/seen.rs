@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::key::TextKey;
 
 /// Keys whose last seen value an instance remembers (per shard; `SEEN_SHARDS` shards).
-pub const SEEN_PER_SHARD: usize = 1024;
+pub(crate) const SEEN_PER_SHARD: usize = 1024;
 /// Shards of the seen-value cache (each its own lock).
 const SEEN_SHARDS: usize = 64;
 
