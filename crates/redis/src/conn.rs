@@ -270,8 +270,8 @@ fn client(info: ConnectionInfo, config: &RedisConfig) -> RedisResult<Client> {
 
 /// Round trips a new connection may take before it can carry a call: TCP's handshake, TLS's two,
 /// and the client's set-up commands (authentication, client name). Each is a call bounded by
-/// `REDIS_TIMEOUT`, so a connection is given that many; a Redis 25 ms away with a 100 ms timeout
-/// is then reached (the whole set-up used to have to fit in one timeout, and never did).
+/// `REDIS_TIMEOUT`, so a connection is given that many: a Redis 25 ms away with a 100 ms timeout
+/// is reached.
 pub(super) const CONNECT_ROUND_TRIPS: u32 = 4;
 
 /// The bound on setting up one connection.

@@ -9,8 +9,7 @@
 //!   parses back one way only: (`a`, `b_c`) and (`a_b`, `c`) never meet, as they do in the
 //!   reference's `key_value` joining.
 //! - No Redis Cluster hash tag (a key holds no `{`: the prefix may not either): a cluster hashes
-//!   each key whole, so the counters of one domain spread over every master. (Builds before 0.1.0
-//!   tagged every key `{<domain>}`: one domain's load on one master.)
+//!   each key whole, so the counters of one domain spread over every master.
 //! - The tail names which limit of the rule (`slot`), its algorithm (the stable codes of
 //!   `Algorithm`: 0 token bucket, 1 fixed window, 2 sliding window, 3 leaky bucket) and its window
 //!   (`60s`, or `…ns` for a period that is not whole seconds). Limit values (requests per unit,

@@ -2,7 +2,7 @@
 //! operator can mend it, so start-up stops) or leaves Redis merely unreachable (slow, cut, absent:
 //! the server starts in the failure mode and keeps connecting). Applied to connecting and to the
 //! first PING alike: a PING that times out or whose reply is cut is "unreachable", never a reason
-//! to exit (issue 31, finding 2: in Kubernetes that was a crash loop while Redis was only slow).
+//! to exit (in Kubernetes that would be a crash loop while Redis is only slow).
 
 use ::redis::{ErrorKind, RedisError};
 

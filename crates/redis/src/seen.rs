@@ -18,8 +18,8 @@ const SEEN_SHARDS: usize = 64;
 /// values the script sends back, never a different verdict. Bounded, and a hot key stays: each
 /// shard keeps two generations, a key used is moved into the young one, and when the young one is
 /// full the old one is forgotten (so a key used within the last half shard's worth of other keys
-/// is kept; it used to be an arbitrary key, a hot one among them, which then handed the local mode
-/// a fresh limit in an outage).
+/// is kept, never a hot key dropped for a cold one, which would hand the local mode a fresh limit
+/// in an outage).
 /// Replies are handled in no set order (several connections, several threads): each value is
 /// remembered with the stamp of the call that saw it, taken when the call was sent, and an older
 /// call's reply does not replace what a newer one saw.

@@ -102,7 +102,8 @@ fn auth_and_tls_flags_reach_the_redis_settings() {
         let e = config(&["--redis-tls", flag, "/nonexistent.pem"]).unwrap_err();
         assert_eq!(e.setting, setting, "{e}");
         assert!(
-            e.to_string().starts_with(&format!("{setting}: cannot read")),
+            e.to_string()
+                .starts_with(&format!("{setting}: cannot read")),
             "{e}"
         );
     }
