@@ -1,7 +1,8 @@
 //! The local failure mode's outage: its first decision on a key starts from what this instance
 //! last saw in the remote backend, keeping this instance's share ([`Guarded::hand_over`]); what it
 //! admits is counted, and written back into the backend before the next remote decision on the
-//! key ([`Guarded::settle_first`], [`settle`]), after which the key leaves the outage ([`release`]).
+//! key ([`Guarded::settle_first`], [`settle`]), after which the key leaves the outage ([`release`])
+//! and its local state goes on bounding this instance (`kept_share`).
 
 use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, PoisonError};
@@ -11,7 +12,7 @@ use ratelimit_core::limiter::{self, LimitParams};
 use ratelimit_core::store::memory::MemoryKey;
 use ratelimit_core::store::{Charge, Transaction, Verdicts};
 
-use super::{Guarded, KeyOf, Shared};
+use super::{Guarded, KeyOf, Shared, kept_share};
 use crate::outage::{Claim, Outage, Settle};
 use crate::remote::{Connect, Remote};
 
@@ -36,6 +37,7 @@ impl<C: Connect> Guarded<C> {
                 .as_ref()
                 .and_then(|r| r.last_seen(&charge.key, tx.now));
             let state = limiter::keep_share(&charge.params, seen, tx.now, share);
+            let state = self.start_within_kept(&charge.key, &charge.params, state, tx.now);
             self.shared.local.put(charge.key.id(), state, tx.now);
             outage.take_over(charge.key.clone(), charge.params);
             self.shared.outage_keys.fetch_add(1, Ordering::Relaxed);
@@ -108,8 +110,9 @@ impl<C: Connect> Guarded<C> {
     }
 }
 
-/// A write-back of `claimed` ended at `now`: the keys written leave the outage with their local
-/// state (all of it once none is left).
+/// A write-back of `claimed` ended at `now`: the keys written leave the outage, their local state
+/// kept as the bound of this instance's share (`kept_share`); the other local states go once no
+/// key is left.
 pub(super) fn release<C: Connect>(
     shared: &Shared<C>,
     claimed: Vec<Settle<KeyOf<C>>>,
@@ -117,12 +120,15 @@ pub(super) fn release<C: Connect>(
     now: Nanos,
 ) {
     let mut outage = shared.outage.lock().unwrap_or_else(PoisonError::into_inner);
+    let params: Vec<_> = claimed.iter().map(|(k, p, _)| (k.clone(), *p)).collect();
     for key in outage.release(claimed, unsettled) {
-        shared.local.put(key.id(), None, now);
+        if let Some((_, p)) = params.iter().find(|(k, _)| *k == key) {
+            kept_share::keep(shared, key, p, now);
+        }
     }
     shared.outage_keys.store(outage.len(), Ordering::Relaxed);
     if outage.len() == 0 {
-        shared.local.clear();
+        kept_share::clear_all_but_kept(shared, now);
     }
     drop(outage);
     shared.settled.notify_waiters();

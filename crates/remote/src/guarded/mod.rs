@@ -7,17 +7,20 @@
 //!
 //! Here: the shared state, start-up and the `Backend` face. Beside it: `call` (one call under the
 //! deadline and the breaker's permit), `failure` (the failure modes' answers), `hand_over` (the
-//! local failure mode's outage: keys taken over, their hits written back), `switch` (a switch
+//! local failure mode's outage: keys taken over, their hits written back), `kept_share` (after
+//! its outage, a key within the share this instance kept), `switch` (a switch
 //! counted and logged) and `tasks` (the background loops).
 
 mod call;
 mod failure;
 mod hand_over;
+mod kept_share;
 mod switch;
 mod tasks;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,6 +90,10 @@ struct Shared<C: Connect> {
     outage_keys: AtomicUsize,
     /// Told when a write-back of taken-over keys ends (decisions on them wait for it).
     settled: tokio::sync::Notify,
+    /// Keys that left an outage, whose local state still bounds this instance (`kept_share`).
+    kept: Mutex<HashSet<KeyOf<C>>>,
+    /// Keys in `kept` (read without its lock on every decision).
+    kept_keys: AtomicUsize,
 }
 
 impl<C: Connect> Shared<C> {
@@ -127,6 +134,8 @@ impl<C: Connect> Shared<C> {
             outage_cap: settings.local_max_keys,
             outage_keys: AtomicUsize::new(0),
             settled: tokio::sync::Notify::new(),
+            kept: Mutex::new(HashSet::new()),
+            kept_keys: AtomicUsize::new(0),
         }
     }
 }
@@ -235,8 +244,14 @@ impl<C: Connect> Backend for Guarded<C> {
         {
             if apply && self.is_up() {
                 self.settle_first(&remote, &tx).await;
+                if let Some(verdicts) = self.beyond_kept_share(&tx) {
+                    return Ok(verdicts);
+                }
             }
             if let Answer::Answered(answer) = self.through(remote.transact(tx)).await {
+                if let (true, Ok(verdicts)) = (apply, &answer) {
+                    self.count_in_kept_share(&tx, verdicts);
+                }
                 if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
                     cache.learn(tx.charges, verdicts, tx.now);
                 }
