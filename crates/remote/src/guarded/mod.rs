@@ -243,7 +243,9 @@ impl<C: Connect> Backend for Guarded<C> {
             && (apply || self.is_up())
         {
             if apply && self.is_up() {
-                self.settle_first(&remote, &tx).await;
+                if !self.settle_first(&remote, &tx).await {
+                    return self.fallback(tx);
+                }
                 if let Some(verdicts) = self.beyond_kept_share(&tx) {
                     return Ok(verdicts);
                 }
