@@ -13,7 +13,6 @@ use arc_swap::ArcSwap;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{
     Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult,
@@ -149,26 +148,6 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
-impl Conn {
-    /// `PING`. On a cluster it is answered when any master answers: one master down leaves the
-    /// others' slots served, and which keys fail is each call's to say, not the probe's (a
-    /// `PING` to every master would keep the breaker open, and every key local, until a replica
-    /// takes the dead master's place).
-    pub(super) async fn ping(&mut self) -> RedisResult<()> {
-        let ping = ::redis::cmd("PING");
-        match self {
-            Conn::Single(c) => ping.query_async::<String>(c).await.map(drop),
-            Conn::Cluster(c) => {
-                let any_master = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::OneSucceeded),
-                ));
-                c.route_command(ping, any_master).await.map(drop)
-            }
         }
     }
 }
