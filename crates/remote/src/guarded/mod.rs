@@ -243,9 +243,7 @@ impl<C: Connect> Backend for Guarded<C> {
             && (apply || self.is_up())
         {
             if apply && self.is_up() {
-                if !self.settle_first(&remote, &tx).await {
-                    return self.fallback(tx);
-                }
+                self.settle_first(&remote, &tx).await;
                 if let Some(verdicts) = self.beyond_kept_share(&tx) {
                     return Ok(verdicts);
                 }
