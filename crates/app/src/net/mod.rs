@@ -1,12 +1,12 @@
 //! The listening sockets: one accept loop for TCP and Unix sockets alike that sets TCP_NODELAY on
 //! every accepted TCP connection, caps how many connections a listener holds and how many one
 //! client (source address) holds (`clients`), backs off when accepting fails (out of file
-//! descriptors), and closes connections that stay silent (see `guard`). The gRPC listeners (TCP
+//! descriptors), and closes connections that stay silent (see `limited`). The gRPC listeners (TCP
 //! and `--grpc-uds`), the admin and the debug listener all accept through here, so no socket of
 //! ours is served with the kernel's defaults.
 
 mod clients;
-mod guard;
+mod limited;
 mod listener;
 mod serve_http;
 pub mod tls;
@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub use clients::Clients;
-pub use guard::{GuardedStream, Slot, Timeouts};
+pub use limited::{LimitedStream, Slot, Timeouts};
 pub use listener::Listener;
 pub use serve_http::serve_http;
 
@@ -144,7 +144,7 @@ impl Refusals {
     }
 }
 
-/// A listener that hands out guarded connections.
+/// A listener that hands out limited connections ([`LimitedStream`]).
 pub struct Acceptor<L: Listener = TcpListener> {
     listener: L,
     slots: Arc<Semaphore>,
@@ -192,7 +192,7 @@ impl<L: Listener> Acceptor<L> {
     /// has the new connection closed at once (counted, logged once a minute) and the slot goes to
     /// the next. Accept errors (EMFILE, ENFILE…) are logged and retried after a growing pause
     /// instead of at once, so running out of descriptors cannot make the loop spin.
-    pub async fn accept(&self) -> (GuardedStream<L::Stream>, Option<IpAddr>) {
+    pub async fn accept(&self) -> (LimitedStream<L::Stream>, Option<IpAddr>) {
         let permit = self.slot().await;
         let mut backoff = MIN_ACCEPT_BACKOFF;
         loop {
@@ -211,7 +211,7 @@ impl<L: Listener> Acceptor<L> {
                     };
                     L::prepare(&stream, self.name);
                     let slot = Slot::new(permit, client);
-                    return (GuardedStream::new(stream, self.timeouts, slot), peer);
+                    return (LimitedStream::new(stream, self.timeouts, slot), peer);
                 }
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
@@ -251,7 +251,7 @@ impl<L: Listener> Acceptor<L> {
     /// listening socket.
     pub fn into_stream(
         self,
-    ) -> impl futures_util::Stream<Item = Result<GuardedStream<L::Stream>, io::Error>> + Send {
+    ) -> impl futures_util::Stream<Item = Result<LimitedStream<L::Stream>, io::Error>> + Send {
         futures_util::stream::unfold(self, |acceptor| async move {
             let (stream, _) = acceptor.accept().await;
             Some((Ok(stream), acceptor))

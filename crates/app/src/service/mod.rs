@@ -21,7 +21,7 @@ use tonic::{Code, Request, Response, Status};
 use crate::front::{FrontDoor, RefusedCall, status_code};
 use crate::store::Backend;
 
-pub use body::GuardedBody;
+pub use body::BoundedBody;
 pub use codec::RequestCodec;
 
 /// The gRPC path of the one method we serve.
@@ -54,7 +54,7 @@ impl Default for CallLimits {
 struct Shared<S> {
     front: Arc<FrontDoor<S>>,
     limits: CallLimits,
-    /// One permit per request byte buffered (see [`GuardedBody`]).
+    /// One permit per request byte buffered (see [`BoundedBody`]).
     buffered: Arc<Semaphore>,
 }
 
@@ -131,7 +131,7 @@ where
             }
             let limits = this.shared.limits;
             let request = request.map(|body| {
-                GuardedBody::new(body, this.shared.buffered.clone(), limits.body_timeout)
+                BoundedBody::new(body, this.shared.buffered.clone(), limits.body_timeout)
             });
             let bounds = this.shared.front.engine().settings().bounds;
             let mut grpc = Grpc::new(RequestCodec::new(bounds))
