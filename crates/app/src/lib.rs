@@ -29,8 +29,3 @@ pub mod statsd;
 pub mod status;
 mod telemetry;
 pub mod xds;
-
-// The lower crates' modules, by the names this crate's code uses for them.
-use ratelimit_core::{
-    clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, store, wire,
-};

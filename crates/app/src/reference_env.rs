@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::redact;
+use ratelimit_core::redact;
 
 /// What the reference's environment asks of us.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
-use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
-use crate::limiter::LimitDefaults;
 use crate::net::tls::TlsArgs;
-use crate::rules_dir::SizeCaps;
 pub use crate::statsd::StatsdArgs;
 pub use crate::xds::{ConfigType, XdsArgs};
+use ratelimit_core::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
+use ratelimit_core::engine::{EngineSettings, HeaderNames, RequestBounds};
+use ratelimit_core::limiter::LimitDefaults;
+use ratelimit_core::rules_dir::SizeCaps;
 pub use transport_args::{TransportArgs, byte_size};
 
 /// Caps on the rules files read, checked from each file's size before reading it; shared by

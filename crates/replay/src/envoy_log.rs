@@ -17,9 +17,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::Value;
 
 use super::input::Decode;
-use crate::clock::Nanos;
-use crate::config::yaml::{self, Node, NodeKind, ScalarKind};
-use crate::wire::time::parse_instant;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::config::yaml::{self, Node, NodeKind, ScalarKind};
+use ratelimit_core::wire::time::parse_instant;
 
 /// Log fields the documented `json_format` writes (request headers are written under their
 /// lower-case name, dynamic metadata under `FILTER:KEY:…` as `%DYNAMIC_METADATA(…)%` names it).
@@ -439,7 +439,7 @@ routes:
         let time = m.decode(line.as_bytes(), &mut r).expect("valid line")?;
         assert_eq!(
             time,
-            1_796_101_200 * crate::clock::NANOS_PER_SECOND + 5_000_000
+            1_796_101_200 * ratelimit_core::clock::NANOS_PER_SECOND + 5_000_000
         );
         assert_eq!(r.domain, m.domain);
         Some(

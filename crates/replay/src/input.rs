@@ -11,7 +11,7 @@ use std::path::Path;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use crate::clock::Nanos;
+use ratelimit_core::clock::Nanos;
 
 /// The longest line read; a longer one is skipped (so memory does not follow the input).
 pub const MAX_LINE: usize = 1 << 20;
@@ -48,10 +48,14 @@ impl Problems {
     pub fn jump(&mut self, (file, line): (&str, u64), from: Nanos, to: Nanos) {
         self.time_jumps += 1;
         if self.time_jumps <= self.print_max {
-            let ahead = (to - from) / crate::clock::NANOS_PER_SECOND;
+            let ahead = (to - from) / ratelimit_core::clock::NANOS_PER_SECOND;
             let (from, to) = (
-                crate::wire::time::format_second(from / crate::clock::NANOS_PER_SECOND),
-                crate::wire::time::format_second(to / crate::clock::NANOS_PER_SECOND),
+                ratelimit_core::wire::time::format_second(
+                    from / ratelimit_core::clock::NANOS_PER_SECOND,
+                ),
+                ratelimit_core::wire::time::format_second(
+                    to / ratelimit_core::clock::NANOS_PER_SECOND,
+                ),
             );
             eprintln!(
                 "{file}:{line}: warning: the time jumps {} ahead, from {from} to {to}; every later \

@@ -15,19 +15,16 @@ pub mod plot;
 pub mod report;
 pub mod tally;
 
-// The core's modules, by the names this crate's code uses for them.
-use ratelimit_core::{clock, config, engine, metrics, policy, store, wire};
-
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use crate::clock::{ManualClock, NANOS_PER_SECOND, Nanos};
-use crate::engine::{Attribution, Engine, EngineSettings};
-use crate::policy::Policy;
-use crate::store::Store;
-use crate::store::memory::MemoryBackend;
 use input::{Decode, Merged};
+use ratelimit_core::clock::{ManualClock, NANOS_PER_SECOND, Nanos};
+use ratelimit_core::engine::{Attribution, Engine, EngineSettings};
+use ratelimit_core::policy::Policy;
+use ratelimit_core::store::Store;
+use ratelimit_core::store::memory::MemoryBackend;
 use tally::{DiffTally, Tally};
 
 /// Record lines (`docs/record.md`).
@@ -36,7 +33,7 @@ pub struct RecordLines;
 
 impl Decode for RecordLines {
     fn decode(&self, line: &[u8], out: &mut RateLimitRequest) -> Result<Option<Nanos>, String> {
-        crate::wire::record::parse_into(line, out).map(Some)
+        ratelimit_core::wire::record::parse_into(line, out).map(Some)
     }
 }
 
@@ -70,7 +67,7 @@ impl RuleNames {
     pub fn name<'a>(&'a self, domain: &'a str, a: &Attribution) -> Option<(&'a str, &'a str)> {
         match (a.rule, a.outcome) {
             (Some(id), _) => self.by_id.get(id).map(|(d, p)| (d.as_str(), p.as_str())),
-            (None, Some(_)) => Some((domain, crate::metrics::OVERRIDE_RULE)),
+            (None, Some(_)) => Some((domain, ratelimit_core::metrics::OVERRIDE_RULE)),
             (None, None) => None,
         }
     }

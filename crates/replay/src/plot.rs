@@ -10,8 +10,8 @@ use plotters::prelude::*;
 use super::Side;
 use super::tally::{Bin, RuleTally};
 use crate::chart::{Plot, builder, legend, mesh, page};
-use crate::metrics::OVERRIDE_RULE;
-use crate::wire::time::format_second;
+use ratelimit_core::metrics::OVERRIDE_RULE;
+use ratelimit_core::wire::time::format_second;
 
 /// Panels drawn at most (rules beyond them are in the report, not the plot).
 pub const MAX_PANELS: usize = 8;

@@ -8,9 +8,9 @@ use serde::Serialize;
 
 use super::tally::{DiffTally, RuleDiff, RuleTally, Tally, top};
 use super::{RuleNames, Run};
-use crate::clock::{NANOS_PER_SECOND, Nanos};
-use crate::metrics::OVERRIDE_RULE;
-use crate::wire::time::format_second;
+use ratelimit_core::clock::{NANOS_PER_SECOND, Nanos};
+use ratelimit_core::metrics::OVERRIDE_RULE;
+use ratelimit_core::wire::time::format_second;
 
 /// Version of the JSON report's layout (fields are only ever added within a version).
 pub const REPORT_FORMAT: u32 = 1;

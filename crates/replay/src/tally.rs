@@ -10,9 +10,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::clock::{NANOS_PER_SECOND, Nanos};
-use crate::engine::Attribution;
-use crate::metrics::HitOutcome;
+use ratelimit_core::clock::{NANOS_PER_SECOND, Nanos};
+use ratelimit_core::engine::Attribution;
+use ratelimit_core::metrics::HitOutcome;
 
 /// Requests of one rule in one second of virtual time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

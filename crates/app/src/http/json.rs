@@ -19,10 +19,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use serde_json::json;
 
 use super::AdminState;
-use crate::engine::EngineError;
 use crate::front::RefusedCall;
-use crate::store::Backend;
-use crate::wire::json::{self, response_json};
+use ratelimit_core::engine::EngineError;
+use ratelimit_core::store::Backend;
+use ratelimit_core::wire::json::{self, response_json};
 
 /// Whether reading a body failed on its length bound.
 fn is_length_limit(error: &axum::Error) -> bool {

@@ -6,7 +6,7 @@ mod json;
 mod rlconfig;
 mod stream;
 
-pub use crate::wire::json::response_json;
+pub use ratelimit_core::wire::json::response_json;
 pub use stream::Renders;
 
 use std::sync::Arc;
@@ -17,13 +17,13 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 
-use crate::engine::Engine;
 use crate::front::FrontDoor;
-use crate::metrics::Metrics;
 use crate::statsd::Mapper;
 use crate::statsd::exposition::mapped;
 use crate::status::ServerStatus;
-use crate::store::Backend;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::metrics::Metrics;
+use ratelimit_core::store::Backend;
 
 /// What the admin handlers need.
 pub struct Admin<B> {
@@ -35,7 +35,7 @@ pub struct Admin<B> {
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
     pub healthy_needs_a_domain: bool,
     /// The RLQS buckets, for `/explain?bucket=…`.
-    pub quotas: Option<Arc<dyn crate::quota::BucketLookup>>,
+    pub quotas: Option<Arc<dyn ratelimit_core::quota::BucketLookup>>,
     /// `PROMETHEUS_MAPPER_YAML`: how the metrics pages name the reference's stats.
     pub mapper: Option<Arc<Mapper>>,
     /// The slots for streamed answers (`/rlconfig`).

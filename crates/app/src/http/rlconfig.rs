@@ -12,10 +12,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AdminState;
-use crate::config::format_duration;
-use crate::limiter::LimitDefaults;
-use crate::policy::{Policy, Rule, RuleKind};
-use crate::store::Backend;
+use ratelimit_core::config::format_duration;
+use ratelimit_core::limiter::LimitDefaults;
+use ratelimit_core::policy::{Policy, Rule, RuleKind};
+use ratelimit_core::store::Backend;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Format {
@@ -40,7 +40,7 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
                     "burst": l.effective_burst(),
                     "replaces": l.replaces,
                 });
-                if params.algorithm == crate::config::Algorithm::LeakyBucket {
+                if params.algorithm == ratelimit_core::config::Algorithm::LeakyBucket {
                     v["max_delay"] = json!(format_duration(std::time::Duration::from_nanos(
                         params.max_delay
                     )));

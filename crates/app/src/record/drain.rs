@@ -15,7 +15,7 @@ use super::metrics::DropReason;
 use super::pending::{Pending, Records};
 use super::writer::RecordFile;
 use super::{Hashing, frame};
-use crate::wire::record::{Values, encode};
+use ratelimit_core::wire::record::{Values, encode};
 
 /// How often the writer takes the pending lines. It sleeps between drains instead of being
 /// woken per line, so a decision never has to wake it (no futex on the answering thread) and lines

@@ -10,8 +10,8 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message;
 
-use crate::clock::Nanos;
-use crate::wire::record::{Answer, Decided};
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::wire::record::{Answer, Decided};
 
 /// The overall code of a refused request (no answer): not a code the protocol has.
 const REFUSED: i32 = i32::MIN;

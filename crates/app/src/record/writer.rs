@@ -144,7 +144,7 @@ impl RecordFile {
             spec,
             metrics,
             file: Some(file),
-            retry_at: crate::clock::monotonic(),
+            retry_at: ratelimit_core::clock::monotonic(),
             rotated: None,
             logged: HashMap::new(),
         })
@@ -162,7 +162,7 @@ impl RecordFile {
             return;
         }
         if self.file.is_none() {
-            if crate::clock::monotonic() < self.retry_at {
+            if ratelimit_core::clock::monotonic() < self.retry_at {
                 self.metrics.count_drop(DropReason::WriteError, lines);
                 return;
             }
@@ -240,12 +240,12 @@ impl RecordFile {
         self.metrics.count_drop(DropReason::WriteError, lines);
         self.log(&error, message);
         self.file = None;
-        self.retry_at = crate::clock::monotonic() + RETRY_AFTER;
+        self.retry_at = ratelimit_core::clock::monotonic() + RETRY_AFTER;
     }
 
     /// Logs an error at most once per [`LOG_EVERY`] per kind, saying how many were not logged.
     fn log(&mut self, error: &io::Error, message: &str) {
-        let now = crate::clock::monotonic();
+        let now = ratelimit_core::clock::monotonic();
         let (last, since) = self.logged.entry(error.kind()).or_insert((now, 0));
         if *since > 0 && now.duration_since(*last) < LOG_EVERY {
             *since += 1;

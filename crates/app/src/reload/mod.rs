@@ -19,15 +19,15 @@ use std::sync::{Arc, Mutex};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::clock::{Clock, NANOS_PER_SECOND};
-use crate::config::{self, ConfigErrors, DomainConfig};
-use crate::engine::Rules;
-use crate::metrics::Metrics;
-use crate::policy::{Policy, Rule};
-use crate::rules_dir::{
+use crate::status::{LoadReport, ServerStatus};
+use ratelimit_core::clock::{Clock, NANOS_PER_SECOND};
+use ratelimit_core::config::{self, ConfigErrors, DomainConfig};
+use ratelimit_core::engine::Rules;
+use ratelimit_core::metrics::Metrics;
+use ratelimit_core::policy::{Policy, Rule};
+use ratelimit_core::rules_dir::{
     RulesFiles, SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir,
 };
-use crate::status::{LoadReport, ServerStatus};
 
 pub use watch::spawn_watcher;
 

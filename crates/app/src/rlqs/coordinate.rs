@@ -14,9 +14,9 @@ use tokio::sync::watch;
 
 use super::TICK;
 use super::table::{BucketKey, Table};
-use crate::clock::monotonic;
-use crate::quota::fraction::{self, InstanceId, Peer};
-use crate::store::Backend;
+use ratelimit_core::clock::monotonic;
+use ratelimit_core::quota::fraction::{self, InstanceId, Peer};
+use ratelimit_core::store::Backend;
 use ratelimit_remote::Every;
 
 /// How often a failing exchange is said again.

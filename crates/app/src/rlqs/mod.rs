@@ -35,8 +35,8 @@ pub use metrics::QuotaMetrics;
 pub use redis::RedisExchange;
 pub use table::Table;
 
-use crate::engine::Engine;
-use crate::store::Backend;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::store::Backend;
 
 /// Largest usage-report message read.
 const MAX_REPORT_BYTES: usize = 4 * 1024 * 1024;

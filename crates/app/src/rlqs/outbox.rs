@@ -170,7 +170,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
-    use crate::quota::Grant;
+    use ratelimit_core::quota::Grant;
 
     fn key(n: usize) -> (Arc<BucketKey>, BucketId) {
         let entries = vec![("k".to_owned(), n.to_string())];

@@ -12,7 +12,7 @@ use ratelimit_redis::{RedisConnect, Snapshot};
 
 use super::coordinate::{Exchange, Exchanged, Seen};
 use super::table::BucketKey;
-use crate::quota::fraction::InstanceId;
+use ratelimit_core::quota::fraction::InstanceId;
 use ratelimit_remote::Guarded;
 
 /// Bucket calls in flight at once in one round.

@@ -19,13 +19,15 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQ
 use super::actions::Action;
 use super::metrics::QuotaMetrics;
 use super::outbox::Outbox;
-use crate::clock::Nanos;
-use crate::engine::Engine;
-use crate::policy::Policy;
-use crate::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
-use crate::quota::fraction::even;
-use crate::quota::{BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId};
-use crate::store::Backend;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::policy::Policy;
+use ratelimit_core::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
+use ratelimit_core::quota::fraction::even;
+use ratelimit_core::quota::{
+    BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId,
+};
+use ratelimit_core::store::Backend;
 
 /// Most buckets one stream may report; more are ignored (and counted).
 pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;

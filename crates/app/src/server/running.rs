@@ -9,14 +9,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::clock::Clock;
 use crate::health::HealthReporter;
-use crate::metrics::Metrics;
 use crate::record::Recorder;
 use crate::reload::Reloader;
 use crate::settings::ServeSettings;
 use crate::status::ServerStatus;
 use crate::telemetry::Tracing;
+use ratelimit_core::clock::Clock;
+use ratelimit_core::metrics::Metrics;
 
 use super::{StartError, start};
 

@@ -11,7 +11,7 @@ use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstEncoder;
 
-use crate::engine::{InvalidRequest, RequestBounds};
+use ratelimit_core::engine::{InvalidRequest, RequestBounds};
 
 /// `RateLimitRequest.descriptors` and `RateLimitDescriptor.entries` field numbers.
 const DESCRIPTORS_FIELD: u32 = 2;

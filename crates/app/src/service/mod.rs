@@ -19,7 +19,7 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Request, Response, Status};
 
 use crate::front::{FrontDoor, RefusedCall, status_code};
-use crate::store::Backend;
+use ratelimit_core::store::Backend;
 
 pub use body::BoundedBody;
 pub use codec::RequestCodec;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-use crate::config::parse_duration;
+use ratelimit_core::config::parse_duration;
 use ratelimit_redis::{RedisConfig, RedisTls, Topology};
 use ratelimit_remote::{FailureMode, LocalShare};
 
@@ -205,7 +205,7 @@ fn node(text: &str, socket: SocketType) -> Result<ConnectionInfo, SettingError> 
         return Err(bad("REDIS_URL", "an address is empty"));
     }
     // The address as messages show it: a password in it is never repeated.
-    let shown = crate::redact::credentials(text);
+    let shown = ratelimit_core::redact::credentials(text);
     let invalid = |e: redis::RedisError| bad("REDIS_URL", format!("'{shown}': {e}"));
     if text.contains("://") {
         if !(text.starts_with("redis://")

@@ -29,7 +29,7 @@ pub fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
 pub fn parse_endpoint(text: &str) -> Result<String, String> {
     let text = text.trim();
     // As messages show it: a password in the URL is never repeated.
-    let shown = crate::redact::credentials(text);
+    let shown = ratelimit_core::redact::credentials(text);
     let uri: tonic::codegen::http::Uri = text
         .parse()
         .map_err(|e| format!("'{shown}' is not a URL: {e}"))?;

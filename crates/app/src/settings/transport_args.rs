@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::parse_duration;
 use crate::net::Timeouts;
 use crate::service::CallLimits;
+use ratelimit_core::config::parse_duration;
 
 /// Listener and call bounds for `serve`.
 #[derive(Debug, Clone, Args)]

@@ -15,8 +15,8 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::parse_duration;
-use crate::metrics::Metrics;
+use ratelimit_core::config::parse_duration;
+use ratelimit_core::metrics::Metrics;
 
 /// How long a connection to the sink may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -125,7 +125,7 @@ fn warn_once(failing: &mut bool, target: &str, error: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
+    use ratelimit_core::metrics::Metrics;
 
     #[test]
     fn only_what_moved_is_sent_under_the_reference_s_names() {

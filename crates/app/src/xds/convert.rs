@@ -16,7 +16,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 };
 use prost::Message;
 
-use crate::config::{ConfigError, ConfigErrors};
+use ratelimit_core::config::{ConfigError, ConfigErrors};
 
 /// The type URL of the resources the rules come in.
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";

@@ -5,7 +5,7 @@
 
 use rustls::pki_types::CertificateDer;
 
-use crate::wire::time::format_second;
+use ratelimit_core::wire::time::format_second;
 
 /// When a chain can be served: from the latest `notBefore` of its certificates to the earliest
 /// `notAfter`.

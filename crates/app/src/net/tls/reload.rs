@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use super::expiry::{Expiry, Validity, Warned, human, instant};
 use super::files::{PemFiles, Refusal, TlsError, TlsSpec};
 use super::metrics::TlsMetrics;
-use crate::clock::{Clock, NANOS_PER_SECOND};
+use ratelimit_core::clock::{Clock, NANOS_PER_SECOND};
 
 /// What the files held when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
