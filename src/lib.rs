@@ -18,7 +18,16 @@ pub use ratelimit_core::{
     clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, testing, wire,
 };
 pub use ratelimit_remote as remote;
-pub use ratelimit_replay as replay;
+
+/// The offline analyser: replaying recorded requests, and the house style of its charts.
+pub mod replay {
+    pub use ratelimit_replay::{RecordLines, Run, Side, chart, replay};
+
+    /// Reading the replayed lines.
+    pub mod input {
+        pub use ratelimit_replay::{Merged, Problems};
+    }
+}
 
 /// Where limiter state lives: the core's seam and the memory backend, and the Redis backend.
 pub mod store {

@@ -23,13 +23,13 @@ use ratelimit_core::wire::time::parse_instant;
 
 /// Log fields the documented `json_format` writes (request headers are written under their
 /// lower-case name, dynamic metadata under `FILTER:KEY:…` as `%DYNAMIC_METADATA(…)%` names it).
-pub const TIME_FIELD: &str = "start_time";
-pub const REMOTE_ADDRESS_FIELD: &str = "remote_address";
-pub const PATH_FIELD: &str = "path";
+pub(crate) const TIME_FIELD: &str = "start_time";
+pub(crate) const REMOTE_ADDRESS_FIELD: &str = "remote_address";
+pub(crate) const PATH_FIELD: &str = "path";
 
 /// One `rate_limits` action.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// `remote_address: {}` → (`remote_address`, the client IP).
     RemoteAddress,
     /// `request_headers` → (`descriptor_key`, the header's value).
@@ -51,25 +51,25 @@ pub enum Action {
 
 /// How a route matches the request's `:path`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RouteMatch {
+pub(crate) enum RouteMatch {
     Prefix(String),
     /// The path without its query string.
     Path(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub matcher: RouteMatch,
+pub(crate) struct Route {
+    pub(crate) matcher: RouteMatch,
     /// One list of actions per `rate_limits` entry.
-    pub rate_limits: Vec<Vec<Action>>,
+    pub(crate) rate_limits: Vec<Vec<Action>>,
 }
 
 /// A mapping file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
-    pub domain: String,
+    pub(crate) domain: String,
     /// In order; the first that matches is used.
-    pub routes: Vec<Route>,
+    pub(crate) routes: Vec<Route>,
 }
 
 fn at(node: &Node) -> String {

@@ -7,25 +7,31 @@
 //! `wire::record`) do no I/O; `input` reads the files, this module drives the engines. `chart`
 //! draws SVG charts in one style (also for `examples/simulate.rs`).
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 pub mod chart;
-pub mod envoy_log;
-pub mod input;
-pub mod plot;
-pub mod report;
-pub mod tally;
+mod envoy_log;
+mod input;
+mod plot;
+mod report;
+mod tally;
+
+pub use envoy_log::Mapping as EnvoyLogMapping;
+pub use input::{Decode, Merged, Problems};
+pub use plot::draw as draw_plot;
+pub use report::{Report, RunInput, build as build_report, text as report_text};
+pub use tally::DiffTally;
 
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use input::{Decode, Merged};
 use ratelimit_core::clock::{ManualClock, NANOS_PER_SECOND, Nanos};
 use ratelimit_core::engine::{Attribution, Engine, EngineSettings};
 use ratelimit_core::policy::Policy;
 use ratelimit_core::store::Store;
 use ratelimit_core::store::memory::MemoryBackend;
-use tally::{DiffTally, Tally};
+use tally::Tally;
 
 /// Record lines (`docs/record.md`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -41,8 +47,8 @@ impl Decode for RecordLines {
 /// (domains by name, rules depth first in file order).
 #[derive(Debug, Clone, Default)]
 pub struct RuleNames {
-    pub by_id: Vec<(String, String)>,
-    pub order: Vec<usize>,
+    pub(crate) by_id: Vec<(String, String)>,
+    pub(crate) order: Vec<usize>,
 }
 
 impl RuleNames {
@@ -76,10 +82,10 @@ impl RuleNames {
 /// One rules set being replayed.
 pub struct Side {
     /// What the report calls it (the rules directory).
-    pub label: String,
+    pub(crate) label: String,
     engine: Engine<MemoryBackend>,
-    pub names: RuleNames,
-    pub tally: Tally,
+    pub(crate) names: RuleNames,
+    pub(crate) tally: Tally,
     attribution: Vec<Attribution>,
 }
 
@@ -130,13 +136,27 @@ impl Side {
         }
     }
 
+    /// What the report needs of this side: its label, its rules' names and its counts.
+    pub fn report_input(&self) -> RunInput<'_> {
+        RunInput {
+            label: self.label.as_str(),
+            names: &self.names,
+            tally: &self.tally,
+        }
+    }
+
+    /// Requests this side has answered OVER_LIMIT so far.
+    pub fn denied(&self) -> u64 {
+        self.tally.totals.denied
+    }
+
     /// Keys held by this side's store now.
     pub fn keys(&self) -> u64 {
         self.engine.store().stats().keys as u64
     }
 }
 
-/// What a replay saw.
+/// What a replay saw: a plain record of counts, read by the caller field by field.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Run {
     pub lines_replayed: u64,
