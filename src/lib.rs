@@ -13,7 +13,50 @@
 
 pub mod cli;
 
-pub use ratelimit_app::{front, http, logging, record, reference_env, server, settings, status};
+/// The one front door to a decision.
+pub mod front {
+    pub use ratelimit_app::FrontDoor;
+}
+
+/// The admin port.
+pub mod http {
+    pub use ratelimit_app::{Admin, response_json, router};
+}
+
+/// Logging setup.
+pub mod logging {
+    pub use ratelimit_app::init_logging as init;
+}
+
+/// `serve --record`: decisions to a file.
+pub mod record {
+    pub use ratelimit_app::{
+        Answer, Decided, DropReason, FileSpec, HashKey, LivePolicy, RecordConfig, Recorder, Values,
+        encode,
+    };
+}
+
+/// envoyproxy/ratelimit's environment, read as ours.
+pub mod reference_env {
+    pub use ratelimit_app::{invoked_as_reference, translate_reference_env as translate};
+}
+
+/// Starting and running the server.
+pub mod server {
+    pub use ratelimit_app::{Server, StartError, run, start};
+}
+
+/// The server's settings (flags and environment).
+pub mod settings {
+    pub use ratelimit_app::{
+        BackendType, ConfigType, DefaultsArgs, RulesFilesArgs, ServeSettings, parse_algorithm,
+    };
+}
+
+/// Draining and the last rules load.
+pub mod status {
+    pub use ratelimit_app::{LoadReport, ServerStatus};
+}
 pub use ratelimit_core::{
     clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, testing, wire,
 };

@@ -142,7 +142,7 @@ impl<B: Backend> FrontDoor<B> {
 }
 
 /// The gRPC code an engine error is answered with.
-pub fn status_code(error: &EngineError) -> tonic::Code {
+pub(crate) fn status_code(error: &EngineError) -> tonic::Code {
     match error {
         EngineError::Invalid(_) => tonic::Code::InvalidArgument,
         EngineError::Store(_) => tonic::Code::Unavailable,

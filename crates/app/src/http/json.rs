@@ -43,7 +43,7 @@ fn error(status: StatusCode, message: String) -> Response {
 /// The largest `/json` body read: far above any request (`MAX_REQUEST_BYTES` is 64 KiB in
 /// protobuf; its JSON, or a record line, is a few times that), and the limit axum applies by
 /// default, now checked before reading.
-pub const MAX_BODY_BYTES: usize = 2 << 20;
+pub(super) const MAX_BODY_BYTES: usize = 2 << 20;
 
 /// Why a body is refused before it is read, if it is: its type is not JSON (415), or it announces
 /// more than [`MAX_BODY_BYTES`] (413).

@@ -7,7 +7,7 @@ mod rlconfig;
 mod stream;
 
 pub use ratelimit_core::wire::json::response_json;
-pub use stream::Renders;
+pub(crate) use stream::Renders;
 
 use std::sync::Arc;
 
@@ -56,7 +56,7 @@ pub fn router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
 }
 
 /// The debug listener (`DEBUG_ADDR`, the reference's `DEBUG_PORT`): an index and `/rlconfig`.
-pub fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
+pub(crate) fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
     Router::new()
         .route("/", get(debug_index))
         .route("/rlconfig", get(rlconfig::rlconfig_text::<B>))
@@ -65,7 +65,7 @@ pub fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
 
 /// The metrics listener (`METRICS_ADDR`; the reference's `PROMETHEUS_ADDR`, where Envoy Gateway's
 /// dashboards scrape): the metrics at `path` and nothing else.
-pub fn metrics_router<B: Backend>(admin: Arc<Admin<B>>, path: &str) -> Router {
+pub(crate) fn metrics_router<B: Backend>(admin: Arc<Admin<B>>, path: &str) -> Router {
     Router::new()
         .route(path, get(metrics::<B>))
         .with_state(admin)

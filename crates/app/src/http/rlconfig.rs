@@ -60,7 +60,7 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
 }
 
 /// One line per limit: `<domain>.<path>: unit=MINUTE requests_per_unit=3, shadow_mode: false, …`.
-pub fn write_text(
+pub(super) fn write_text(
     policy: &Policy,
     defaults: &LimitDefaults,
     out: &mut dyn Write,
@@ -100,7 +100,7 @@ pub fn write_text(
 
 /// The whole rules document, `{"domains": [{"domain", "rules": […]}…], "last_load"}`, one rule
 /// at a time (keys in the order `serde_json` gives a whole document).
-pub fn write_json(
+pub(super) fn write_json(
     policy: &Policy,
     defaults: &LimitDefaults,
     last_load: &Value,

@@ -19,10 +19,10 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// Bytes sent per piece.
-pub const CHUNK: usize = 64 << 10;
+pub(super) const CHUNK: usize = 64 << 10;
 
 /// Renders running at once; the rest wait.
-pub const MAX_RENDERS: usize = 2;
+pub(super) const MAX_RENDERS: usize = 2;
 
 /// Pieces rendered ahead of the client.
 const AHEAD: usize = 2;

@@ -33,13 +33,13 @@ pub struct Timeouts {
 /// What one connection holds while it is open: a place under its listener's cap and, when its
 /// peer has an address, under its client's.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     _listener: OwnedSemaphorePermit,
     _client: Option<ClientSlot>,
 }
 
 impl Slot {
-    pub fn new(listener: OwnedSemaphorePermit, client: Option<ClientSlot>) -> Slot {
+    pub(crate) fn new(listener: OwnedSemaphorePermit, client: Option<ClientSlot>) -> Slot {
         Slot {
             _listener: listener,
             _client: client,
@@ -48,7 +48,7 @@ impl Slot {
 }
 
 /// A connection that closes itself when its peer stays silent, and frees its slot when dropped.
-pub struct LimitedStream<S> {
+pub(crate) struct LimitedStream<S> {
     inner: S,
     timeouts: Timeouts,
     deadline: Pin<Box<Sleep>>,
@@ -59,7 +59,7 @@ pub struct LimitedStream<S> {
 }
 
 impl<S> LimitedStream<S> {
-    pub fn new(inner: S, timeouts: Timeouts, slot: Slot) -> Self {
+    pub(crate) fn new(inner: S, timeouts: Timeouts, slot: Slot) -> Self {
         LimitedStream::resume(inner, timeouts, slot, Instant::now())
     }
 
@@ -67,7 +67,7 @@ impl<S> LimitedStream<S> {
     /// `accepted` + the handshake timeout, and it counts the bytes read from `inner` afresh. TLS
     /// uses it to move a connection's limits from the TCP stream onto the decrypted stream, so the
     /// one deadline covers the TLS handshake and the first request bytes after it.
-    pub fn resume(inner: S, timeouts: Timeouts, slot: Slot, accepted: Instant) -> Self {
+    pub(crate) fn resume(inner: S, timeouts: Timeouts, slot: Slot, accepted: Instant) -> Self {
         LimitedStream {
             inner,
             timeouts,
@@ -80,16 +80,16 @@ impl<S> LimitedStream<S> {
     }
 
     /// The connection, its timeouts, its slot and when it was accepted (see [`LimitedStream::resume`]).
-    pub fn into_parts(self) -> (S, Timeouts, Slot, Instant) {
+    pub(crate) fn into_parts(self) -> (S, Timeouts, Slot, Instant) {
         (self.inner, self.timeouts, self.slot, self.accepted)
     }
 
     /// When the handshake timeout of this connection ends.
-    pub fn handshake_deadline(&self) -> Instant {
+    pub(crate) fn handshake_deadline(&self) -> Instant {
         self.accepted + self.timeouts.handshake
     }
 
-    pub fn get_ref(&self) -> &S {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
 

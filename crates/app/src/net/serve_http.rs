@@ -16,7 +16,7 @@ use super::Acceptor;
 use super::tls::{self, Conn, TlsSource};
 
 /// Serves `router` until `stop` completes, then waits for open requests to finish.
-pub async fn serve_http(
+pub(crate) async fn serve_http(
     acceptor: Acceptor,
     tls: Option<Arc<TlsSource>>,
     router: axum::Router,

@@ -17,7 +17,7 @@ use ratelimit_core::wire::record::{Answer, Decided};
 const REFUSED: i32 = i32::MIN;
 
 /// Appends the frame of one decision to `out`.
-pub fn write(
+pub(super) fn write(
     time: Nanos,
     request: &RateLimitRequest,
     response: Option<&RateLimitResponse>,
@@ -42,7 +42,7 @@ pub fn write(
 /// Reads the frames of `bytes` in order; each is handed to `each` as the decision it holds.
 /// `request` is reused from frame to frame. A frame that does not read (which only a bug can
 /// make) ends the reading and is reported, with the frames after it, as `Err(frames left)`.
-pub fn read_all(
+pub(super) fn read_all(
     mut bytes: &[u8],
     request: &mut RateLimitRequest,
     mut each: impl FnMut(&Decided<'_>),

@@ -26,10 +26,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use prometheus::Registry;
 
 pub use hash::HashKey;
-pub use metrics::{DropReason, RecordMetrics};
+pub use metrics::DropReason;
+pub(crate) use metrics::RecordMetrics;
 pub use ratelimit_core::wire::record::{Answer, Decided, Values, encode};
-pub use sample::Sampler;
-pub use writer::{FileSpec, RecordFile};
+pub(crate) use sample::Sampler;
+pub use writer::FileSpec;
+pub(crate) use writer::RecordFile;
 
 use pending::{NotQueued, Pending};
 use ratelimit_core::clock::Nanos;

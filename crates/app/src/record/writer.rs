@@ -30,7 +30,7 @@ pub struct FileSpec {
     pub max_files: u32,
 }
 
-pub struct RecordFile {
+pub(crate) struct RecordFile {
     spec: FileSpec,
     metrics: RecordMetrics,
     /// `None` after an error, until `retry_at`.
@@ -130,7 +130,7 @@ fn write_whole_lines(open: &mut Open, batch: &[u8]) -> (usize, Option<io::Error>
 
 impl RecordFile {
     /// Opens (creates) the file now, so that a path that cannot be written stops the start.
-    pub fn open(spec: FileSpec, metrics: RecordMetrics) -> io::Result<RecordFile> {
+    pub(crate) fn open(spec: FileSpec, metrics: RecordMetrics) -> io::Result<RecordFile> {
         let (file, cut) = open(&spec.path)?;
         if cut > 0 {
             tracing::warn!(
@@ -150,14 +150,14 @@ impl RecordFile {
         })
     }
 
-    pub fn metrics(&self) -> &RecordMetrics {
+    pub(crate) fn metrics(&self) -> &RecordMetrics {
         &self.metrics
     }
 
     /// Writes `batch` (`lines` whole lines), rotating first when it would take the file past the
     /// size bound. Only whole lines reach the file: after a failed write, the lines that made it
     /// count as written and the rest as dropped.
-    pub fn write(&mut self, batch: &[u8], lines: u64) {
+    pub(crate) fn write(&mut self, batch: &[u8], lines: u64) {
         if batch.is_empty() {
             return;
         }
@@ -264,7 +264,7 @@ impl RecordFile {
 
     /// Bytes the current file takes before it rotates (`u64::MAX` when it never does), so the
     /// writer can cut its batches there.
-    pub fn room(&self) -> u64 {
+    pub(crate) fn room(&self) -> u64 {
         match &self.file {
             Some(open) if open.rotates => self.spec.max_bytes.saturating_sub(open.size),
             _ => u64::MAX,
@@ -272,7 +272,7 @@ impl RecordFile {
     }
 
     /// Flushes what the OS holds to the disk (at shutdown).
-    pub fn sync(&mut self) {
+    pub(crate) fn sync(&mut self) {
         if let Some(open) = &mut self.file {
             let _ = open.file.flush();
             let _ = open.file.sync_data();

@@ -29,7 +29,7 @@ use ratelimit_core::rules_dir::{
     RulesFiles, SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir,
 };
 
-pub use watch::spawn_watcher;
+pub(crate) use watch::spawn_watcher;
 
 /// Loads the rules directory into the engine.
 pub struct Reloader {

@@ -6,7 +6,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone)]
-pub struct QuotaMetrics {
+pub(crate) struct QuotaMetrics {
     pub streams: IntGauge,
     pub buckets: IntGauge,
     pub reports: IntCounter,
@@ -19,7 +19,7 @@ pub struct QuotaMetrics {
 
 impl QuotaMetrics {
     /// The series, registered on `registry` (a second registration keeps the first).
-    pub fn register(registry: &Registry) -> QuotaMetrics {
+    pub(crate) fn register(registry: &Registry) -> QuotaMetrics {
         let metrics = QuotaMetrics {
             streams: IntGauge::new(
                 "ratelimit_rlqs_streams",

@@ -19,7 +19,7 @@ use ratelimit_remote::Guarded;
 const IN_FLIGHT: usize = 64;
 
 /// The exchange through the store's Redis connections.
-pub struct RedisExchange {
+pub(crate) struct RedisExchange {
     pub store: Guarded<RedisConnect>,
 }
 

@@ -35,7 +35,6 @@ use ratelimit_redis::{RedisBackend, RedisConnect};
 use ratelimit_remote::{GuardSettings, Guarded, RemoteMetrics};
 use tonic_health::pb::health_server::HealthServer;
 
-pub use crate::health::HEALTH_SERVICES;
 pub use error::StartError;
 pub use running::{Server, run};
 

@@ -16,7 +16,7 @@ use tonic::Status;
 use tonic::codegen::{Bytes, StdError};
 
 /// A request body bounded by the shared byte budget and by its own timeout.
-pub struct BoundedBody<B> {
+pub(crate) struct BoundedBody<B> {
     inner: B,
     budget: Arc<Semaphore>,
     held: Option<OwnedSemaphorePermit>,
@@ -26,7 +26,7 @@ pub struct BoundedBody<B> {
 }
 
 impl<B> BoundedBody<B> {
-    pub fn new(inner: B, budget: Arc<Semaphore>, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: B, budget: Arc<Semaphore>, timeout: Duration) -> Self {
         BoundedBody {
             inner,
             budget,

@@ -21,11 +21,11 @@ use tonic::{Code, Request, Response, Status};
 use crate::front::{FrontDoor, RefusedCall, status_code};
 use ratelimit_core::store::Backend;
 
-pub use body::BoundedBody;
-pub use codec::RequestCodec;
+pub(crate) use body::BoundedBody;
+pub(crate) use codec::RequestCodec;
 
 /// The gRPC path of the one method we serve.
-pub const SHOULD_RATE_LIMIT_PATH: &str =
+pub(crate) const SHOULD_RATE_LIMIT_PATH: &str =
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// Bounds on what one call may make the server hold before the request is decoded.
@@ -59,7 +59,7 @@ struct Shared<S> {
 }
 
 /// The tonic service around a shared engine.
-pub struct RateLimitGrpc<S> {
+pub(crate) struct RateLimitGrpc<S> {
     shared: Arc<Shared<S>>,
 }
 
@@ -76,7 +76,7 @@ impl<S> NamedService for RateLimitGrpc<S> {
 }
 
 impl<S: Backend> RateLimitGrpc<S> {
-    pub fn new(front: Arc<FrontDoor<S>>, limits: CallLimits) -> Self {
+    pub(crate) fn new(front: Arc<FrontDoor<S>>, limits: CallLimits) -> Self {
         let permits = limits.max_buffered_bytes.clamp(1, Semaphore::MAX_PERMITS);
         RateLimitGrpc {
             shared: Arc::new(Shared {

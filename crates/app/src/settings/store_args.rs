@@ -32,7 +32,7 @@ pub enum SocketType {
     Unix,
 }
 
-pub fn parse_backend(text: &str) -> Result<BackendType, String> {
+pub(super) fn parse_backend(text: &str) -> Result<BackendType, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "memory" => Ok(BackendType::Memory),
         "redis" => Ok(BackendType::Redis),
@@ -42,7 +42,7 @@ pub fn parse_backend(text: &str) -> Result<BackendType, String> {
     }
 }
 
-pub fn parse_redis_type(text: &str) -> Result<RedisType, String> {
+pub(super) fn parse_redis_type(text: &str) -> Result<RedisType, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "single" => Ok(RedisType::Single),
         "sentinel" => Ok(RedisType::Sentinel),
@@ -53,7 +53,7 @@ pub fn parse_redis_type(text: &str) -> Result<RedisType, String> {
     }
 }
 
-pub fn parse_socket_type(text: &str) -> Result<SocketType, String> {
+pub(super) fn parse_socket_type(text: &str) -> Result<SocketType, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "tcp" => Ok(SocketType::Tcp),
         "unix" => Ok(SocketType::Unix),
@@ -78,7 +78,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-pub fn parse_failure_mode(text: &str) -> Result<FailureMode, String> {
+pub(super) fn parse_failure_mode(text: &str) -> Result<FailureMode, String> {
     FailureMode::parse(text).ok_or_else(|| {
         format!("'{text}' is not a failure mode (expected local, allow, deny or error)")
     })

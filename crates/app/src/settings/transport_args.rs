@@ -75,7 +75,7 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `65536`, `64KiB`, `1MiB` (binary units; `KB`/`MB` read the same).
-pub fn byte_size(text: &str) -> Result<usize, String> {
+pub(crate) fn byte_size(text: &str) -> Result<usize, String> {
     let t = text.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (number, unit) = t.split_at(digits);

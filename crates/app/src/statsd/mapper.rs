@@ -48,7 +48,7 @@ pub enum Mapped {
 }
 
 /// Most stat names whose mapping is remembered; past it, further names are mapped on each call.
-pub const MAX_CACHED: usize = 100_000;
+pub(crate) const MAX_CACHED: usize = 100_000;
 
 /// A parsed mapping file.
 #[derive(Debug)]
@@ -112,7 +112,7 @@ fn is_name(s: &str) -> bool {
 
 /// A stat name made a valid Prometheus name, as statsd-exporter escapes one: every other character
 /// becomes `_`, and a leading digit gets a `_` before it.
-pub fn escape(name: &str) -> String {
+pub(crate) fn escape(name: &str) -> String {
     let mut out: String = name
         .chars()
         .map(|c| {

@@ -40,7 +40,7 @@ pub struct StatsdArgs {
 
 /// The statsd lines of the counters that moved since `last` (which is updated): `name:delta|c`.
 /// Pure.
-pub fn lines(families: &[MetricFamily], last: &mut HashMap<String, f64>) -> String {
+pub(crate) fn lines(families: &[MetricFamily], last: &mut HashMap<String, f64>) -> String {
     let mut out = String::new();
     for (name, value) in super::names::stats(families) {
         let before = last.insert(name.clone(), value).unwrap_or(0.0);
@@ -58,7 +58,7 @@ pub fn lines(families: &[MetricFamily], last: &mut HashMap<String, f64>) -> Stri
 }
 
 /// Sends the stats every flush interval until `stop` turns true.
-pub fn spawn(
+pub(crate) fn spawn(
     args: &StatsdArgs,
     metrics: std::sync::Arc<Metrics>,
     mut stop: watch::Receiver<bool>,

@@ -37,7 +37,7 @@ impl Backoff {
 
 /// A draw in [0, 1) from the process's random hash keys and a counter: different per call and per
 /// process, no generator to seed.
-pub fn draw() -> f64 {
+pub(super) fn draw() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
     static CALLS: AtomicU64 = AtomicU64::new(0);

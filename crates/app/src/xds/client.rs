@@ -34,7 +34,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// What the client works on.
-pub struct XdsClient {
+pub(crate) struct XdsClient {
     pub config: XdsConfig,
     pub reloader: Arc<Reloader>,
     pub status: Arc<ServerStatus>,
@@ -78,7 +78,7 @@ fn around(interval: Duration) -> Duration {
 
 impl XdsClient {
     /// Runs until `shutdown` turns true.
-    pub fn spawn(self, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+    pub(crate) fn spawn(self, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
         tokio::spawn(self.run(shutdown))
     }
 

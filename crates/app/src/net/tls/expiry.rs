@@ -22,7 +22,7 @@ const MIN_REPEAT: i64 = 60;
 const MAX_REPEAT: i64 = 3_600;
 
 /// An instant as RFC 3339 (`2025-01-01T00:00:00Z`; before 1970 as a number of seconds).
-pub fn instant(seconds: i64) -> String {
+pub(super) fn instant(seconds: i64) -> String {
     u64::try_from(seconds).map_or_else(|_| format!("{seconds} s from 1970"), format_second)
 }
 
@@ -119,14 +119,14 @@ pub enum Expiry {
 /// When the last expiry warning was given, so warnings repeat at [`Validity::repeat_every`]
 /// and not at every poll.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Warned {
+pub(super) struct Warned {
     last: Option<(i64, bool)>,
 }
 
 impl Warned {
     /// Whether to warn now about `state` (the first time the chain is near its end or expired,
     /// when it turns from near to expired, and then every `every` seconds).
-    pub fn due(&mut self, state: Expiry, now: i64, every: i64) -> bool {
+    pub(super) fn due(&mut self, state: Expiry, now: i64, every: i64) -> bool {
         let expired = match state {
             Expiry::Fine => {
                 self.last = None;
@@ -147,7 +147,7 @@ impl Warned {
 }
 
 /// `seconds` as the largest whole unit: `3 d`, `5 h`, `12 min`, `40 s`.
-pub fn human(seconds: i64) -> String {
+pub(super) fn human(seconds: i64) -> String {
     match seconds {
         s if s >= 86_400 => format!("{} d", s / 86_400),
         s if s >= 3_600 => format!("{} h", s / 3_600),

@@ -21,7 +21,7 @@ use rustls::{
 use super::expiry::Validity;
 
 /// Largest certificate, key or CA file read; a larger one is an error (a PEM chain is a few KiB).
-pub const MAX_PEM_BYTES: u64 = 1 << 20;
+pub(super) const MAX_PEM_BYTES: u64 = 1 << 20;
 
 /// The setting names of one listener's TLS, for error messages and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +34,7 @@ pub struct SettingNames {
     pub client_san: &'static str,
 }
 
-pub const GRPC_SETTINGS: SettingNames = SettingNames {
+pub(super) const GRPC_SETTINGS: SettingNames = SettingNames {
     listener: "gRPC",
     cert: "GRPC_SERVER_TLS_CERT",
     key: "GRPC_SERVER_TLS_KEY",
@@ -42,7 +42,7 @@ pub const GRPC_SETTINGS: SettingNames = SettingNames {
     client_san: "GRPC_CLIENT_TLS_SAN",
 };
 
-pub const ADMIN_SETTINGS: SettingNames = SettingNames {
+pub(super) const ADMIN_SETTINGS: SettingNames = SettingNames {
     listener: "admin",
     cert: "ADMIN_TLS_CERT",
     key: "ADMIN_TLS_KEY",
@@ -91,7 +91,7 @@ pub struct PemFiles {
 }
 
 /// A SAN setting's value as a name a certificate can be checked for.
-pub fn parse_san(setting: &str, text: &str) -> Result<ServerName<'static>, TlsError> {
+pub(super) fn parse_san(setting: &str, text: &str) -> Result<ServerName<'static>, TlsError> {
     ServerName::try_from(text.trim().to_owned()).map_err(|_| TlsError::Invalid {
         setting: setting.to_owned(),
         message: format!("'{text}' is neither a DNS name nor an IP address"),
@@ -249,7 +249,7 @@ impl From<TlsError> for Refusal {
 
 /// The CA's verdict, and then: the client certificate must carry `san` as a DNS or IP SAN.
 #[derive(Debug)]
-pub struct SanVerifier {
+pub(super) struct SanVerifier {
     inner: Arc<dyn ClientCertVerifier>,
     san: ServerName<'static>,
 }

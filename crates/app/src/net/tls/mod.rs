@@ -19,8 +19,8 @@ mod stream;
 mod tests;
 
 pub(crate) use files::read_capped;
-pub use files::{TlsError, TlsSpec};
-pub use metrics::TlsMetrics;
-pub use reload::{TlsSource, watch_files};
-pub use settings::TlsArgs;
-pub use stream::{Conn, handshake, incoming};
+pub(crate) use files::{TlsError, TlsSpec};
+pub(crate) use metrics::TlsMetrics;
+pub(crate) use reload::{TlsSource, watch_files};
+pub(crate) use settings::TlsArgs;
+pub(crate) use stream::{Conn, handshake, incoming};

@@ -18,14 +18,14 @@ use super::TlsSource;
 use crate::net::{Acceptor, LimitedStream};
 
 /// An accepted connection, plaintext or after its TLS handshake; limited either way.
-pub enum Conn {
+pub(crate) enum Conn {
     Plain(LimitedStream<TcpStream>),
     Tls(Box<LimitedStream<TlsStream<TcpStream>>>),
 }
 
 impl Conn {
     /// The TCP connection underneath.
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Conn::Plain(s) => s.get_ref(),
             Conn::Tls(s) => s.get_ref().get_ref().0,
@@ -36,7 +36,10 @@ impl Conn {
 /// Runs the TLS handshake on `stream` with the config serving now. It must end by the
 /// connection's handshake deadline; the limits then watch the decrypted stream, with the same
 /// deadline for the first request bytes. `None` (counted, logged at debug) when it fails.
-pub async fn handshake(source: &TlsSource, stream: LimitedStream<TcpStream>) -> Option<Conn> {
+pub(crate) async fn handshake(
+    source: &TlsSource,
+    stream: LimitedStream<TcpStream>,
+) -> Option<Conn> {
     let deadline = stream.handshake_deadline();
     let (tcp, timeouts, slot, accepted) = stream.into_parts();
     let peer = tcp.peer_addr().ok();
@@ -57,7 +60,7 @@ pub async fn handshake(source: &TlsSource, stream: LimitedStream<TcpStream>) -> 
 
 /// The accepted connections, after their handshakes when `tls` is set, as an endless stream for
 /// tonic's `serve_with_incoming_shutdown`. Dropping it closes the listening socket.
-pub fn incoming(
+pub(crate) fn incoming(
     acceptor: Acceptor,
     tls: Option<Arc<TlsSource>>,
 ) -> impl Stream<Item = Result<Conn, io::Error>> + Send {
