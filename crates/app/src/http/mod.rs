@@ -27,19 +27,42 @@ use ratelimit_core::store::Backend;
 
 /// What the admin handlers need.
 pub struct Admin<B> {
-    pub engine: Arc<Engine<B>>,
+    pub(crate) engine: Arc<Engine<B>>,
     /// Where `POST /json` decisions go (as gRPC ones do).
-    pub front: Arc<FrontDoor<B>>,
-    pub metrics: Arc<Metrics>,
-    pub status: Arc<ServerStatus>,
+    pub(crate) front: Arc<FrontDoor<B>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) status: Arc<ServerStatus>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
-    pub healthy_needs_a_domain: bool,
+    pub(crate) healthy_needs_a_domain: bool,
     /// The RLQS buckets, for `/explain?bucket=…`.
-    pub quotas: Option<Arc<dyn ratelimit_core::quota::BucketLookup>>,
+    pub(crate) quotas: Option<Arc<dyn ratelimit_core::quota::BucketLookup>>,
     /// `PROMETHEUS_MAPPER_YAML`: how the metrics pages name the reference's stats.
-    pub mapper: Option<Arc<Mapper>>,
+    pub(crate) mapper: Option<Arc<Mapper>>,
     /// The slots for streamed answers (`/rlconfig`).
-    pub renders: Renders,
+    pub(crate) renders: Renders,
+}
+
+impl<B> Admin<B> {
+    /// What the admin handlers need, with the server's optional parts off: `/healthcheck` healthy
+    /// with no domain loaded, no RLQS buckets, the metrics under our names, no streamed renders
+    /// in progress.
+    pub fn new(
+        engine: Arc<Engine<B>>,
+        front: Arc<FrontDoor<B>>,
+        metrics: Arc<Metrics>,
+        status: Arc<ServerStatus>,
+    ) -> Self {
+        Admin {
+            engine,
+            front,
+            metrics,
+            status,
+            healthy_needs_a_domain: false,
+            quotas: None,
+            mapper: None,
+            renders: Renders::default(),
+        }
+    }
 }
 
 type AdminState<B> = State<Arc<Admin<B>>>;

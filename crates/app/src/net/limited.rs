@@ -25,9 +25,9 @@ const HANDSHAKE_BYTES: u64 = 33;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// From accept until the peer has sent `HANDSHAKE_BYTES`; activity does not extend it.
-    pub handshake: Duration,
+    pub(crate) handshake: Duration,
     /// After the handshake: longest time with nothing read or written.
-    pub idle: Duration,
+    pub(crate) idle: Duration,
 }
 
 /// What one connection holds while it is open: a place under its listener's cap and, when its

@@ -41,10 +41,10 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 /// How many connections each listener may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConnectionCaps {
-    pub grpc: usize,
+    pub(crate) grpc: usize,
     /// The gRPC Unix socket's (`--grpc-uds`); 0 when there is none.
-    pub uds: usize,
-    pub admin: usize,
+    pub(crate) uds: usize,
+    pub(crate) admin: usize,
 }
 
 impl ConnectionCaps {

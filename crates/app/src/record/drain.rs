@@ -31,10 +31,10 @@ pub(super) const WRITE_EVERY_BYTES: usize = 1 << 20;
 const KEEP_LINES_CAPACITY: usize = 2 * WRITE_EVERY_BYTES;
 
 pub(super) struct Drain {
-    pub pending: Arc<Pending>,
-    pub file: RecordFile,
-    pub hashing: Option<Hashing>,
-    pub stop: Arc<AtomicBool>,
+    pub(crate) pending: Arc<Pending>,
+    pub(crate) file: RecordFile,
+    pub(crate) hashing: Option<Hashing>,
+    pub(crate) stop: Arc<AtomicBool>,
 }
 
 impl Drain {

@@ -37,7 +37,8 @@ use pending::{NotQueued, Pending};
 use ratelimit_core::clock::Nanos;
 use ratelimit_core::policy::Policy;
 
-/// What `--record` and its companions ask for.
+/// What `--record` and its companions ask for: a settings record, plain data filled by the
+/// settings or by a caller's literal.
 #[derive(Debug, Clone)]
 pub struct RecordConfig {
     pub file: FileSpec,

@@ -18,8 +18,8 @@ pub(super) enum NotQueued {
 #[derive(Debug, Default)]
 pub(super) struct Records {
     /// Whole records, one after the other.
-    pub bytes: Vec<u8>,
-    pub count: u64,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) count: u64,
 }
 
 #[derive(Debug, Default)]

@@ -20,7 +20,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The same kind of error is logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// Where and how big.
+/// Where and how big: plain data, part of [`RecordConfig`](super::RecordConfig).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSpec {
     pub path: PathBuf,

@@ -25,18 +25,18 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 /// A hash as an exchange left it: its entries, on the clock of the store.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Seen {
-    pub now_ms: u64,
-    pub peers: Vec<Peer>,
+    pub(crate) now_ms: u64,
+    pub(crate) peers: Vec<Peer>,
 }
 
 /// One round of the exchange.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Exchanged {
     /// The instances' beats (this one's written in this round).
-    pub instances: Seen,
+    pub(crate) instances: Seen,
     /// Per bucket asked, in order: its hash after this instance's write, `None` if that call
     /// failed.
-    pub buckets: Vec<Option<Seen>>,
+    pub(crate) buckets: Vec<Option<Seen>>,
 }
 
 /// Where instances publish and read their demands.

@@ -20,7 +20,7 @@ const IN_FLIGHT: usize = 64;
 
 /// The exchange through the store's Redis connections.
 pub(crate) struct RedisExchange {
-    pub store: Guarded<RedisConnect>,
+    pub(crate) store: Guarded<RedisConnect>,
 }
 
 fn seen(snapshot: Snapshot) -> Seen {

@@ -33,12 +33,12 @@ pub(crate) const SHOULD_RATE_LIMIT_PATH: &str =
 pub struct CallLimits {
     /// Largest encoded RateLimitRequest; a larger one is refused (OUT_OF_RANGE, as tonic says it)
     /// from its length prefix, before its bytes are buffered.
-    pub max_request_bytes: usize,
+    pub(crate) max_request_bytes: usize,
     /// Request bytes buffered by all calls together; past it new bytes are refused
     /// (RESOURCE_EXHAUSTED) until calls in progress finish.
-    pub max_buffered_bytes: usize,
+    pub(crate) max_buffered_bytes: usize,
     /// Longest time a request may take to arrive in full; a stalled stream is then ended.
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
 }
 
 impl Default for CallLimits {

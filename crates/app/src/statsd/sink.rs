@@ -21,7 +21,7 @@ use ratelimit_core::metrics::Metrics;
 /// How long a connection to the sink may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The statsd settings, under the reference's names.
+/// The statsd settings, under the reference's names: plain data, part of the settings record.
 #[derive(Debug, Clone, Args)]
 pub struct StatsdArgs {
     /// Send the reference's statsd stats over TCP (the reference's default is on; ours is off).

@@ -7,11 +7,11 @@ use std::time::Duration;
 /// `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL`, `_MAX_INTERVAL`, `_RANDOM_FACTOR`, `_JITTER`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
+    pub(crate) initial: Duration,
+    pub(crate) max: Duration,
     /// Share of the delay it may move by either way, in [0, 1].
-    pub random_factor: f64,
-    pub jitter: bool,
+    pub(crate) random_factor: f64,
+    pub(crate) jitter: bool,
 }
 
 impl Backoff {

@@ -35,11 +35,11 @@ const KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// What the client works on.
 pub(crate) struct XdsClient {
-    pub config: XdsConfig,
-    pub reloader: Arc<Reloader>,
-    pub status: Arc<ServerStatus>,
-    pub health: HealthReporter,
-    pub metrics: XdsMetrics,
+    pub(crate) config: XdsConfig,
+    pub(crate) reloader: Arc<Reloader>,
+    pub(crate) status: Arc<ServerStatus>,
+    pub(crate) health: HealthReporter,
+    pub(crate) metrics: XdsMetrics,
 }
 
 /// How a stream ended.

@@ -30,10 +30,10 @@ const MAX_DEPTH: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Document {
     /// `xds:RateLimitConfig/<name>`: the "file" of the validator's messages.
-    pub path: PathBuf,
-    pub text: String,
+    pub(crate) path: PathBuf,
+    pub(crate) text: String,
     /// The resource's name, as the management server gave it.
-    pub name: String,
+    pub(crate) name: String,
     /// Per line (0-based), the field path written on it.
     fields: Vec<String>,
 }
