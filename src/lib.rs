@@ -6,10 +6,12 @@
 //! memory backend, the engine, metrics, the wire forms) ← `ratelimit-remote` (any remote store
 //! behind a deadline, a breaker and a failure mode) ← `ratelimit-redis` (the Redis backend);
 //! `ratelimit-replay` (the offline analyser) on core; `ratelimit-app` (listeners, faces, reload,
-//! record, settings, wiring) on all. This library re-exports their modules under one name, so that
-//! tests, examples and benchmarks read `ratelimit_server::engine`, `ratelimit_server::remote`,
-//! `ratelimit_server::store::redis`.
+//! record, settings, wiring) on all. This library is a facade: the core's modules as they are, and
+//! for the other crates a chosen list of items under the module paths that tests, examples and
+//! benchmarks read (`ratelimit_server::server::start`, `ratelimit_server::remote::Guarded`,
+//! `ratelimit_server::store::redis::RedisBackend`).
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 pub mod cli;
 
@@ -60,7 +62,11 @@ pub mod status {
 pub use ratelimit_core::{
     clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, testing, wire,
 };
-pub use ratelimit_remote as remote;
+
+/// The remote-store layer: a remote backend behind a deadline, a breaker and a failure mode.
+pub mod remote {
+    pub use ratelimit_remote::{FailureMode, GuardSettings, Guarded, LocalShare, RemoteMetrics};
+}
 
 /// The offline analyser: replaying recorded requests, and the house style of its charts.
 pub mod replay {
@@ -75,5 +81,9 @@ pub mod replay {
 /// Where limiter state lives: the core's seam and the memory backend, and the Redis backend.
 pub mod store {
     pub use ratelimit_core::store::*;
-    pub use ratelimit_redis as redis;
+
+    /// The Redis backend (its `testing` module is the crate's own: `ratelimit_redis::testing`).
+    pub mod redis {
+        pub use ratelimit_redis::{RedisBackend, RedisConfig, RedisConnect, TextKey};
+    }
 }

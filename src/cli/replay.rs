@@ -22,7 +22,7 @@ pub enum Format {
 
 /// `--max-keys` unless set: ten million keys, about 0.7 GB per rules set (measured ~70 bytes a
 /// key), where the earlier fifty million let a hostile or very wide input take ~3.5 GB each.
-pub const DEFAULT_MAX_KEYS: usize = 10_000_000;
+pub(super) const DEFAULT_MAX_KEYS: usize = 10_000_000;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -89,7 +89,7 @@ fn load(dir: &Path, args: &RulesFilesArgs) -> Option<Policy> {
     }
 }
 
-pub async fn run(args: ReplayArgs) -> i32 {
+pub(super) async fn run(args: ReplayArgs) -> i32 {
     match replay_and_report(&args).await {
         Ok(()) => 0,
         Err(Stop::Printed) => 1,
