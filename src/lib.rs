@@ -15,7 +15,7 @@ pub mod cli;
 
 pub use ratelimit_app::{front, http, logging, record, reference_env, server, settings, status};
 pub use ratelimit_core::{
-    clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, testing, wire,
+    clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, wire,
 };
 pub use ratelimit_remote as remote;
 pub use ratelimit_replay as replay;

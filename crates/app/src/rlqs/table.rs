@@ -22,9 +22,9 @@ use super::outbox::Outbox;
 use crate::clock::Nanos;
 use crate::engine::Engine;
 use crate::policy::Policy;
-use crate::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
 use crate::quota::fraction::even;
 use crate::quota::{BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId};
+use crate::quota::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
 use crate::store::Backend;
 
 /// Most buckets one stream may report; more are ignored (and counted).

@@ -141,7 +141,7 @@ pub struct Limit {
 
 impl Limit {
     /// The window (refill period) in seconds: unit × multiplier.
-    pub fn period_seconds(&self) -> u64 {
+    pub(crate) fn period_seconds(&self) -> u64 {
         self.unit.seconds() * u64::from(self.unit_multiplier)
     }
 
@@ -172,7 +172,7 @@ pub struct Location {
 
 /// Deepest nesting of descriptors in a rules file: the most entries a request's descriptor may
 /// have by default (`MAX_ENTRIES`), since a rule matches a descriptor of exactly its depth.
-pub const MAX_DESCRIPTOR_DEPTH: usize = 32;
+pub(crate) const MAX_DESCRIPTOR_DEPTH: usize = 32;
 
 /// A `metadata` value as written (any YAML): returned to Envoy in the response's dynamic
 /// metadata. Numbers keep their text (the model stays `Eq`); they become doubles on the wire.

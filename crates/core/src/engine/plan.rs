@@ -48,7 +48,7 @@ pub(super) struct Plan<'p> {
 
 impl<'p> Plan<'p> {
     /// A descriptor that meets no limit (yet), charging `hits`; `quota`: the server's `QUOTA_MODE`.
-    pub fn new(hits: u64, quota: bool) -> Self {
+    pub(crate) fn new(hits: u64, quota: bool) -> Self {
         Plan {
             kind: Kind::NoLimit,
             hits,
@@ -58,7 +58,7 @@ impl<'p> Plan<'p> {
         }
     }
 
-    pub fn limits(&self) -> &[PlannedLimit<'p>] {
+    pub(crate) fn limits(&self) -> &[PlannedLimit<'p>] {
         match &self.kind {
             Kind::Limited(limits) => limits,
             _ => &[],

@@ -19,9 +19,9 @@ use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::{Algorithm, Limit};
 
 pub use describe::human;
-pub use fixed_window::FixedWindowState;
-pub use sliding_window::SlidingWindowState;
-pub use token_bucket::TatState;
+pub(crate) use fixed_window::FixedWindowState;
+pub(crate) use sliding_window::SlidingWindowState;
+pub(crate) use token_bucket::TatState;
 
 /// What a limit that does not say gets: the server-wide `--default-algorithm` and
 /// `--default-max-delay`.

@@ -15,7 +15,7 @@ pub enum HitOutcome {
 }
 
 /// The per-rule metric families, in the order of `Counts::values`.
-pub const FAMILIES: [(&str, &str); 5] = [
+pub(crate) const FAMILIES: [(&str, &str); 5] = [
     ("ratelimit_service_rate_limit_total_hits", "Hits on a rule"),
     (
         "ratelimit_service_rate_limit_over_limit",

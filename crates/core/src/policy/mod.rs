@@ -8,7 +8,6 @@ mod pattern;
 
 use std::collections::HashMap;
 
-pub use order::ORDER_STEPS;
 pub use pattern::Pattern;
 
 use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec};
@@ -55,7 +54,7 @@ pub struct Rule {
     /// Per entry (by position): `value_to_metric` on the node that entry matches.
     pub value_to_metric: Vec<bool>,
     /// Per entry (by position): the node's segment of `path` (`key`, `key_value`, `key_pattern`).
-    pub segments: Vec<String>,
+    pub(crate) segments: Vec<String>,
     /// Entries (by position) matched by a `share_threshold` wildcard, with the pattern that stands
     /// for their value in the counter's key, so every value it matches shares one counter.
     pub shared: Vec<(usize, String)>,
@@ -303,7 +302,7 @@ impl DomainRules {
     }
 
     /// The rule for a descriptor, if any (the hot path).
-    pub fn rule_for<'e>(
+    pub(crate) fn rule_for<'e>(
         &self,
         entries: impl IntoIterator<Item = (&'e str, &'e str)>,
     ) -> Option<&Rule> {

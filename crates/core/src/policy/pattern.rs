@@ -9,7 +9,7 @@ pub struct Pattern {
 
 impl Pattern {
     /// Whether a configured value is a wildcard pattern.
-    pub fn is_pattern(value: &str) -> bool {
+    pub(crate) fn is_pattern(value: &str) -> bool {
         value.contains('*')
     }
 

@@ -99,7 +99,7 @@ pub fn even(instances: usize) -> f64 {
 
 /// `whole` scaled by `fraction`, rounded down (`whole` itself at 1 or above, 0 at 0 or below or
 /// NaN). Over fractions that add up to at most 1 the parts add up to at most `whole`.
-pub fn scaled(whole: u128, fraction: f64) -> u128 {
+pub(crate) fn scaled(whole: u128, fraction: f64) -> u128 {
     if fraction >= 1.0 {
         whole
     } else if fraction > 0.0 {

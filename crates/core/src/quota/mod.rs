@@ -5,16 +5,17 @@
 //! when each bucket next needs a tick ([`deadlines`]).
 //! The gRPC stream and the exchange between instances around it live in `ratelimit-app`.
 
-pub mod bucket;
-pub mod deadlines;
+mod bucket;
+mod deadlines;
 pub mod fraction;
-pub mod pool;
-pub mod shares;
+mod pool;
+mod shares;
 
-pub use bucket::{Governed, Mapping, Unruled, map_bucket};
+pub use bucket::Unruled;
+pub use bucket::{Governed, MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, Mapping, canonical, map_bucket};
 pub use deadlines::Deadlines;
 pub use pool::Pool;
-pub use shares::{Grant, Shares, StreamId, TokenGrant};
+pub use shares::{ASSIGNMENT_TTL_SECS, Grant, Shares, StreamId, TokenGrant};
 
 /// What the server holds for one RLQS bucket: the rule it was read on, this instance's fraction of
 /// the pool (1 unless instances share it through a shared store) and, per stream, its grant (if any) and

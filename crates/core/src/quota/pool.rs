@@ -67,7 +67,7 @@ impl Pool {
     }
 
     /// Whole tokens the pool adds in `secs` seconds, rounded down.
-    pub fn tokens_per(&self, secs: u64) -> u128 {
+    pub(crate) fn tokens_per(&self, secs: u64) -> u128 {
         u128::from(self.tokens) * u128::from(secs) / u128::from(self.period_secs)
     }
 }

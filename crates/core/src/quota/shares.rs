@@ -33,15 +33,15 @@ pub type StreamId = u64;
 /// only the seconds). Re-sent on every report (Envoy reports every 5 s).
 pub const ASSIGNMENT_TTL_SECS: u64 = 20;
 /// A stream whose reports for a bucket say nothing for this long is told to abandon it.
-pub const IDLE_AFTER: Nanos = 60 * NANOS_PER_SECOND;
+pub(crate) const IDLE_AFTER: Nanos = 60 * NANOS_PER_SECOND;
 /// A newcomer's (or an idle stream's) weight: at least this share of the streams' mean demand.
-pub const NEWCOMER_FLOOR: f64 = 0.25;
+pub(crate) const NEWCOMER_FLOOR: f64 = 0.25;
 /// A current bucket at least this share of its new target (and not above it) is kept as is:
 /// every change resets Envoy's bucket, so small moves are not worth one.
-pub const KEEP_WITHIN: f64 = 0.8;
+pub(crate) const KEEP_WITHIN: f64 = 0.8;
 /// Envoy's report interval (5 s, whatever the filter's `reporting_interval` says): how late a
 /// report may tell of what was admitted.
-pub const REPORT_LAG_SECS: f64 = 5.0;
+pub(crate) const REPORT_LAG_SECS: f64 = 5.0;
 /// Weight of the newest report in a stream's demand (an exponential moving average).
 const DEMAND_WEIGHT: f64 = 0.5;
 

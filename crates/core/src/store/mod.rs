@@ -11,7 +11,7 @@
 
 mod counter;
 pub mod memory;
-pub mod transaction;
+mod transaction;
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -21,7 +21,8 @@ use futures_util::FutureExt;
 use smallvec::SmallVec;
 
 pub use counter::{CounterId, Entries};
-pub use transaction::{Transaction, TransactionKind, TransactionOutcome, decide};
+pub use transaction::TransactionOutcome;
+pub use transaction::{Transaction, TransactionKind, decide};
 
 use crate::clock::Nanos;
 use crate::limiter::{LimitParams, Outlook, State};

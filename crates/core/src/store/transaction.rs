@@ -105,7 +105,7 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
 /// `decide` for a request of one charge, the common case, without its bookkeeping: the verdict,
 /// and the state to store if it is charged.
 #[inline]
-pub fn decide_one<K>(
+pub(crate) fn decide_one<K>(
     charge: &Charge<K>,
     state: Option<State>,
     now: Nanos,

@@ -66,7 +66,7 @@ pub struct ExplainedLimit {
     pub remaining: u32,
     /// Time until the limit is fully available again, in words, and in nanoseconds.
     pub reset_after: String,
-    pub reset_after_ns: u64,
+    pub(crate) reset_after_ns: u64,
     /// The counter's stored state (`null`: never charged, or expired).
     pub state: Option<StoredState>,
     /// What that state means, in words.
