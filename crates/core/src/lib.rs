@@ -12,7 +12,7 @@
 //!   a remote one's guard is the crate `ratelimit-remote`);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`] (every Prometheus
 //!   series, the per-rule ones installed with the rules);
-//! - [`rules_dir`]: reading a rules directory from disk; [`testing`]: request builders shared by
+//! - [`rules_dir`]: reading a rules directory from disk; `testing` (the `testing` feature): request builders shared by
 //!   tests, examples and benchmarks.
 #![forbid(unsafe_code)]
 #![deny(unreachable_pub)]

@@ -9,9 +9,9 @@ use crate::clock::Nanos;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FixedWindowState {
     /// The end of the window counted in, when the state expires. Stored as `State.a`.
-    pub end: Nanos,
+    pub(crate) end: Nanos,
     /// The hits counted in it. Stored as `State.b`.
-    pub count: u64,
+    pub(crate) count: u64,
 }
 
 impl FixedWindowState {

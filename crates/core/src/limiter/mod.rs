@@ -95,8 +95,8 @@ impl LimitParams {
 
 /// Per-key state as stores keep it: two words whose meaning belongs to the algorithm. Each
 /// algorithm reads and writes them through its own view, the only place that packs them:
-/// [`TatState`] (token and leaky bucket: a theoretical arrival / drain time, and the rate it was
-/// written at), [`FixedWindowState`] (window end and count) and [`SlidingWindowState`] (when both
+/// `TatState` (token and leaky bucket: a theoretical arrival / drain time, and the rate it was
+/// written at), `FixedWindowState` (window end and count) and `SlidingWindowState` (when both
 /// windows are forgotten, and both windows' counts). A key with no state behaves as a fresh key.
 ///
 /// Every algorithm keeps one promise about `a`: from the instant `a` on, the state is equivalent to

@@ -27,9 +27,9 @@ pub(crate) struct SlidingWindowState {
     /// the state expires. Stored as `State.a`.
     pub(crate) forgotten_at: Nanos,
     /// The hits counted in the window before the current one. The high half of `State.b`.
-    pub previous: u32,
+    pub(crate) previous: u32,
     /// The hits counted in the current window. The low half of `State.b`.
-    pub current: u32,
+    pub(crate) current: u32,
 }
 
 impl SlidingWindowState {

@@ -27,7 +27,7 @@ pub(crate) struct TatState {
     pub(crate) rounded_up: Nanos,
     /// How many scaled units (1/`written_scale` ns) before `rounded_up` the TAT lies: less than
     /// `written_scale`. The low half of `State.b`.
-    pub below: u32,
+    pub(crate) below: u32,
     /// The `requests_per_unit` the state was written at, the scale of `below`; 0 in a state written
     /// before the scale was recorded, which is read in the current scale. The high half of
     /// `State.b`.

@@ -4,9 +4,9 @@
 //!
 //! Each instance publishes its demand for the bucket (requests per second, from its Envoys'
 //! reports) and reads every instance's. Its fraction is its weight over the sum of the fresh
-//! instances' weights, a weight being the demand floored at [`NEWCOMER_FLOOR`] of the mean (as
+//! instances' weights, a weight being the demand floored at `NEWCOMER_FLOOR` of the mean (as
 //! for streams within an instance), so instances computing on one snapshot take fractions that
-//! add up to at most 1, and their scaled pools ([`scaled`]) to at most the rule's.
+//! add up to at most 1, and their scaled pools (`scaled`) to at most the rule's.
 
 use std::collections::BTreeMap;
 

@@ -56,7 +56,7 @@ pub struct TokenGrant {
 
 impl TokenGrant {
     /// Tokens per second.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         f64::from(self.tokens_per_fill) / self.fill_interval_secs.max(1) as f64
     }
 
@@ -161,12 +161,14 @@ impl Shares {
         }
     }
 
-    pub fn pool(&self) -> Pool {
+    #[cfg(test)]
+    pub(crate) fn pool(&self) -> Pool {
         self.pool
     }
 
+    #[cfg(test)]
     /// Streams that report the bucket (closed ones whose assignment still lives included).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.members.len()
     }
 
@@ -328,8 +330,9 @@ impl Shares {
         member.grant
     }
 
+    #[cfg(test)]
     /// The stream's current grant.
-    pub fn grant(&self, stream: StreamId) -> Option<Grant> {
+    pub(crate) fn grant(&self, stream: StreamId) -> Option<Grant> {
         self.members.get(&stream)?.grant
     }
 
@@ -341,7 +344,7 @@ impl Shares {
             .collect()
     }
 
-    /// Open streams whose reports said nothing for [`IDLE_AFTER`]: they are removed here; tell
+    /// Open streams whose reports said nothing for `IDLE_AFTER`: they are removed here; tell
     /// their Envoys to abandon the bucket.
     pub fn idle(&mut self, now: Nanos) -> Vec<StreamId> {
         let idle: Vec<StreamId> = self

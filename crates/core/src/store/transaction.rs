@@ -56,7 +56,7 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
     }
 
     /// The distinct keys of its charges, in order of first appearance.
-    pub fn keys(&self) -> SmallVec<[K; 4]>
+    pub(crate) fn keys(&self) -> SmallVec<[K; 4]>
     where
         K: Clone,
     {

@@ -120,8 +120,8 @@ fn unit(value: &Option<Value>, field: &str) -> Result<i32, String> {
 /// What a body says besides its request: a record line's format version and time.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Envelope<'a> {
-    pub version: Option<u64>,
-    pub time: Option<Cow<'a, str>>,
+    pub(crate) version: Option<u64>,
+    pub(crate) time: Option<Cow<'a, str>>,
 }
 
 /// Copies `text` into `to`, keeping `to`'s allocation.

@@ -52,7 +52,7 @@ pub(crate) const LAST: Nanos = u64::MAX;
 pub enum TimeError {
     /// Not `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
     NotRfc3339,
-    /// Valid RFC 3339, but before 1970 or after [`LAST`].
+    /// Valid RFC 3339, but before 1970 or after `LAST`.
     OutOfRange,
 }
 
@@ -76,7 +76,7 @@ pub(crate) fn parse_rfc3339(text: &str) -> Option<Nanos> {
     parse_instant(text).ok()
 }
 
-/// As [`parse_rfc3339`], saying why a text is not an instant.
+/// As `parse_rfc3339`, saying why a text is not an instant.
 pub fn parse_instant(text: &str) -> Result<Nanos, TimeError> {
     let (seconds, fraction) = parse_parts(text).ok_or(TimeError::NotRfc3339)?;
     let seconds = u64::try_from(seconds).map_err(|_| TimeError::OutOfRange)?;
