@@ -19,7 +19,8 @@ pub use shares::{ASSIGNMENT_TTL_SECS, Grant, Reported, Shares, StreamId, TokenGr
 
 /// What the server holds for one RLQS bucket: the rule it was read on, this instance's fraction of
 /// the pool (1 unless instances share it through a shared store) and, per stream, its grant (if any) and
-/// its demand in requests per second (`/explain?bucket=…`).
+/// its demand in requests per second (`/explain?bucket=…`). Plain data: the app's RLQS table fills
+/// it, `/explain` reads it.
 #[derive(Debug, Clone)]
 pub struct BucketView {
     pub mapping: Mapping,
