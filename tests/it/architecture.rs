@@ -37,10 +37,16 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "redis",
         &[
-            &["cas", "slot", "key", "queue", "io"],
-            &["batch", "seen", "conn", "refusal"],
+            &[
+                "slot", "key", "queue", "batch", "io", "retry", "conn", "refusal",
+            ],
+            &["cas", "seen", "pending", "settings"],
             &["dispatch"],
-            &["spread", "demand"],
+            &["calls"],
+            &["writer", "demand"],
+            &["attempts", "spread"],
+            &["backend"],
+            &["connect"],
         ],
     ),
     (

@@ -15,9 +15,8 @@ use common::redis::{RedisServer, available, free_port};
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, SystemClock};
 use ratelimit_server::config::Algorithm;
-use ratelimit_server::store::redis::{RedisConfig, TextKey, Topology};
+use ratelimit_server::store::redis::{RedisConfig, TextKey};
 use ratelimit_server::store::{Charge, Store};
-use redis::IntoConnectionInfo;
 
 /// A free port whose cluster bus port (+10000) is free too.
 fn cluster_port() -> u16 {
@@ -103,14 +102,9 @@ impl Cluster {
     }
 
     async fn store(&self, prefix: &str) -> Store<Redis> {
-        let mut config = RedisConfig::single("redis://127.0.0.1:1").unwrap();
-        config.topology = Topology::Cluster(
-            self.nodes
-                .iter()
-                .map(|n| n.url().as_str().into_connection_info().unwrap())
-                .collect(),
-        );
-        config.prefix = prefix.into();
+        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let config = RedisConfig::cluster(&urls).unwrap().with_prefix(prefix);
         guarded(config).await
     }
 

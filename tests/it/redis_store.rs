@@ -14,7 +14,8 @@ use common::redis::RedisServer;
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, NANOS_PER_SECOND as S, SystemClock};
 use ratelimit_server::config::Algorithm;
-use ratelimit_server::store::redis::{EXPIRY_GRACE_MS, RedisBackend, RedisConfig};
+use ratelimit_server::store::redis::testing::EXPIRY_GRACE_MS;
+use ratelimit_server::store::redis::{RedisBackend, RedisConfig};
 use ratelimit_server::store::{Backend, Charge, Store};
 
 #[tokio::test]
@@ -183,8 +184,9 @@ async fn keys_are_readable_and_expire_when_their_state_does() {
 }
 
 async fn race(redis: &RedisServer, algorithm: Algorithm, limit: u32, per_instance: usize) -> usize {
-    let mut config = RedisConfig::single(&redis.url()).unwrap();
-    config.prefix = format!("race-{}:", algorithm.code());
+    let config = RedisConfig::single(&redis.url())
+        .unwrap()
+        .with_prefix(format!("race-{}:", algorithm.code()));
     let a = Arc::new(Store::new(RedisBackend::connect(&config).await.unwrap()));
     let b = Arc::new(Store::new(RedisBackend::connect(&config).await.unwrap()));
     let p = params(algorithm, limit, 3600, limit);
@@ -346,8 +348,9 @@ async fn a_repeated_key_costs_one_round_trip_per_decision_and_a_stale_cache_stay
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let mut config = RedisConfig::single(&redis.url()).unwrap();
-    config.prefix = "trips:".into();
+    let config = RedisConfig::single(&redis.url())
+        .unwrap()
+        .with_prefix("trips:");
     let a = Store::new(RedisBackend::connect(&config).await.unwrap());
     let b = Store::new(RedisBackend::connect(&config).await.unwrap());
     // Token bucket, 10 per hour: no refill worth a token during the test.

@@ -43,7 +43,7 @@ impl RulesFilesArgs {
 
 mod store_args;
 
-pub use store_args::{BackendType, RedisType, SettingError, SocketType, StoreArgs};
+pub use store_args::{BackendType, SettingError, StoreArgs};
 
 mod tracing_args;
 

@@ -4,21 +4,21 @@
 
 use smallvec::SmallVec;
 
-use crate::limiter::State;
-use crate::store::{Transaction, Verdicts};
+use ratelimit_core::limiter::State;
+use ratelimit_core::store::{Transaction, Verdicts};
 
 /// What a batch answers and leaves.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Per transaction, in order: its verdicts (empty for a refund).
-    pub verdicts: Vec<Verdicts>,
+    pub(crate) verdicts: Vec<Verdicts>,
     /// Per key (in the order given): the state after the whole batch.
-    pub states: SmallVec<[Option<State>; 4]>,
+    pub(crate) states: SmallVec<[Option<State>; 4]>,
 }
 
 /// Runs `txs` in order on `keys`, which hold `stored` before the batch. Every key of every
 /// transaction must be in `keys`.
-pub fn decide_batch<K: PartialEq>(
+pub(crate) fn decide_batch<K: PartialEq>(
     txs: &[Transaction<'_, K>],
     keys: &[K],
     stored: &[Option<State>],
@@ -31,11 +31,11 @@ pub fn decide_batch<K: PartialEq>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::NANOS_PER_SECOND as S;
-    use crate::config::Algorithm;
-    use crate::limiter::LimitParams;
-    use crate::store::memory::{MemoryBackend, StoreKey};
-    use crate::store::{Charge, Transaction};
+    use ratelimit_core::clock::NANOS_PER_SECOND as S;
+    use ratelimit_core::config::Algorithm;
+    use ratelimit_core::limiter::LimitParams;
+    use ratelimit_core::store::memory::{MemoryBackend, StoreKey};
+    use ratelimit_core::store::{Charge, Transaction};
 
     fn params(algorithm: Algorithm, limit: u32) -> LimitParams {
         LimitParams {

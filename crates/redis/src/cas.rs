@@ -6,13 +6,13 @@
 
 use smallvec::SmallVec;
 
-use crate::TextKey;
-use crate::clock::Nanos;
-use crate::limiter::State;
+use crate::key::TextKey;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::limiter::State;
 
 /// Kept past the instant a state equals no state, so an instance whose clock is up to this much
 /// behind Redis's (or another instance's) still reads it.
-pub const EXPIRY_GRACE_MS: u64 = 1000;
+pub(crate) const EXPIRY_GRACE_MS: u64 = 1000;
 
 /// KEYS = the keys; ARGV = per key (expected value, '' = absent; new value, '' = leave, '-' =
 /// delete; PXAT in ms). Writes only if every key holds what the caller expected, and returns 1;
@@ -65,8 +65,13 @@ fn script() -> &'static ::redis::Script {
 /// Raw values of keys, `None` for an absent key.
 pub(super) type Raw = SmallVec<[Option<Vec<u8>>; 4]>;
 
+/// The states of raw values (anything unreadable counts as no state).
+pub(crate) fn states(raw: &[Option<Vec<u8>>]) -> SmallVec<[Option<State>; 4]> {
+    raw.iter().map(|v| v.as_deref().and_then(decode)).collect()
+}
+
 /// A state as stored.
-pub fn encode(state: &State) -> String {
+pub(crate) fn encode(state: &State) -> String {
     if state.b == 0 {
         state.a.to_string()
     } else {
@@ -76,7 +81,7 @@ pub fn encode(state: &State) -> String {
 
 /// A stored value as a state (anything unreadable counts as no state). The writer's tag after `;`
 /// is not part of the state.
-pub fn decode(value: &[u8]) -> Option<State> {
+pub(crate) fn decode(value: &[u8]) -> Option<State> {
     let text = std::str::from_utf8(value).ok()?;
     let text = text.split_once(';').map_or(text, |(state, _)| state);
     let (a, b) = text.split_once(':').unwrap_or((text, "0"));
@@ -93,21 +98,21 @@ pub(super) fn pxat(state: &State) -> u64 {
 
 /// What one compare-and-set asks: per key, the value expected and the value to leave.
 pub(super) struct Call<'a> {
-    pub keys: &'a [TextKey],
-    pub expected: &'a [Option<Vec<u8>>],
+    pub(crate) keys: &'a [TextKey],
+    pub(crate) expected: &'a [Option<Vec<u8>>],
     /// `None`: leave the key as it is; a state that has expired by `now`: delete the key.
-    pub new: &'a [Option<State>],
-    pub now: Nanos,
+    pub(crate) new: &'a [Option<State>],
+    pub(crate) now: Nanos,
     /// This call's tag, unique to it (see [`Tag`]).
-    pub tag: Tag,
+    pub(crate) tag: Tag,
 }
 
 /// Who wrote a value: the writer (one per store, random) and its call's number. Stored after the
 /// state (`state;writer.seq`, hex), it makes every value written unique to its call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Tag {
-    pub writer: u64,
-    pub seq: u64,
+    pub(crate) writer: u64,
+    pub(crate) seq: u64,
 }
 
 /// A state's text as a call tagged `tag` stores it.

@@ -15,18 +15,18 @@ use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{
-    Client, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture,
-    RedisResult, TlsCertificates, TlsMode, Value,
+    Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult,
+    TlsCertificates, TlsMode, Value,
 };
 
 /// TLS to Redis (`REDIS_TLS*`).
 #[derive(Clone, Default)]
-pub struct RedisTls {
+pub(crate) struct RedisTls {
     /// PEM bytes: CA bundle (else the system's roots), client certificate and key (mTLS).
-    pub ca_cert: Option<Vec<u8>>,
-    pub client_cert: Option<Vec<u8>>,
-    pub client_key: Option<Vec<u8>>,
-    pub skip_hostname_verification: bool,
+    pub(crate) ca_cert: Option<Vec<u8>>,
+    pub(crate) client_cert: Option<Vec<u8>>,
+    pub(crate) client_key: Option<Vec<u8>>,
+    pub(crate) skip_hostname_verification: bool,
 }
 
 impl std::fmt::Debug for RedisTls {
@@ -59,7 +59,7 @@ impl RedisTls {
 
 /// Where Redis is.
 #[derive(Debug, Clone)]
-pub enum Topology {
+pub(crate) enum Topology {
     Single(ConnectionInfo),
     /// Seed nodes.
     Cluster(Vec<ConnectionInfo>),
@@ -73,17 +73,17 @@ pub enum Topology {
 /// Everything the Redis store needs to connect (built and checked by `settings`).
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
-    pub topology: Topology,
+    pub(crate) topology: Topology,
     /// `REDIS_AUTH`: (user, password).
-    pub auth: Option<(Option<String>, String)>,
+    pub(crate) auth: Option<(Option<String>, String)>,
     /// `REDIS_TLS`: on (with these certificates) or off. A `rediss://` URL turns it on too.
-    pub tls: Option<RedisTls>,
+    pub(crate) tls: Option<RedisTls>,
     /// Multiplexed connections to a single server / master.
-    pub pool_size: usize,
+    pub(crate) pool_size: usize,
     /// Bound on every call, connecting included.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// `CACHE_KEY_PREFIX`.
-    pub prefix: String,
+    pub(crate) prefix: String,
 }
 
 impl RedisConfig {
@@ -106,16 +106,15 @@ impl RedisConfig {
         }
     }
 
-    /// A single server at `url`, no auth or TLS (for tests and tools).
-    pub fn single(url: &str) -> RedisResult<RedisConfig> {
-        Ok(RedisConfig {
-            topology: Topology::Single(url.into_connection_info()?),
-            auth: None,
-            tls: None,
-            pool_size: 2,
-            timeout: Duration::from_secs(2),
-            prefix: String::new(),
-        })
+    /// The same, its keys under `prefix` (`CACHE_KEY_PREFIX`; no braces).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> RedisConfig {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The prefix of every key.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 }
 
@@ -271,8 +270,8 @@ fn client(info: ConnectionInfo, config: &RedisConfig) -> RedisResult<Client> {
 
 /// Round trips a new connection may take before it can carry a call: TCP's handshake, TLS's two,
 /// and the client's set-up commands (authentication, client name). Each is a call bounded by
-/// `REDIS_TIMEOUT`, so a connection is given that many; a Redis 25 ms away with a 100 ms timeout
-/// is then reached (the whole set-up used to have to fit in one timeout, and never did).
+/// `REDIS_TIMEOUT`, so a connection is given that many: a Redis 25 ms away with a 100 ms timeout
+/// is reached.
 pub(super) const CONNECT_ROUND_TRIPS: u32 = 4;
 
 /// The bound on setting up one connection.
@@ -282,7 +281,7 @@ pub(super) fn connect_bound(config: &RedisConfig) -> Duration {
 
 /// The bound on the whole set-up (asking the sentinels, then the pool, connected side by side):
 /// a safety net above the per-connection bounds.
-pub fn set_up_bound(config: &RedisConfig) -> Duration {
+pub(crate) fn set_up_bound(config: &RedisConfig) -> Duration {
     connect_bound(config) * 3
 }
 

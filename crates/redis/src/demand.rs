@@ -9,13 +9,16 @@
 //! `ratelimit_redis_*` series (the RLQS service counts its failed exchanges).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ratelimit_core::quota::fraction::{InstanceId, Peer, STALE_AFTER_MS};
+use ratelimit_core::store::StoreError;
 
-use super::{RedisBackend, StoreError, TextKey, io, within};
+use crate::calls::Calls;
+use crate::key::{TextKey, TextKeyBuilder};
 
 /// A demand hash lives this long after its last write; its fields are dropped once older.
-pub const KEY_TTL_MS: u64 = 2 * STALE_AFTER_MS;
+const KEY_TTL_MS: u64 = 2 * STALE_AFTER_MS;
 
 /// What a bucket's hash held after this instance's write.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,8 +29,102 @@ pub struct Snapshot {
     pub peers: Vec<Peer>,
 }
 
+/// One round of the exchange for one instance, at Redis's time (read once, when the round
+/// starts): the instance's beat in the instances' hash, and its demand per bucket. Cheap to
+/// clone; each call is bounded by `REDIS_TIMEOUT`.
+#[derive(Clone)]
+pub struct DemandRound {
+    calls: Arc<Calls>,
+    keys: TextKeyBuilder,
+    instance: InstanceId,
+    now_ms: u64,
+}
+
+impl DemandRound {
+    /// Starts a round for `instance`: reads Redis's time.
+    pub(crate) async fn start(
+        calls: Arc<Calls>,
+        keys: TextKeyBuilder,
+        instance: InstanceId,
+    ) -> Result<DemandRound, StoreError> {
+        let now_ms = time_ms(&calls).await?;
+        Ok(DemandRound {
+            calls,
+            keys,
+            instance,
+            now_ms,
+        })
+    }
+
+    /// Says this instance is alive in the instances' hash (one registry of the server instances
+    /// on this Redis, which the failure mode's shares read too) and returns every instance's beat.
+    pub async fn beat(&self) -> Result<Snapshot, StoreError> {
+        self.write(&self.keys.instances_key(), 0.0).await
+    }
+
+    /// Writes this instance's `demand` (requests per second) for the RLQS bucket of `domain` and
+    /// `entries` (sorted by the caller) and returns what its hash holds then.
+    pub async fn bucket(
+        &self,
+        domain: &str,
+        entries: &[(String, String)],
+        demand: f64,
+    ) -> Result<Snapshot, StoreError> {
+        self.write(&self.keys.quota_key(domain, entries), demand)
+            .await
+    }
+
+    /// Writes this instance's `demand` into the hash at `key` at the round's time and returns
+    /// what it holds then; entries older than the TTL are deleted.
+    async fn write(&self, key: &TextKey, demand: f64) -> Result<Snapshot, StoreError> {
+        let demand = if demand.is_finite() && demand > 0.0 {
+            demand
+        } else {
+            0.0
+        };
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("HSET")
+            .arg(key.as_str())
+            .arg(field(self.instance))
+            .arg(format!("{demand:.6}:{}", self.now_ms))
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(key.as_str())
+            .arg(KEY_TTL_MS)
+            .ignore()
+            .cmd("HGETALL")
+            .arg(key.as_str());
+        let mut c = self.calls.conn();
+        let (fields,): (HashMap<String, String>,) = self
+            .calls
+            .quiet(async move { pipe.query_async(&mut c).await })
+            .await?;
+        let (snapshot, stale) = parse(self.now_ms, fields);
+        if !stale.is_empty() {
+            // Best effort: a field left over is deleted by the next round.
+            let mut hdel = ::redis::cmd("HDEL");
+            hdel.arg(key.as_str()).arg(stale);
+            let mut c = self.calls.conn();
+            let _ = self
+                .calls
+                .quiet(async move { hdel.query_async::<i64>(&mut c).await })
+                .await;
+        }
+        Ok(snapshot)
+    }
+}
+
+/// Redis's time, in ms (one round's clock).
+async fn time_ms(calls: &Calls) -> Result<u64, StoreError> {
+    let mut c = calls.conn();
+    let (secs, micros): (u64, u64) = calls
+        .quiet(async move { ::redis::cmd("TIME").query_async(&mut c).await })
+        .await?;
+    Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
+}
+
 /// An instance id as a hash field.
-pub fn field(instance: InstanceId) -> String {
+fn field(instance: InstanceId) -> String {
     format!("{instance:016x}")
 }
 
@@ -53,89 +150,6 @@ fn parse(now_ms: u64, fields: HashMap<String, String>) -> (Snapshot, Vec<String>
     }
     peers.sort_by_key(|p| p.instance);
     (Snapshot { now_ms, peers }, stale)
-}
-
-impl RedisBackend {
-    /// The key of an RLQS bucket's demand hash (entries sorted by the caller).
-    pub fn demand_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
-        self.inner.keys.quota_key(domain, entries)
-    }
-
-    /// The key of the instances' hash.
-    pub fn instances_key(&self) -> TextKey {
-        self.inner.keys.instances_key()
-    }
-
-    /// `call` on the Redis I/O thread within `REDIS_TIMEOUT`, not counted as a store call.
-    async fn quiet<T: Send + 'static>(
-        &self,
-        call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let timeout = self.inner.timeout;
-        match io::run(async move { within(timeout, call).await }).await {
-            Some(Ok(Ok(value))) => Ok(value),
-            Some(Ok(Err(e))) => Err(StoreError::Unavailable(e.to_string())),
-            Some(Err(())) => Err(StoreError::Unreachable(format!(
-                "no answer from Redis within {timeout:?}"
-            ))),
-            None => Err(StoreError::Unavailable(
-                "the Redis I/O thread is gone".into(),
-            )),
-        }
-    }
-
-    /// Redis's time, in ms (one round's clock).
-    pub async fn time_ms(&self) -> Result<u64, StoreError> {
-        let mut c = self.inner.conns.get();
-        let (secs, micros): (u64, u64) = self
-            .quiet(async move { ::redis::cmd("TIME").query_async(&mut c).await })
-            .await?;
-        Ok(secs.saturating_mul(1000).saturating_add(micros / 1000))
-    }
-
-    /// Writes `instance`'s `demand` (requests per second) at `now_ms` (Redis's time, from
-    /// [`RedisBackend::time_ms`]) into the hash at `key` and returns what it holds then; bounded
-    /// by `REDIS_TIMEOUT`.
-    pub async fn exchange_demand(
-        &self,
-        key: &TextKey,
-        instance: InstanceId,
-        demand: f64,
-        now_ms: u64,
-    ) -> Result<Snapshot, StoreError> {
-        let demand = if demand.is_finite() && demand > 0.0 {
-            demand
-        } else {
-            0.0
-        };
-        let mut pipe = ::redis::pipe();
-        pipe.cmd("HSET")
-            .arg(key.as_str())
-            .arg(field(instance))
-            .arg(format!("{demand:.6}:{now_ms}"))
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(key.as_str())
-            .arg(KEY_TTL_MS)
-            .ignore()
-            .cmd("HGETALL")
-            .arg(key.as_str());
-        let mut c = self.inner.conns.get();
-        let (fields,): (HashMap<String, String>,) = self
-            .quiet(async move { pipe.query_async(&mut c).await })
-            .await?;
-        let (snapshot, stale) = parse(now_ms, fields);
-        if !stale.is_empty() {
-            // Best effort: a field left over is deleted by the next round.
-            let mut hdel = ::redis::cmd("HDEL");
-            hdel.arg(key.as_str()).arg(stale);
-            let mut c = self.inner.conns.get();
-            let _ = self
-                .quiet(async move { hdel.query_async::<i64>(&mut c).await })
-                .await;
-        }
-        Ok(snapshot)
-    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ use ::redis::aio::ConnectionLike;
 use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::{Notify, oneshot};
 
-use super::conn::Conns;
-use super::{cas, io, within};
+use crate::cas;
+use crate::conn::{Conn, Conns};
+use crate::io::{self, within};
 
 /// Most calls in one pipeline.
 const MAX_PIPELINE: usize = 256;
@@ -141,11 +142,7 @@ async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
 }
 
 /// The replies to `pipeline`, one per command, within `timeout`.
-async fn sent(
-    conn: &mut super::conn::Conn,
-    pipeline: &Pipeline,
-    timeout: Duration,
-) -> RedisResult<Vec<Value>> {
+async fn sent(conn: &mut Conn, pipeline: &Pipeline, timeout: Duration) -> RedisResult<Vec<Value>> {
     match within(
         timeout,
         conn.req_packed_commands(pipeline, 0, pipeline.len()),

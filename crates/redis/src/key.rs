@@ -9,8 +9,7 @@
 //!   parses back one way only: (`a`, `b_c`) and (`a_b`, `c`) never meet, as they do in the
 //!   reference's `key_value` joining.
 //! - No Redis Cluster hash tag (a key holds no `{`: the prefix may not either): a cluster hashes
-//!   each key whole, so the counters of one domain spread over every master. (Builds before 0.1.0
-//!   tagged every key `{<domain>}`: one domain's load on one master.)
+//!   each key whole, so the counters of one domain spread over every master.
 //! - The tail names which limit of the rule (`slot`), its algorithm (the stable codes of
 //!   `Algorithm`: 0 token bucket, 1 fixed window, 2 sliding window, 3 leaky bucket) and its window
 //!   (`60s`, or `…ns` for a period that is not whole seconds). Limit values (requests per unit,
@@ -24,27 +23,29 @@ use std::fmt::Write;
 use std::hash::Hasher;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
+use smallvec::SmallVec;
 
-use crate::clock::NANOS_PER_SECOND;
-use crate::store::CounterId;
-use crate::store::memory::{MemoryKey, StoreKey};
+use ratelimit_core::clock::NANOS_PER_SECOND;
+use ratelimit_core::store::memory::{MemoryKey, StoreKey};
+use ratelimit_core::store::{Charge, CounterId};
 
 /// Longest key before its entries are hashed.
-pub const MAX_KEY: usize = 256;
+pub(crate) const MAX_KEY: usize = 256;
 /// Longest encoded domain kept whole.
-pub const MAX_DOMAIN: usize = 64;
+pub(crate) const MAX_DOMAIN: usize = 64;
 
 /// A key in a shared store. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TextKey(pub std::sync::Arc<str>);
+pub struct TextKey(std::sync::Arc<str>);
 
 impl TextKey {
+    /// The key as Redis holds it.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
     /// A 128-bit digest of the key (for a memory store holding text keys).
-    pub fn digest(&self) -> u128 {
+    pub(crate) fn digest(&self) -> u128 {
         hash128(self.0.as_bytes())
     }
 }
@@ -56,9 +57,22 @@ impl MemoryKey for TextKey {
     }
 }
 
+/// The distinct keys of some requests' charges, in order of first appearance.
+pub(crate) fn distinct<'a>(
+    charges: impl IntoIterator<Item = &'a Charge<TextKey>>,
+) -> SmallVec<[TextKey; 4]> {
+    let mut keys: SmallVec<[TextKey; 4]> = SmallVec::new();
+    for c in charges {
+        if !keys.contains(&c.key) {
+            keys.push(c.key.clone());
+        }
+    }
+    keys
+}
+
 /// Builds text keys under one prefix (`CACHE_KEY_PREFIX`).
 #[derive(Debug, Clone, Default)]
-pub struct TextKeyBuilder {
+pub(crate) struct TextKeyBuilder {
     prefix: String,
 }
 
@@ -90,19 +104,14 @@ fn head(s: &str, max: usize) -> &str {
 impl TextKeyBuilder {
     /// `prefix` must not contain `{` or `}` (a hash tag would put every key in one cluster slot);
     /// the settings refuse one that does.
-    pub fn new(prefix: impl Into<String>) -> Self {
+    pub(crate) fn new(prefix: impl Into<String>) -> Self {
         TextKeyBuilder {
             prefix: prefix.into(),
         }
     }
 
-    /// The prefix every key starts with.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
     /// The key of a counter.
-    pub fn key(&self, id: &CounterId<'_>) -> TextKey {
+    pub(crate) fn key(&self, id: &CounterId<'_>) -> TextKey {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
         let mut name = String::new();
@@ -144,7 +153,7 @@ impl TextKeyBuilder {
     /// `<prefix>%rlqs|<domain>|<k>=<v>…` with the entries in the order given (sorted by the
     /// caller), encoded and bounded as counter keys are. No counter key starts so: an encoded
     /// domain never holds a bare `%` followed by `r`.
-    pub fn quota_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
+    pub(crate) fn quota_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
         key.push_str("%rlqs|");
@@ -175,7 +184,7 @@ impl TextKeyBuilder {
     }
 
     /// The key of the hash of RLQS instances alive (each one's last beat).
-    pub fn instances_key(&self) -> TextKey {
+    pub(crate) fn instances_key(&self) -> TextKey {
         TextKey(format!("{}%instances", self.prefix).into())
     }
 }
@@ -183,7 +192,7 @@ impl TextKeyBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limiter::LimitParams;
+    use ratelimit_core::limiter::LimitParams;
 
     /// The key of limit `slot` of a descriptor.
     fn key_of<'e>(
@@ -196,7 +205,7 @@ mod tests {
         let entries: Vec<(&str, &str)> = entries.into_iter().collect();
         b.key(&CounterId::new(domain, &entries[..], slot, params))
     }
-    use crate::config::Algorithm;
+    use ratelimit_core::config::Algorithm;
 
     fn params(algorithm: Algorithm, period_s: u64) -> LimitParams {
         LimitParams {

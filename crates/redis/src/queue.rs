@@ -13,28 +13,28 @@ use std::hash::Hash;
 use smallvec::SmallVec;
 
 /// Most requests decided in one call.
-pub const MAX_BATCH_REQUESTS: usize = 512;
+pub(crate) const MAX_BATCH_REQUESTS: usize = 512;
 /// Most distinct keys in one call.
-pub const MAX_BATCH_KEYS: usize = 64;
+pub(crate) const MAX_BATCH_KEYS: usize = 64;
 
 /// Which requests may share a call: those of one group (on a cluster, one slot). `None`: only
 /// alone.
-pub type Group = Option<u16>;
+pub(crate) type Group = Option<u16>;
 
 /// A request's place: a ticket to cancel it by while it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ticket(u64);
+pub(crate) struct Ticket(u64);
 
 /// Requests to decide in one call, in arrival order, and the keys they hold busy.
 #[derive(Debug)]
-pub struct Batch<K, P> {
-    pub requests: Vec<P>,
-    pub keys: Vec<K>,
+pub(crate) struct Batch<K, P> {
+    pub(crate) requests: Vec<P>,
+    pub(crate) keys: Vec<K>,
 }
 
 /// What became of an arriving request.
 #[derive(Debug)]
-pub enum Arrival<K, P> {
+pub(crate) enum Arrival<K, P> {
     /// Its keys were idle: it starts now, alone (its keys are now busy).
     Start(Batch<K, P>),
     /// It waits for a call on one of its keys to finish.
@@ -58,7 +58,7 @@ struct Waiting<K, P> {
 
 /// The keys in flight and the requests waiting for them.
 #[derive(Debug)]
-pub struct Queues<K, P> {
+pub(crate) struct Queues<K, P> {
     lanes: HashMap<K, Lane>,
     waiting: HashMap<Ticket, Waiting<K, P>>,
     next: u64,
@@ -76,7 +76,12 @@ impl<K: Clone + Eq + Hash, P> Default for Queues<K, P> {
 
 impl<K: Clone + Eq + Hash, P> Queues<K, P> {
     /// A request on `keys` (distinct) arrives.
-    pub fn arrive(&mut self, keys: SmallVec<[K; 4]>, group: Group, request: P) -> Arrival<K, P> {
+    pub(crate) fn arrive(
+        &mut self,
+        keys: SmallVec<[K; 4]>,
+        group: Group,
+        request: P,
+    ) -> Arrival<K, P> {
         let idle = keys.iter().all(|k| {
             self.lanes
                 .get(k)
@@ -113,7 +118,7 @@ impl<K: Clone + Eq + Hash, P> Queues<K, P> {
 
     /// The call holding `keys` is done: they are idle again. Returns the batches that can start
     /// now (their keys are busy from here on).
-    pub fn finish(&mut self, keys: &[K]) -> Vec<Batch<K, P>> {
+    pub(crate) fn finish(&mut self, keys: &[K]) -> Vec<Batch<K, P>> {
         for k in keys {
             if let Some(lane) = self.lanes.get_mut(k) {
                 lane.busy = false;
@@ -124,7 +129,7 @@ impl<K: Clone + Eq + Hash, P> Queues<K, P> {
 
     /// A waiting request gave up. Returns it (`None` if it had already started) and the batches
     /// its leaving lets start.
-    pub fn cancel(&mut self, ticket: Ticket) -> (Option<P>, Vec<Batch<K, P>>) {
+    pub(crate) fn cancel(&mut self, ticket: Ticket) -> (Option<P>, Vec<Batch<K, P>>) {
         let Some(w) = self.waiting.remove(&ticket) else {
             return (None, Vec::new());
         };
@@ -139,13 +144,15 @@ impl<K: Clone + Eq + Hash, P> Queues<K, P> {
         (Some(w.request), self.start_from(keys))
     }
 
-    /// Requests waiting (for metrics and tests).
-    pub fn waiting(&self) -> usize {
+    /// Requests waiting.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
         self.waiting.len()
     }
 
-    /// Keys with a call in flight or a request waiting (for tests: 0 once all is done).
-    pub fn lanes(&self) -> usize {
+    /// Keys with a call in flight or a request waiting (0 once all is done).
+    #[cfg(test)]
+    fn lanes(&self) -> usize {
         self.lanes.len()
     }
 

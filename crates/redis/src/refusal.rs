@@ -2,12 +2,11 @@
 //! operator can mend it, so start-up stops) or leaves Redis merely unreachable (slow, cut, absent:
 //! the server starts in the failure mode and keeps connecting). Applied to connecting and to the
 //! first PING alike: a PING that times out or whose reply is cut is "unreachable", never a reason
-//! to exit (issue 31, finding 2: in Kubernetes that was a crash loop while Redis was only slow).
+//! to exit (in Kubernetes that would be a crash loop while Redis is only slow).
 
 use ::redis::{ErrorKind, RedisError};
 
-use crate::clock::monotonic;
-use crate::{RedisBackend, StoreError, io, within};
+use ratelimit_core::store::StoreError;
 
 /// Server error codes that refuse this client: its password or user (`WRONGPASS`), no
 /// authentication where Redis wants one (`NOAUTH`), or an ACL that denies it a command
@@ -80,7 +79,7 @@ pub(crate) fn classify(e: &RedisError) -> StoreError {
 
 /// A failed first call as the store's error: `Unavailable` only when Redis refused us (`failure`),
 /// else the same message as `Unreachable`.
-fn at_start(error: StoreError, failure: Failure) -> StoreError {
+pub(crate) fn at_start(error: StoreError, failure: Failure) -> StoreError {
     match (error, failure) {
         (StoreError::Unavailable(message), Failure::Refused(why)) => {
             StoreError::Unavailable(format!("Redis refuses this server ({why}): {message}"))
@@ -89,35 +88,6 @@ fn at_start(error: StoreError, failure: Failure) -> StoreError {
             StoreError::Unreachable(message)
         }
         (other, _) => other,
-    }
-}
-
-impl RedisBackend {
-    /// The PING that ends connecting, counted as any call: fails with `Unavailable` only if Redis
-    /// refused us (`NOAUTH`, `WRONGPASS`, `NOPERM`), with `Unreachable` when it timed out or its
-    /// reply was cut.
-    pub(crate) async fn first_ping(&self) -> Result<(), StoreError> {
-        let inner = self.inner.clone();
-        let mut c = inner.conns.get();
-        io::run(async move {
-            let started = monotonic();
-            let ping = async move { ::redis::cmd("PING").query_async::<String>(&mut c).await };
-            let result = within(inner.timeout, ping).await;
-            let said = match &result {
-                Ok(Err(e)) => failure(e),
-                _ => Failure::Unreachable,
-            };
-            inner
-                .account(started, result)
-                .map(drop)
-                .map_err(|e| at_start(e, said))
-        })
-        .await
-        .unwrap_or_else(|| {
-            Err(StoreError::Unavailable(
-                "the Redis I/O thread is gone".into(),
-            ))
-        })
     }
 }
 

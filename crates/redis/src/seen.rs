@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::TextKey;
+use crate::key::TextKey;
 
 /// Keys whose last seen value an instance remembers (per shard; `SEEN_SHARDS` shards).
-pub const SEEN_PER_SHARD: usize = 1024;
+pub(crate) const SEEN_PER_SHARD: usize = 1024;
 /// Shards of the seen-value cache (each its own lock).
 const SEEN_SHARDS: usize = 64;
 
@@ -18,8 +18,8 @@ const SEEN_SHARDS: usize = 64;
 /// values the script sends back, never a different verdict. Bounded, and a hot key stays: each
 /// shard keeps two generations, a key used is moved into the young one, and when the young one is
 /// full the old one is forgotten (so a key used within the last half shard's worth of other keys
-/// is kept; it used to be an arbitrary key, a hot one among them, which then handed the local mode
-/// a fresh limit in an outage).
+/// is kept, never a hot key dropped for a cold one, which would hand the local mode a fresh limit
+/// in an outage).
 /// Replies are handled in no set order (several connections, several threads): each value is
 /// remembered with the stamp of the call that saw it, taken when the call was sent, and an older
 /// call's reply does not replace what a newer one saw.
@@ -102,9 +102,9 @@ mod tests {
 
     #[test]
     fn a_hot_key_outlives_a_stream_of_cold_ones() {
-        let keys = crate::TextKeyBuilder::new(String::new());
-        let params = crate::limiter::LimitParams {
-            algorithm: crate::config::Algorithm::FixedWindow,
+        let keys = crate::key::TextKeyBuilder::new(String::new());
+        let params = ratelimit_core::limiter::LimitParams {
+            algorithm: ratelimit_core::config::Algorithm::FixedWindow,
             requests_per_unit: 1,
             period: 1_000_000_000,
             burst: 1,
@@ -114,7 +114,12 @@ mod tests {
         let key = |i: usize| {
             let value = i.to_string();
             let entries = [("k", value.as_str())];
-            keys.key(&crate::CounterId::new("d", &entries[..], 0, &params))
+            keys.key(&ratelimit_core::store::CounterId::new(
+                "d",
+                &entries[..],
+                0,
+                &params,
+            ))
         };
         let seen = Seen::new();
         let hot = key(0);

@@ -2,7 +2,7 @@
 //! the first `{` and the next `}`, when not empty), modulo 16384.
 
 /// Slots in a Redis Cluster.
-pub const SLOTS: u16 = 16384;
+pub(crate) const SLOTS: u16 = 16384;
 
 /// The part of `key` that decides its slot.
 fn hashed_part(key: &[u8]) -> &[u8] {
@@ -16,7 +16,7 @@ fn hashed_part(key: &[u8]) -> &[u8] {
 }
 
 /// The cluster slot of `key`.
-pub fn slot(key: &[u8]) -> u16 {
+pub(crate) fn slot(key: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hashed_part(key)) % SLOTS
 }
 

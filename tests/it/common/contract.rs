@@ -29,8 +29,9 @@ pub fn params(algorithm: Algorithm, rpu: u32, period_s: u64, burst: u32) -> Limi
 pub type Redis = Guarded<RedisConnect>;
 
 pub async fn redis_store(redis: &RedisServer, prefix: &str) -> Store<Redis> {
-    let mut config = RedisConfig::single(&redis.url()).expect("url");
-    config.prefix = prefix.into();
+    let config = RedisConfig::single(&redis.url())
+        .expect("url")
+        .with_prefix(prefix);
     guarded(config).await
 }
 

@@ -1,8 +1,9 @@
-//! The RLQS demand exchange on the Redis store (`BACKEND_TYPE=redis`): Redis's time, one beat in
-//! the instances' hash and one write-and-read per bucket (`ratelimit_redis`'s `exchange_demand`), buckets
-//! [`IN_FLIGHT`] at a time, each call bounded by `REDIS_TIMEOUT` and made through the store's
-//! breaker ([`Guarded::call`]: none while it is open, failures counted as a decision's). Not
-//! connected yet, or the breaker open: the round fails (and the last fractions are kept).
+//! The RLQS demand exchange on the Redis store (`BACKEND_TYPE=redis`): a round at Redis's time
+//! (`ratelimit_redis::DemandRound`), one beat in the instances' hash and one write-and-read per
+//! bucket, buckets [`IN_FLIGHT`] at a time, each call bounded by `REDIS_TIMEOUT` and made through
+//! the store's breaker ([`Guarded::call`]: none while it is open, failures counted as a
+//! decision's). Not connected yet, or the breaker open: the round fails (and the last fractions
+//! are kept).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -44,26 +45,20 @@ impl Exchange for RedisExchange {
     ) -> Pin<Box<dyn Future<Output = Result<Exchanged, String>> + Send + 'a>> {
         Box::pin(async move {
             let store = &self.store;
-            let now_ms = store
-                .call(|redis| async move { redis.time_ms().await })
+            let round = store
+                .call(|redis| async move { redis.demand_round(instance).await })
                 .await
                 .map_err(|e| e.to_string())?;
+            let beat = round.clone();
             let instances = store
-                .call(|redis| async move {
-                    let key = redis.instances_key();
-                    redis.exchange_demand(&key, instance, 0.0, now_ms).await
-                })
+                .call(|_| async move { beat.beat().await })
                 .await
                 .map_err(|e| e.to_string())?;
             let mut buckets = Vec::with_capacity(demands.len());
             for chunk in demands.chunks(IN_FLIGHT) {
                 let calls = chunk.iter().map(|(key, demand)| {
-                    store.call(move |redis| async move {
-                        let hash = redis.demand_key(&key.0, &key.1);
-                        redis
-                            .exchange_demand(&hash, instance, *demand, now_ms)
-                            .await
-                    })
+                    let round = round.clone();
+                    store.call(move |_| async move { round.bucket(&key.0, &key.1, *demand).await })
                 });
                 for answer in futures_util::future::join_all(calls).await {
                     buckets.push(answer.ok().map(seen));

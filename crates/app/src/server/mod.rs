@@ -63,14 +63,21 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         BackendType::Redis => {
             let config = settings.store.redis_config()?;
             let mode = settings.store.redis_failure_mode;
-            let described = (config.describe(), config.prefix.clone());
+            let described = (config.describe(), config.prefix().to_owned());
             let guard = GuardSettings {
                 mode,
                 local_max_keys: settings.max_keys,
                 local_cache_bytes: settings.store.local_cache_size_in_bytes,
                 local_share: settings.store.redis_failure_local_share,
             };
-            let backend = Guarded::start(RedisConnect::new(config), guard, store_metrics).await?;
+            // Boxed: connecting is a deep future; inlined into start's callers it passed the
+            // compiler's type-layout depth in the test binary.
+            let backend = Box::pin(Guarded::start(
+                RedisConnect::new(config),
+                guard,
+                store_metrics,
+            ))
+            .await?;
             tracing::info!(redis = %described.0, prefix = %described.1, failure_mode = mode.name(), "counters in Redis");
             // RLQS buckets are shared with the other instances through the same connections.
             let exchange: Arc<dyn rlqs::Exchange> = Arc::new(rlqs::RedisExchange {

@@ -1,15 +1,15 @@
 //! Store settings: `--backend memory|redis` and the Redis connection, with envoyproxy/ratelimit's
-//! environment variable names. `RedisArgs::config` checks them together and reads the TLS files;
-//! every error names the setting at fault, and stops the server at start-up.
+//! environment variable names. `StoreArgs::redis_config` hands the Redis ones to the Redis crate,
+//! which checks them together and reads the TLS files; every error names the setting at fault,
+//! and stops the server at start-up.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Args};
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::config::parse_duration;
-use ratelimit_redis::{RedisConfig, RedisTls, Topology};
+use ratelimit_redis::{InvalidSetting, RedisConfig, RedisSettings, RedisType, SocketType};
 use ratelimit_remote::{FailureMode, LocalShare};
 
 /// Where counters live.
@@ -19,46 +19,12 @@ pub enum BackendType {
     Redis,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedisType {
-    Single,
-    Sentinel,
-    Cluster,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SocketType {
-    Tcp,
-    Unix,
-}
-
 pub fn parse_backend(text: &str) -> Result<BackendType, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "memory" => Ok(BackendType::Memory),
         "redis" => Ok(BackendType::Redis),
         _ => Err(format!(
             "'{text}' is not a backend (expected memory or redis)"
-        )),
-    }
-}
-
-pub fn parse_redis_type(text: &str) -> Result<RedisType, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "single" => Ok(RedisType::Single),
-        "sentinel" => Ok(RedisType::Sentinel),
-        "cluster" => Ok(RedisType::Cluster),
-        _ => Err(format!(
-            "'{text}' is not a Redis type (expected single, sentinel or cluster)"
-        )),
-    }
-}
-
-pub fn parse_socket_type(text: &str) -> Result<SocketType, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "tcp" => Ok(SocketType::Tcp),
-        "unix" => Ok(SocketType::Unix),
-        _ => Err(format!(
-            "'{text}' is not a socket type (expected tcp or unix)"
         )),
     }
 }
@@ -118,10 +84,10 @@ pub struct StoreArgs {
     )]
     pub redis_url: String,
     /// single, sentinel or cluster (any case).
-    #[arg(long, env = "REDIS_TYPE", default_value = "single", value_parser = parse_redis_type)]
+    #[arg(long, env = "REDIS_TYPE", default_value = "single", value_parser = RedisType::parse)]
     pub redis_type: RedisType,
     /// tcp or unix: what a REDIS_URL without a scheme is.
-    #[arg(long, env = "REDIS_SOCKET_TYPE", default_value = "tcp", value_parser = parse_socket_type)]
+    #[arg(long, env = "REDIS_SOCKET_TYPE", default_value = "tcp", value_parser = SocketType::parse)]
     pub redis_socket_type: SocketType,
     /// Password, or user:password (ACL). A password in a redis:// URL wins.
     #[arg(long, env = "REDIS_AUTH", default_value = "", hide_env_values = true)]
@@ -175,162 +141,33 @@ pub struct SettingError {
     pub message: String,
 }
 
-fn bad(setting: &'static str, message: impl Into<String>) -> SettingError {
-    SettingError {
-        setting,
-        message: message.into(),
-    }
-}
-
-fn read_pem(
-    setting: &'static str,
-    path: &Option<PathBuf>,
-) -> Result<Option<Vec<u8>>, SettingError> {
-    let Some(path) = path else { return Ok(None) };
-    let bytes = std::fs::read(path)
-        .map_err(|e| bad(setting, format!("cannot read {}: {e}", path.display())))?;
-    if !String::from_utf8_lossy(&bytes).contains("-----BEGIN ") {
-        return Err(bad(
-            setting,
-            format!("{} is not a PEM file", path.display()),
-        ));
-    }
-    Ok(Some(bytes))
-}
-
-/// One address of REDIS_URL.
-fn node(text: &str, socket: SocketType) -> Result<ConnectionInfo, SettingError> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err(bad("REDIS_URL", "an address is empty"));
-    }
-    // The address as messages show it: a password in it is never repeated.
-    let shown = crate::redact::credentials(text);
-    let invalid = |e: redis::RedisError| bad("REDIS_URL", format!("'{shown}': {e}"));
-    if text.contains("://") {
-        if !(text.starts_with("redis://")
-            || text.starts_with("rediss://")
-            || text.starts_with("redis+unix://")
-            || text.starts_with("unix://"))
-        {
-            return Err(bad(
-                "REDIS_URL",
-                format!("'{shown}': the scheme must be redis, rediss or unix"),
-            ));
-        }
-        return text.into_connection_info().map_err(invalid);
-    }
-    match socket {
-        SocketType::Unix => Ok(ConnectionAddr::Unix(PathBuf::from(text))
-            .into_connection_info()
-            .map_err(invalid)?),
-        SocketType::Tcp => {
-            let (host, port) = text
-                .rsplit_once(':')
-                .ok_or_else(|| bad("REDIS_URL", format!("'{shown}' is not host:port")))?;
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            let port: u16 = port
-                .parse()
-                .map_err(|_| bad("REDIS_URL", format!("'{shown}': bad port '{port}'")))?;
-            if host.is_empty() {
-                return Err(bad("REDIS_URL", format!("'{shown}' has no host")));
-            }
-            ConnectionAddr::Tcp(host.to_owned(), port)
-                .into_connection_info()
-                .map_err(invalid)
+impl From<InvalidSetting> for SettingError {
+    fn from(e: InvalidSetting) -> SettingError {
+        SettingError {
+            setting: e.setting(),
+            message: e.message().to_owned(),
         }
     }
 }
 
 impl StoreArgs {
-    /// The Redis connection settings, checked together.
+    /// The Redis connection settings, checked together (by the Redis crate).
     pub fn redis_config(&self) -> Result<RedisConfig, SettingError> {
-        let parts: Vec<&str> = self.redis_url.split(',').collect();
-        let socket = self.redis_socket_type;
-        let topology = match self.redis_type {
-            RedisType::Single => {
-                if parts.len() != 1 {
-                    return Err(bad(
-                        "REDIS_URL",
-                        "several addresses need REDIS_TYPE=cluster or sentinel",
-                    ));
-                }
-                Topology::Single(node(parts[0], socket)?)
-            }
-            RedisType::Cluster => {
-                if socket == SocketType::Unix {
-                    return Err(bad("REDIS_SOCKET_TYPE", "a cluster is reached over tcp"));
-                }
-                Topology::Cluster(
-                    parts
-                        .iter()
-                        .map(|p| node(p, SocketType::Tcp))
-                        .collect::<Result<_, _>>()?,
-                )
-            }
-            RedisType::Sentinel => {
-                let master = parts[0].trim();
-                if parts.len() < 2 || master.is_empty() || master.contains(':') {
-                    return Err(bad(
-                        "REDIS_URL",
-                        "sentinel needs master_name,host:port[,host:port…]",
-                    ));
-                }
-                Topology::Sentinel {
-                    master: master.to_owned(),
-                    sentinels: parts[1..]
-                        .iter()
-                        .map(|p| node(p, SocketType::Tcp))
-                        .collect::<Result<_, _>>()?,
-                }
-            }
-        };
-        let auth = match self.redis_auth.as_str() {
-            "" => None,
-            text => Some(match text.split_once(':') {
-                Some((user, password)) if !user.is_empty() => {
-                    (Some(user.to_owned()), password.to_owned())
-                }
-                _ => (None, text.to_owned()),
-            }),
-        };
-        let cert = read_pem("REDIS_TLS_CLIENT_CERT", &self.redis_tls_client_cert)?;
-        let key = read_pem("REDIS_TLS_CLIENT_KEY", &self.redis_tls_client_key)?;
-        if cert.is_some() != key.is_some() {
-            return Err(bad(
-                if cert.is_some() {
-                    "REDIS_TLS_CLIENT_KEY"
-                } else {
-                    "REDIS_TLS_CLIENT_CERT"
-                },
-                "a client certificate needs both REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY",
-            ));
-        }
-        let tls_files = RedisTls {
-            ca_cert: read_pem("REDIS_TLS_CACERT", &self.redis_tls_cacert)?,
-            client_cert: cert,
-            client_key: key,
-            skip_hostname_verification: self.redis_tls_skip_hostname_verification,
-        };
-        let url_tls = self.redis_url.contains("rediss://");
-        let files_given = tls_files.ca_cert.is_some() || tls_files.client_cert.is_some();
-        if files_given && !(self.redis_tls || url_tls) {
-            return Err(bad(
-                "REDIS_TLS",
-                "TLS certificates are set but TLS is off (set REDIS_TLS=true or use rediss://)",
-            ));
-        }
-        if self.redis_tls && socket == SocketType::Unix {
-            return Err(bad("REDIS_TLS", "TLS does not apply to a Unix socket"));
-        }
-        Ok(RedisConfig {
-            topology,
-            auth,
-            tls: (self.redis_tls || url_tls).then_some(tls_files),
+        let settings = RedisSettings {
+            url: &self.redis_url,
+            redis_type: self.redis_type,
+            socket_type: self.redis_socket_type,
+            auth: &self.redis_auth,
+            tls: self.redis_tls,
+            tls_cacert: self.redis_tls_cacert.as_deref(),
+            tls_client_cert: self.redis_tls_client_cert.as_deref(),
+            tls_client_key: self.redis_tls_client_key.as_deref(),
+            tls_skip_hostname_verification: self.redis_tls_skip_hostname_verification,
             pool_size: self.redis_pool_size,
             timeout: self.redis_timeout,
-            prefix: self.cache_key_prefix.clone(),
-        })
+            prefix: &self.cache_key_prefix,
+        };
+        Ok(RedisConfig::from_settings(&settings)?)
     }
 }
 

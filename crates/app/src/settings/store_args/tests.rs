@@ -1,4 +1,5 @@
-//! Store settings: names, URL forms, auth and TLS files, and errors that name the setting.
+//! Store settings: names, flags reaching the Redis crate's settings, and errors that name the
+//! setting (the URL forms, auth and TLS files themselves: `ratelimit_redis`'s settings tests).
 use super::*;
 use clap::Parser;
 
@@ -20,11 +21,16 @@ fn config(flags: &[&str]) -> Result<RedisConfig, SettingError> {
     args(flags).expect("flags parse").redis_config()
 }
 
+/// Whether the Redis config of `flags` has TLS on.
+fn described_tls(flags: &[&str]) -> bool {
+    config(flags).unwrap().describe().ends_with("(TLS)")
+}
+
 #[test]
 fn names_parse_in_any_case_and_bad_ones_name_the_setting() {
     assert_eq!(parse_backend("Redis"), Ok(BackendType::Redis));
-    assert_eq!(parse_redis_type("CLUSTER"), Ok(RedisType::Cluster));
-    assert_eq!(parse_socket_type("Unix"), Ok(SocketType::Unix));
+    assert_eq!(RedisType::parse("CLUSTER"), Ok(RedisType::Cluster));
+    assert_eq!(SocketType::parse("Unix"), Ok(SocketType::Unix));
     assert!(
         parse_backend("memcache")
             .unwrap_err()
@@ -56,93 +62,51 @@ fn names_parse_in_any_case_and_bad_ones_name_the_setting() {
 }
 
 #[test]
-fn every_url_form_is_understood() {
-    let single = |flags: &[&str]| match config(flags).map(|c| c.topology) {
-        Ok(Topology::Single(info)) => info,
-        other => panic!("{other:?}"),
-    };
-    let info = single(&["--redis-url", "localhost:6380"]);
-    assert_eq!(info.addr(), &ConnectionAddr::Tcp("localhost".into(), 6380));
-    let info = single(&["--redis-url", "redis://bob:secret@10.0.0.1:7000/3"]);
-    assert_eq!(info.redis_settings().db(), 3);
-    assert_eq!(info.redis_settings().username(), Some("bob"));
-    assert_eq!(info.redis_settings().password(), Some("secret"));
-    let info = single(&["--redis-url", "rediss://cache.internal:6380"]);
-    assert!(matches!(info.addr(), ConnectionAddr::TcpTls { .. }));
-    let info = single(&[
-        "--redis-socket-type",
-        "unix",
-        "--redis-url",
-        "/run/redis.sock",
-    ]);
-    assert_eq!(info.addr(), &ConnectionAddr::Unix("/run/redis.sock".into()));
-    match config(&["--redis-type", "cluster", "--redis-url", "a:1, b:2,c:3"])
-        .unwrap()
-        .topology
-    {
-        Topology::Cluster(seeds) => assert_eq!(seeds.len(), 3),
-        other => panic!("{other:?}"),
-    }
-    match config(&[
-        "--redis-type",
-        "Sentinel",
-        "--redis-url",
-        "mymaster,s1:26379,s2:26379",
-    ])
-    .unwrap()
-    .topology
-    {
-        Topology::Sentinel { master, sentinels } => {
-            assert_eq!(master, "mymaster");
-            assert_eq!(sentinels.len(), 2);
-        }
-        other => panic!("{other:?}"),
-    }
+fn the_redis_flags_reach_the_redis_settings() {
+    let described = |flags: &[&str]| config(flags).unwrap().describe();
+    assert_eq!(
+        described(&["--redis-url", "localhost:6380"]),
+        "single localhost:6380"
+    );
+    assert_eq!(
+        described(&["--redis-type", "cluster", "--redis-url", "a:1, b:2,c:3"]),
+        "cluster seeded by a:1,b:2,c:3"
+    );
+    assert_eq!(
+        described(&[
+            "--redis-type",
+            "Sentinel",
+            "--redis-url",
+            "mymaster,s1:26379,s2:26379",
+        ]),
+        "master 'mymaster' via sentinels s1:26379,s2:26379"
+    );
+    assert_eq!(
+        config(&["--cache-key-prefix", "rl:"]).unwrap().prefix(),
+        "rl:"
+    );
 }
 
 #[test]
-fn auth_and_tls_settings() {
-    let c = config(&["--redis-auth", "pass:word"]).unwrap();
-    assert_eq!(c.auth, Some((Some("pass".into()), "word".into())));
-    let c = config(&["--redis-auth", "justapassword"]).unwrap();
-    assert_eq!(c.auth, Some((None, "justapassword".into())));
-    assert!(config(&[]).unwrap().tls.is_none());
-    assert!(config(&["--redis-tls"]).unwrap().tls.is_some());
-    assert!(
-        config(&["--redis-url", "rediss://h:1"])
-            .unwrap()
-            .tls
-            .is_some()
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let pem = dir.path().join("ca.pem");
-    std::fs::write(
-        &pem,
-        "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
-    )
-    .unwrap();
-    let junk = dir.path().join("junk.pem");
-    std::fs::write(&junk, "hello").unwrap();
-    let p = pem.to_str().unwrap();
-    assert!(
-        config(&["--redis-tls", "--redis-tls-cacert", p])
-            .unwrap()
-            .tls
-            .unwrap()
-            .ca_cert
-            .is_some()
-    );
-    let e = config(&["--redis-tls-cacert", p]).unwrap_err();
-    assert_eq!(e.setting, "REDIS_TLS");
-    let e = config(&["--redis-tls", "--redis-tls-cacert", junk.to_str().unwrap()]).unwrap_err();
-    assert_eq!(e.setting, "REDIS_TLS_CACERT");
-    let e = config(&["--redis-tls", "--redis-tls-cacert", "/nonexistent.pem"]).unwrap_err();
-    assert!(
-        e.to_string().starts_with("REDIS_TLS_CACERT: cannot read"),
-        "{e}"
-    );
-    let e = config(&["--redis-tls", "--redis-tls-client-cert", p]).unwrap_err();
-    assert_eq!(e.setting, "REDIS_TLS_CLIENT_KEY");
+fn auth_and_tls_flags_reach_the_redis_settings() {
+    assert!(config(&["--redis-auth", "pass:word"]).is_ok());
+    assert!(!described_tls(&[]));
+    assert!(described_tls(&["--redis-tls"]));
+    assert!(described_tls(&["--redis-url", "rediss://h:1"]));
+    // Each file flag reaches its setting: a file that cannot be read is refused by its name.
+    for (flag, setting) in [
+        ("--redis-tls-cacert", "REDIS_TLS_CACERT"),
+        ("--redis-tls-client-cert", "REDIS_TLS_CLIENT_CERT"),
+        ("--redis-tls-client-key", "REDIS_TLS_CLIENT_KEY"),
+    ] {
+        let e = config(&["--redis-tls", flag, "/nonexistent.pem"]).unwrap_err();
+        assert_eq!(e.setting, setting, "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{setting}: cannot read")),
+            "{e}"
+        );
+    }
 }
 
 #[test]

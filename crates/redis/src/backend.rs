@@ -1,0 +1,370 @@
+//! The Redis store: [`RedisBackend`], connected as a `RedisConfig` says. A decision waits in the
+//! queues (`queue`) for the call holding its keys, then goes with the others waiting for them in
+//! one call (`attempts`; `spread` for one whose keys span cluster slots); each caller gets its
+//! verdicts back over a channel. Also the few plain commands the store answers (`PING`, a key's
+//! state for `/explain`) and the RLQS demand exchange's door (`demand`).
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use ratelimit_core::clock::{Nanos, monotonic};
+use ratelimit_core::config::Algorithm;
+use ratelimit_core::limiter::State;
+use ratelimit_core::quota::fraction::{self, InstanceId};
+use ratelimit_core::store::TransactionKind;
+use ratelimit_core::store::{Backend, Charge, CounterId, StoreError, Transaction, Verdicts};
+use ratelimit_remote::RemoteMetrics;
+
+use crate::calls::Calls;
+use crate::cas::decode;
+use crate::conn::{self, Conns, RedisConfig};
+use crate::demand::DemandRound;
+use crate::key::{TextKey, TextKeyBuilder, distinct};
+use crate::pending::Pending;
+use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
+use crate::slot::slot;
+use crate::writer::Writer;
+use crate::{attempts, io, refusal, spread};
+
+/// A handle to the Redis store (cheap to clone).
+#[derive(Clone)]
+pub struct RedisBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    writer: Writer,
+    keys: TextKeyBuilder,
+    queues: Mutex<Queues<TextKey, Pending>>,
+    /// Keys are grouped by cluster slot (one script call per slot).
+    cluster: bool,
+}
+
+impl RedisBackend {
+    /// Connects as `config` says (failing if Redis does not answer within its timeout).
+    pub async fn connect(config: &RedisConfig) -> Result<RedisBackend, StoreError> {
+        Self::connect_observed(
+            config,
+            RemoteMetrics::unregistered(<RedisBackend as Backend>::NAME),
+        )
+        .await
+    }
+
+    /// [`RedisBackend::connect`], counting calls, errors and latency in `metrics`. Fails with
+    /// `Unreachable` when nobody answered (refused, no answer within the timeout, a reply cut
+    /// short: the first PING's too), with `Unavailable` when Redis or its TLS refused us
+    /// (password, ACL, certificate; `refusal`).
+    pub async fn connect_observed(
+        config: &RedisConfig,
+        metrics: RemoteMetrics,
+    ) -> Result<RedisBackend, StoreError> {
+        let conns = Arc::new(open(config).await?);
+        if conns.is_sentinel() {
+            let weak = Arc::downgrade(&conns);
+            io::handle().spawn(Conns::watch(move || weak.upgrade()));
+        }
+        let calls = Arc::new(Calls::new(conns, config.timeout, metrics));
+        calls.first_ping().await?;
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                cluster: calls.is_cluster(),
+                writer: Writer::new(calls),
+                keys: TextKeyBuilder::new(config.prefix.clone()),
+                queues: Mutex::new(Queues::default()),
+            }),
+        })
+    }
+
+    /// Checks that Redis answers.
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+        let calls = self.calls();
+        let mut c = calls.conn();
+        calls
+            .bounded(async move { ::redis::cmd("PING").query_async::<String>(&mut c).await })
+            .await
+            .map(drop)
+    }
+
+    /// Starts a round of the RLQS demand exchange for `instance` at Redis's time: the one door to
+    /// the demand hashes (docs/rlqs.md "Several servers").
+    pub async fn demand_round(&self, instance: InstanceId) -> Result<DemandRound, StoreError> {
+        DemandRound::start(self.calls().clone(), self.inner.keys.clone(), instance).await
+    }
+
+    /// Says this instance (`id`) is alive, in the instances' hash the RLQS exchange beats in too
+    /// (one registry of the server instances on this Redis, by Redis's clock), and counts the
+    /// instances alive there, this one included.
+    pub(crate) async fn heartbeat(&self, id: InstanceId) -> Result<usize, StoreError> {
+        let seen = self.demand_round(id).await?.beat().await?;
+        Ok(fraction::live(id, &seen.peers, seen.now_ms))
+    }
+
+    /// The state this instance last saw in `key` (no call), unless Redis has dropped it by `now`.
+    pub(crate) fn last_seen(&self, key: &TextKey, now: Nanos) -> Option<State> {
+        self.inner.writer.last_seen(key, now)
+    }
+
+    /// Whether any call got an answer from Redis at or after `since`.
+    pub(crate) fn answered_since(&self, since: Instant) -> bool {
+        self.calls().answered_since(since)
+    }
+
+    /// Compare-and-set conflicts seen so far (each one cost a retry).
+    #[cfg(feature = "testing")]
+    pub fn conflicts(&self) -> u64 {
+        self.inner.writer.conflicts()
+    }
+
+    fn calls(&self) -> &Arc<Calls> {
+        self.inner.writer.calls()
+    }
+
+    /// A key's raw value (for `/explain`).
+    async fn get_raw(&self, key: &TextKey) -> Result<Option<Vec<u8>>, StoreError> {
+        let calls = self.calls();
+        let mut c = calls.conn();
+        let get = ::redis::cmd("GET").arg(key.as_str()).clone();
+        calls
+            .bounded(async move { get.query_async(&mut c).await })
+            .await
+    }
+
+    /// `Store::apply`, on text keys: decided in the next call on its keys, together with the other
+    /// requests waiting for them.
+    async fn apply(&self, charges: &[Charge<TextKey>], now: Nanos) -> Result<Verdicts, StoreError> {
+        if charges.is_empty() {
+            return Ok(Verdicts::new());
+        }
+        let (reply, answer) = oneshot::channel();
+        let pending = Pending {
+            charges: charges.to_vec(),
+            now,
+            reply: Some(reply),
+            arrived: monotonic(),
+        };
+        let mut leave = Leave {
+            store: self,
+            ticket: None,
+        };
+        match self.submit(pending) {
+            Arrival::Start(batch) => {
+                let _release = Release {
+                    store: self,
+                    keys: batch.keys,
+                };
+                self.run(batch.requests).await;
+            }
+            Arrival::Queued(ticket) => leave.ticket = Some(ticket),
+        }
+        let result = answer.await;
+        leave.ticket = None;
+        result.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the decision's call was dropped".into(),
+            ))
+        })
+    }
+
+    /// Gives the leaky-bucket turns of `charges` back, in the next call on their keys. Does not
+    /// wait (it is called from drop guards).
+    fn refund(&self, charges: Vec<Charge<TextKey>>, now: Nanos) {
+        if charges.is_empty() {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            tracing::warn!("leaky-bucket refund dropped: no async runtime");
+            return;
+        }
+        let pending = Pending {
+            charges,
+            now,
+            reply: None,
+            arrived: monotonic(),
+        };
+        if let Arrival::Start(batch) = self.submit(pending) {
+            self.start(vec![batch]);
+        }
+    }
+
+    fn queues(&self) -> MutexGuard<'_, Queues<TextKey, Pending>> {
+        self.inner
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Which requests `keys` may share a call with: on a cluster, those of the same slot (`None`
+    /// if they span slots); otherwise all.
+    fn group(&self, keys: &[TextKey]) -> Group {
+        if !self.inner.cluster {
+            return Some(0);
+        }
+        let mut slots = keys.iter().map(|k| slot(k.as_str().as_bytes()));
+        let first = slots.next()?;
+        slots.all(|s| s == first).then_some(first)
+    }
+
+    /// Queues `pending` behind the calls holding its keys, or starts it alone.
+    fn submit(&self, pending: Pending) -> Arrival<TextKey, Pending> {
+        let keys = distinct(&pending.charges);
+        let group = self.group(&keys);
+        self.queues().arrive(keys, group, pending)
+    }
+
+    /// A call on `keys` is done: starts what waited for them.
+    fn release(&self, keys: &[TextKey]) {
+        let batches = self.queues().finish(keys);
+        self.start(batches);
+    }
+
+    /// Runs each batch in a task of its own (no caller's cancellation can strand it), then frees
+    /// its keys.
+    fn start(&self, batches: Vec<Batch<TextKey, Pending>>) {
+        for batch in batches {
+            let store = self.clone();
+            tokio::spawn(async move {
+                let _release = Release {
+                    store: &store,
+                    keys: batch.keys,
+                };
+                store.run(batch.requests).await;
+            });
+        }
+    }
+
+    /// Decides `requests` (one call's worth) and answers each.
+    async fn run(&self, mut requests: Vec<Pending>) {
+        requests.retain(|p| !p.abandoned());
+        if requests.is_empty() {
+            return;
+        }
+        let m = self.calls().metrics();
+        m.batch_requests.observe(requests.len() as f64);
+        for p in requests.iter().filter(|p| p.reply.is_some()) {
+            m.queue_wait.observe(p.arrived.elapsed().as_secs_f64());
+        }
+        let keys: Vec<TextKey> = distinct(requests.iter().flat_map(|p| &p.charges)).into_vec();
+        let writer = &self.inner.writer;
+        let result = if requests.len() == 1 && self.group(&keys).is_none() {
+            let request = &requests[0];
+            spread::spread(writer, &request.charges, request.now)
+                .await
+                .map(|v| vec![v])
+        } else {
+            attempts::decide(writer, &keys, &mut requests).await
+        };
+        self.answer(requests, result);
+    }
+
+    /// Sends each request its verdicts (or the call's error). A charged leaky-bucket turn whose
+    /// caller went away meanwhile is given back.
+    fn answer(&self, requests: Vec<Pending>, result: Result<Vec<Verdicts>, StoreError>) {
+        match result {
+            Ok(all) => {
+                for (p, verdicts) in requests.into_iter().zip(all) {
+                    let Some(reply) = p.reply else { continue };
+                    if let Err(Ok(verdicts)) = reply.send(Ok(verdicts)) {
+                        self.give_back(&p.charges, &verdicts, p.now);
+                    }
+                }
+            }
+            Err(e) => {
+                for p in requests {
+                    if let Some(reply) = p.reply {
+                        let _ = reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives back the leaky-bucket turns `verdicts` took for `charges` (never answered).
+    fn give_back(&self, charges: &[Charge<TextKey>], verdicts: &Verdicts, now: Nanos) {
+        let turns: Vec<Charge<TextKey>> = charges
+            .iter()
+            .zip(verdicts)
+            .filter(|(c, v)| v.charged && c.params.algorithm == Algorithm::LeakyBucket)
+            .map(|(c, _)| c.clone())
+            .collect();
+        if !turns.is_empty() {
+            self.refund(turns, now);
+        }
+    }
+}
+
+/// The connections `config` asks for, on the Redis I/O thread. Each connection's set-up is
+/// bounded by its round trips (`conn::connect_bound`), not the whole pool by one REDIS_TIMEOUT;
+/// the outer bound is a safety net.
+async fn open(config: &RedisConfig) -> Result<Conns, StoreError> {
+    // rustls needs a process-wide crypto provider; ours is ring. (Err: one is installed.)
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let bound = conn::set_up_bound(config);
+    let connecting = {
+        let config = config.clone();
+        async move { tokio::time::timeout(bound, Conns::connect(&config)).await }
+    };
+    io::run(connecting)
+        .await
+        .ok_or_else(|| StoreError::Unavailable("the Redis I/O thread is gone".into()))?
+        .map_err(|_| {
+            StoreError::Unreachable(format!(
+                "no connection to Redis within {bound:?} ({} round trips of REDIS_TIMEOUT={:?} per connection)",
+                conn::CONNECT_ROUND_TRIPS,
+                config.timeout
+            ))
+        })?
+        .map_err(|e| refusal::classify(&e))
+}
+
+/// Frees a call's keys when dropped (also when its caller goes away mid-call), and starts what
+/// waited for them.
+struct Release<'a> {
+    store: &'a RedisBackend,
+    keys: Vec<TextKey>,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.store.release(&self.keys);
+    }
+}
+
+/// Takes a waiting request out of the queues if its caller goes away before it starts.
+struct Leave<'a> {
+    store: &'a RedisBackend,
+    ticket: Option<Ticket>,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let (_, batches) = self.store.queues().cancel(ticket);
+            self.store.start(batches);
+        }
+    }
+}
+
+impl Backend for RedisBackend {
+    type Key = TextKey;
+    const NAME: &'static str = "redis";
+
+    fn key(&self, id: &CounterId<'_>) -> TextKey {
+        self.inner.keys.key(id)
+    }
+
+    async fn transact(&self, tx: Transaction<'_, TextKey>) -> Result<Verdicts, StoreError> {
+        match tx.kind {
+            TransactionKind::Apply => self.apply(tx.charges, tx.now).await,
+            TransactionKind::Refund => {
+                self.refund(tx.charges.to_vec(), tx.now);
+                Ok(Verdicts::new())
+            }
+        }
+    }
+
+    async fn peek(&self, key: &TextKey) -> Result<Option<State>, StoreError> {
+        Ok(self.get_raw(key).await?.as_deref().and_then(decode))
+    }
+}

@@ -1,0 +1,279 @@
+//! Calls to Redis on the redis-io thread, each bounded by `REDIS_TIMEOUT`: plain commands counted
+//! in the store's `ratelimit_redis_*` series ([`Calls::bounded`]), the compare-and-set script
+//! ([`Calls::script`]: pipelined, or alone on a cluster; sent once more when its reply was lost),
+//! and uncounted ones ([`Calls::quiet`], the RLQS exchange's). Remembers when Redis last answered,
+//! and says when it answers slower than Envoy waits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ratelimit_core::clock::monotonic;
+use ratelimit_core::store::StoreError;
+use ratelimit_remote::Every;
+use ratelimit_remote::RemoteMetrics;
+
+use crate::cas;
+use crate::conn::{Conn, Conns};
+use crate::dispatch::Dispatcher;
+use crate::io::{self, within};
+use crate::refusal::{self, Failure};
+
+/// The default `timeout` of Envoy's ratelimit filter (20 ms): a call slower than this fails
+/// behind an Envoy that keeps the default.
+const ENVOY_FILTER_TIMEOUT: Duration = Duration::from_millis(20);
+
+/// How often a slow Redis is said again while it stays slow.
+const SLOW_WARNING_EVERY: Duration = Duration::from_secs(60);
+
+/// A call's outcome before it is counted: `Err(())` when no answer came within `REDIS_TIMEOUT`.
+type Sent = Result<::redis::RedisResult<::redis::Value>, ()>;
+
+/// The connections, and how calls on them are bounded and counted.
+pub(crate) struct Calls {
+    conns: Arc<Conns>,
+    /// Pipelines the script calls (`None` on a cluster: each call goes alone, routed by slot).
+    dispatcher: Option<Arc<Dispatcher>>,
+    timeout: Duration,
+    /// When a call last got an answer, in ns after `epoch`.
+    answered: AtomicU64,
+    epoch: Instant,
+    metrics: RemoteMetrics,
+    /// When the last "Redis is slower than Envoy waits" warning was said.
+    slow_warning: Every,
+}
+
+impl Calls {
+    /// Calls on `conns`, each bounded by `timeout`, counted in `metrics`.
+    pub(crate) fn new(conns: Arc<Conns>, timeout: Duration, metrics: RemoteMetrics) -> Calls {
+        let dispatcher = (!conns.is_cluster()).then(|| Dispatcher::start(conns.clone(), timeout));
+        Calls {
+            conns,
+            dispatcher,
+            timeout,
+            answered: AtomicU64::new(0),
+            epoch: monotonic(),
+            metrics,
+            slow_warning: Every::new(SLOW_WARNING_EVERY),
+        }
+    }
+
+    /// A connection to send a command on.
+    pub(crate) fn conn(&self) -> Conn {
+        self.conns.get()
+    }
+
+    /// Whether the connections are to a cluster (keys are then grouped by slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.conns.is_cluster()
+    }
+
+    pub(crate) fn metrics(&self) -> &RemoteMetrics {
+        &self.metrics
+    }
+
+    /// Whether any call got an answer from Redis at or after `since`.
+    pub(crate) fn answered_since(&self, since: Instant) -> bool {
+        let at = self.answered.load(Ordering::Relaxed);
+        self.epoch + Duration::from_nanos(at) >= since
+    }
+
+    /// Sends `call` on the Redis I/O thread, bounded there by `REDIS_TIMEOUT`; counts it.
+    pub(crate) async fn bounded<T: Send + 'static>(
+        self: &Arc<Self>,
+        call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let calls = self.clone();
+        io::run(async move {
+            let started = monotonic();
+            let result = within(calls.timeout, call).await;
+            calls.account(started, result)
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            ))
+        })
+    }
+
+    /// The PING that ends connecting, counted as any call: fails with `Unavailable` only if Redis
+    /// refused us (`NOAUTH`, `WRONGPASS`, `NOPERM`), with `Unreachable` when it timed out or its
+    /// reply was cut.
+    pub(crate) async fn first_ping(self: &Arc<Self>) -> Result<(), StoreError> {
+        let calls = self.clone();
+        let mut c = calls.conns.get();
+        io::run(async move {
+            let started = monotonic();
+            let ping = async move { ::redis::cmd("PING").query_async::<String>(&mut c).await };
+            let result = within(calls.timeout, ping).await;
+            let said = match &result {
+                Ok(Err(e)) => refusal::failure(e),
+                _ => Failure::Unreachable,
+            };
+            calls
+                .account(started, result)
+                .map(drop)
+                .map_err(|e| refusal::at_start(e, said))
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            ))
+        })
+    }
+
+    /// `call` on the Redis I/O thread within `REDIS_TIMEOUT`, not counted as a store call.
+    pub(crate) async fn quiet<T: Send + 'static>(
+        &self,
+        call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let timeout = self.timeout;
+        match io::run(async move { within(timeout, call).await }).await {
+            Some(Ok(Ok(value))) => Ok(value),
+            Some(Ok(Err(e))) => Err(StoreError::Unavailable(e.to_string())),
+            Some(Err(())) => Err(StoreError::Unreachable(format!(
+                "no answer from Redis within {timeout:?}"
+            ))),
+            None => Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            )),
+        }
+    }
+
+    /// One script call: pipelined with the others waiting (single server, Sentinel), or alone
+    /// (cluster); a Redis that does not know the script gets it loaded and the call again. A call
+    /// whose reply was lost (its connection dropped, or it timed out while Redis answered other
+    /// calls) is sent once more, on the next connection: the compare-and-set recognises its own
+    /// write if the first attempt landed, so it is charged once (`ratelimit_redis_retries`).
+    pub(crate) async fn script(&self, cmd: ::redis::Cmd) -> Result<::redis::Value, StoreError> {
+        let started = monotonic();
+        let first = self.send_script(cmd.clone()).await;
+        if !self.lost(&first, started) {
+            return self.account(started, first);
+        }
+        let _ = self.account(started, first);
+        self.metrics.retries.inc();
+        let again = monotonic();
+        let second = self.send_script(cmd).await;
+        self.account(again, second)
+    }
+
+    /// Whether a call failed on the way (its reply lost), not by Redis's answer: its connection
+    /// failed, or it timed out while Redis answered other calls (a timeout with nothing
+    /// answered is Redis gone quiet: not sent again, so a frozen Redis costs one timeout).
+    fn lost(&self, sent: &Sent, started: Instant) -> bool {
+        match sent {
+            Ok(Ok(_)) => false,
+            Ok(Err(e)) => e.is_io_error() || e.is_connection_dropped(),
+            Err(()) => self.answered_since(started),
+        }
+    }
+
+    /// Sends one script call, uncounted.
+    async fn send_script(&self, cmd: ::redis::Cmd) -> Sent {
+        let Some(dispatcher) = &self.dispatcher else {
+            let mut c = self.conns.get();
+            let timeout = self.timeout;
+            let call = async move {
+                within(timeout, async move {
+                    match cmd.query_async(&mut c).await {
+                        Err(e) if e.code() == Some("NOSCRIPT") => {
+                            cas::load().query_async::<String>(&mut c).await?;
+                            cmd.query_async(&mut c).await
+                        }
+                        other => other,
+                    }
+                })
+                .await
+            };
+            return io::run(call).await.unwrap_or_else(|| Ok(Err(io_gone())));
+        };
+        // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is no answer.
+        match dispatcher.call(cmd).await {
+            Err(e) if e.is_timeout() => Err(()),
+            other => Ok(other),
+        }
+    }
+
+    /// Counts one call's outcome (`Err(())`: no answer within `REDIS_TIMEOUT`) and turns a
+    /// failure into the store's error.
+    fn account<T>(
+        &self,
+        started: Instant,
+        result: Result<::redis::RedisResult<T>, ()>,
+    ) -> Result<T, StoreError> {
+        let m = &self.metrics;
+        let took = started.elapsed();
+        m.calls.inc();
+        m.latency.observe(took.as_secs_f64());
+        let error = match result {
+            Ok(Ok(value)) => {
+                let at = monotonic().saturating_duration_since(self.epoch);
+                self.answered
+                    .fetch_max(at.as_nanos() as u64, Ordering::Relaxed);
+                if took > ENVOY_FILTER_TIMEOUT {
+                    self.slow(took, at);
+                }
+                return Ok(value);
+            }
+            Ok(Err(e)) => {
+                m.error(error_kind(&e));
+                let message = StoreError::Unavailable(e.to_string());
+                self.failed(Some(e));
+                message
+            }
+            Err(()) => {
+                m.error("timeout");
+                self.failed(None);
+                StoreError::Unavailable(format!("Redis call timed out after {:?}", self.timeout))
+            }
+        };
+        Err(error)
+    }
+
+    /// A call answered, but later than Envoy's filter would have waited: counted, and said at
+    /// most every [`SLOW_WARNING_EVERY`] (a Redis slow but within `REDIS_TIMEOUT` is otherwise
+    /// invisible, while behind Envoy every such call fails by the filter's `failure_mode_deny`).
+    fn slow(&self, took: Duration, at: Duration) {
+        self.metrics.slow_calls.inc();
+        if self.slow_warning.due(at.as_nanos() as u64) {
+            tracing::warn!(
+                ?took,
+                envoy_timeout = ?ENVOY_FILTER_TIMEOUT,
+                "Redis calls take longer than Envoy's default ratelimit filter timeout: behind such an Envoy these decisions time out (and fail open unless failure_mode_deny); raise the filter's timeout or move Redis closer (ratelimit_redis_slow_calls counts them)"
+            );
+        }
+    }
+
+    /// Tells the connections a call failed (with Sentinel, the master may have moved), on the
+    /// Redis I/O thread.
+    fn failed(&self, error: Option<::redis::RedisError>) {
+        let conns = self.conns.clone();
+        io::handle().spawn(async move { conns.failed(error.as_ref()).await });
+    }
+}
+
+impl Drop for Calls {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dispatcher {
+            d.close();
+        }
+    }
+}
+
+fn io_gone() -> ::redis::RedisError {
+    ::redis::RedisError::from((::redis::ErrorKind::Io, "the Redis I/O thread is gone"))
+}
+
+/// The `ratelimit_redis_errors` kind of a failed call.
+fn error_kind(e: &::redis::RedisError) -> &'static str {
+    if e.is_timeout() {
+        "timeout"
+    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
+        "connection"
+    } else {
+        "script"
+    }
+}
