@@ -9,7 +9,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 };
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 
-use ratelimit_core::quota::shares::ASSIGNMENT_TTL_SECS;
+use ratelimit_core::quota::ASSIGNMENT_TTL_SECS;
 use ratelimit_core::quota::{Grant, TokenGrant};
 
 /// TTL of an allow-all assignment (no rule, `unlimited`, shadow mode).

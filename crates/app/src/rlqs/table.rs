@@ -22,11 +22,11 @@ use super::outbox::Outbox;
 use ratelimit_core::clock::Nanos;
 use ratelimit_core::engine::Engine;
 use ratelimit_core::policy::Policy;
-use ratelimit_core::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
 use ratelimit_core::quota::fraction::even;
 use ratelimit_core::quota::{
     BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId,
 };
+use ratelimit_core::quota::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
 use ratelimit_core::store::Backend;
 
 /// Most buckets one stream may report; more are ignored (and counted).
