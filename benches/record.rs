@@ -103,7 +103,7 @@ fn record(c: &mut Criterion) {
                     done += run;
                     recorded += run;
                     let m = recorder.metrics();
-                    while m.lines.get() + m.dropped(DropReason::QueueFull) < recorded {
+                    while m.lines_written() + m.dropped(DropReason::QueueFull) < recorded {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                 }
@@ -133,7 +133,7 @@ fn record(c: &mut Criterion) {
         let m = recorder.metrics();
         eprintln!(
             "record ({name}): {} lines written, {} dropped (queue full) during the benchmark",
-            m.lines.get(),
+            m.lines_written(),
             m.dropped(DropReason::QueueFull)
         );
         recorder.finish(Duration::from_secs(10));

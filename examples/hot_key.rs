@@ -22,8 +22,8 @@ use clap::Parser;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use hdrhistogram::Histogram;
+use ratelimit_core::testing::request;
 use ratelimit_server::clock::monotonic;
-use ratelimit_server::testing::request;
 use tokio::sync::Semaphore;
 use tonic::transport::{Channel, Endpoint};
 

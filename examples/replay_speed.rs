@@ -143,7 +143,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     println!(
         "denied: {}, peak keys held: {}, peak RSS: {} MiB (after decode only: {} MiB)",
-        side.tally.totals.denied,
+        side.denied(),
         run.peak_keys,
         rss / 1024,
         rss_decode / 1024

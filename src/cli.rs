@@ -25,7 +25,7 @@ use crate::settings::{DefaultsArgs, RulesFilesArgs, ServeSettings};
 #[derive(Debug, Parser)]
 #[command(
     name = "ratelimit-server",
-    version = crate::metrics::build_info::long_version(),
+    version = crate::metrics::long_version(),
     about = "An Envoy-compatible external rate-limit service"
 )]
 pub struct Cli {

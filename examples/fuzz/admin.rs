@@ -98,16 +98,9 @@ impl AdminTarget {
         )
         .with_metrics(metrics.clone());
         let engine = Arc::new(engine);
-        let admin = Arc::new(Admin {
-            front: Arc::new(FrontDoor::new(engine.clone(), None, None)),
-            engine,
-            metrics,
-            status: Arc::new(ServerStatus::new(LoadReport::default())),
-            healthy_needs_a_domain: false,
-            quotas: None,
-            mapper: None,
-            renders: Default::default(),
-        });
+        let front = Arc::new(FrontDoor::new(engine.clone(), None, None));
+        let status = Arc::new(ServerStatus::new(LoadReport::default()));
+        let admin = Arc::new(Admin::new(engine, front, metrics, status));
         AdminTarget {
             runtime: tokio::runtime::Builder::new_current_thread()
                 .enable_time()

@@ -7,12 +7,12 @@ use clap::{Args, ValueEnum};
 
 use crate::engine::EngineSettings;
 use crate::policy::Policy;
-use crate::replay::input::{Decode, Merged, Problems};
-use crate::replay::report::{self, RunInput};
-use crate::replay::tally::DiffTally;
-use crate::replay::{RecordLines, Side, replay};
 use crate::rules_dir::{no_rules_warning, parse_rules_merging, read_rules_dir};
 use crate::settings::{DefaultsArgs, RulesFilesArgs};
+use ratelimit_replay::{
+    Decode, DiffTally, EnvoyLogMapping, Merged, Problems, RecordLines, Side, build_report,
+    draw_plot, replay, report_text,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -22,7 +22,7 @@ pub enum Format {
 
 /// `--max-keys` unless set: ten million keys, about 0.7 GB per rules set (measured ~70 bytes a
 /// key), where the earlier fifty million let a hostile or very wide input take ~3.5 GB each.
-pub const DEFAULT_MAX_KEYS: usize = 10_000_000;
+pub(super) const DEFAULT_MAX_KEYS: usize = 10_000_000;
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -89,15 +89,7 @@ fn load(dir: &Path, args: &RulesFilesArgs) -> Option<Policy> {
     }
 }
 
-fn input_of(side: &Side) -> RunInput<'_> {
-    RunInput {
-        label: side.label.as_str(),
-        names: &side.names,
-        tally: &side.tally,
-    }
-}
-
-pub async fn run(args: ReplayArgs) -> i32 {
+pub(super) async fn run(args: ReplayArgs) -> i32 {
     match replay_and_report(&args).await {
         Ok(()) => 0,
         Err(Stop::Printed) => 1,
@@ -142,19 +134,19 @@ async fn replay_and_report(args: &ReplayArgs) -> Result<(), Stop> {
             run.evictions, args.max_keys
         );
     }
-    let report = report::build(
+    let report = build_report(
         &run,
-        input_of(&before),
-        after.as_ref().map(|a| (input_of(a), &diff)),
+        before.report_input(),
+        after.as_ref().map(|a| (a.report_input(), &diff)),
         args.top,
     );
     if let Some(path) = &args.plot {
         let sides: Vec<&Side> = std::iter::once(&before).chain(after.as_ref()).collect();
-        crate::replay::plot::draw(path, &sides)
+        draw_plot(path, &sides)
             .map_err(|e| Stop::Error(format!("cannot draw {}: {e}", path.display())))?;
     }
     match args.format {
-        Format::Text => print!("{}", report::text(&report)),
+        Format::Text => print!("{}", report_text(&report)),
         Format::Json => println!(
             "{}",
             serde_json::to_string_pretty(&report).map_err(Stop::error)?
@@ -196,7 +188,7 @@ fn sides(args: &ReplayArgs) -> Result<(Side, Option<Side>), Stop> {
 fn decoder(args: &ReplayArgs) -> Result<Box<dyn Decode>, Stop> {
     Ok(match &args.map {
         Some(map) if args.from_envoy_log => {
-            Box::new(crate::replay::envoy_log::Mapping::load(map).map_err(Stop::error)?)
+            Box::new(EnvoyLogMapping::load(map).map_err(Stop::error)?)
         }
         _ => Box::new(RecordLines),
     })

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use common::contract::{charges, key, memory_store, params, redis_store, run, trace};
 use common::redis::RedisServer;
+use ratelimit_redis::testing::EXPIRY_GRACE_MS;
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, NANOS_PER_SECOND as S, SystemClock};
 use ratelimit_server::config::Algorithm;
-use ratelimit_server::store::redis::testing::EXPIRY_GRACE_MS;
 use ratelimit_server::store::redis::{RedisBackend, RedisConfig};
 use ratelimit_server::store::{Backend, Charge, Store};
 

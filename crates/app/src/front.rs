@@ -9,11 +9,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prometheus::{Histogram, IntCounter, IntCounterVec};
 
-use crate::clock::monotonic;
-use crate::engine::{Decision, Engine, EngineError};
 use crate::record::Recorder;
-use crate::store::Backend;
 use crate::telemetry::Tracing;
+use ratelimit_core::clock::monotonic;
+use ratelimit_core::engine::{Decision, Engine, EngineError};
+use ratelimit_core::store::Backend;
 
 /// Why a call was refused before it reached the engine, as `ratelimit_service_should_rate_limit_error`
 /// counts it.
@@ -142,7 +142,7 @@ impl<B: Backend> FrontDoor<B> {
 }
 
 /// The gRPC code an engine error is answered with.
-pub fn status_code(error: &EngineError) -> tonic::Code {
+pub(crate) fn status_code(error: &EngineError) -> tonic::Code {
     match error {
         EngineError::Invalid(_) => tonic::Code::InvalidArgument,
         EngineError::Store(_) => tonic::Code::Unavailable,

@@ -12,18 +12,18 @@ use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// Health service names we report: the whole server and the reference's "ratelimit".
-pub const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+pub(crate) const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
 
 /// Sets what the health service answers.
 #[derive(Debug, Clone)]
-pub struct HealthReporter {
+pub(crate) struct HealthReporter {
     status: watch::Sender<ServingStatus>,
     closed: watch::Sender<bool>,
 }
 
 impl HealthReporter {
     /// A reporter that starts SERVING, and the gRPC service it drives.
-    pub fn new() -> (HealthReporter, HealthServer<HealthService>) {
+    pub(crate) fn new() -> (HealthReporter, HealthServer<HealthService>) {
         let (status, _) = watch::channel(ServingStatus::Serving);
         let (closed, _) = watch::channel(false);
         let reporter = HealthReporter { status, closed };
@@ -33,21 +33,21 @@ impl HealthReporter {
         (reporter, HealthServer::new(service))
     }
 
-    pub fn set(&self, status: ServingStatus) {
+    pub(crate) fn set(&self, status: ServingStatus) {
         self.status.send_replace(status);
     }
 
-    pub fn status(&self) -> ServingStatus {
+    pub(crate) fn status(&self) -> ServingStatus {
         *self.status.borrow()
     }
 
     /// Ends every Watch stream (after it has delivered the last status), now and from now on.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.send_replace(true);
     }
 }
 
-pub struct HealthService {
+pub(crate) struct HealthService {
     reporter: HealthReporter,
 }
 

@@ -1,36 +1,50 @@
 //! ratelimit-server's server: the listeners and what they serve, around the core's engine.
 //!
 //! Module map, lowest first (a module names only modules of lower layers):
-//! - [`status`] (draining, the last load), `health` (gRPC health), `telemetry`
-//!   (OpenTelemetry spans), [`statsd`] (the reference's statsd stats), [`record`] (`serve --record`: decisions to a file, off the hot path);
-//! - [`front`]: the one front door to a decision (call metrics, span, recorder, engine);
+//! - `status` (draining, the last load), `health` (gRPC health), `telemetry`
+//!   (OpenTelemetry spans), `statsd` (the reference's statsd stats), `record` (`serve --record`: decisions to a file, off the hot path);
+//! - `front`: the one front door to a decision (call metrics, span, recorder, engine);
 //! - faces: `service` (gRPC `ShouldRateLimit`), `rlqs` (gRPC `StreamRateLimitQuotas`, the Rate
-//!   Limit Quota Service), [`http`] (the admin port), `reload` (rules from files, validated then
+//!   Limit Quota Service), `http` (the admin port), `reload` (rules from files, validated then
 //!   swapped);
 //! - `net`: listeners (accept with backoff, caps, timeouts, TLS);
-//! - [`xds`]: rules from an xDS management server (`CONFIG_TYPE=GRPC_XDS_SOTW`);
-//! - [`settings`], [`reference_env`] (envoyproxy/ratelimit's environment → ours), [`logging`];
-//! - [`server`]: the wiring (the one place a backend is chosen), a running server and its shutdown.
+//! - `xds`: rules from an xDS management server (`CONFIG_TYPE=GRPC_XDS_SOTW`);
+//! - `settings`, `reference_env` (envoyproxy/ratelimit's environment → ours), `logging`;
+//! - `server`: the wiring (the one place a backend is chosen), a running server and its shutdown.
+//!
+//! The modules are private; the root re-exports what the package's CLI, tests, examples and
+//! benches use (starting and running a server, its settings, the front door, the admin router,
+//! the recorder's pieces, the status), and `unreachable_pub` keeps everything else `pub(crate)`.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
-pub mod front;
+mod front;
 mod health;
-pub mod http;
-pub mod logging;
+mod http;
+mod logging;
 mod net;
-pub mod record;
-pub mod reference_env;
+mod record;
+mod reference_env;
 mod reload;
 mod rlqs;
-pub mod server;
+mod server;
 mod service;
-pub mod settings;
-pub mod statsd;
-pub mod status;
+mod settings;
+mod statsd;
+mod status;
 mod telemetry;
-pub mod xds;
+mod xds;
 
-// The lower crates' modules, by the names this crate's code uses for them.
-use ratelimit_core::{
-    clock, config, engine, limiter, metrics, policy, quota, redact, rules_dir, store, wire,
+pub use front::FrontDoor;
+pub use http::{Admin, response_json, router};
+pub use logging::init as init_logging;
+pub use record::{
+    Answer, Decided, DropReason, FileSpec, HashKey, LivePolicy, RecordConfig, Recorder, Values,
+    encode,
 };
+pub use reference_env::{invoked_as_reference, translate as translate_reference_env};
+pub use server::{Server, StartError, run, start};
+pub use settings::{
+    BackendType, ConfigType, DefaultsArgs, RulesFilesArgs, ServeSettings, parse_algorithm,
+};
+pub use status::{LoadReport, ServerStatus};

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::redact;
+use ratelimit_core::redact;
 
 /// What the reference's environment asks of us.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -92,7 +92,7 @@ fn host_port(
 
 /// The reference's command name: run as `/bin/ratelimit` (Envoy Gateway's container command, the
 /// reference's image), its defaults apply where ours differ.
-pub const REFERENCE_COMMAND: &str = "ratelimit";
+pub(crate) const REFERENCE_COMMAND: &str = "ratelimit";
 
 /// Whether the binary was started under the reference's command name (`argv[0]`'s file name).
 pub fn invoked_as_reference(argv0: &std::ffi::OsStr) -> bool {
@@ -284,7 +284,7 @@ fn accepted(lookup: &dyn Fn(&str) -> Option<String>, from_xds: bool, t: &mut Tra
 
 /// `LOG_LEVEL` in any of the reference's spellings (logrus: `DEBUG`, `warning`, `fatal`…) as a
 /// tracing filter.
-pub fn log_level(level: &str) -> String {
+pub(crate) fn log_level(level: &str) -> String {
     match level.to_ascii_lowercase().as_str() {
         "warning" => "warn".into(),
         "fatal" | "panic" => "error".into(),

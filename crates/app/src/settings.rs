@@ -7,14 +7,15 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
-use crate::engine::{EngineSettings, HeaderNames, RequestBounds};
-use crate::limiter::LimitDefaults;
 use crate::net::tls::TlsArgs;
-use crate::rules_dir::SizeCaps;
-pub use crate::statsd::StatsdArgs;
-pub use crate::xds::{ConfigType, XdsArgs};
-pub use transport_args::{TransportArgs, byte_size};
+pub(crate) use crate::statsd::StatsdArgs;
+pub use crate::xds::ConfigType;
+pub(crate) use crate::xds::XdsArgs;
+use ratelimit_core::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
+use ratelimit_core::engine::{EngineSettings, HeaderNames, RequestBounds};
+use ratelimit_core::limiter::LimitDefaults;
+use ratelimit_core::rules_dir::SizeCaps;
+pub(crate) use transport_args::{TransportArgs, byte_size};
 
 /// Caps on the rules files read, checked from each file's size before reading it; shared by
 /// `serve` and `check`.
@@ -43,7 +44,8 @@ impl RulesFilesArgs {
 
 mod store_args;
 
-pub use store_args::{BackendType, SettingError, StoreArgs};
+pub use store_args::BackendType;
+pub(crate) use store_args::{SettingError, StoreArgs};
 
 mod tracing_args;
 
@@ -51,9 +53,9 @@ mod transport_args;
 
 mod record_args;
 
-pub use record_args::RecordArgs;
+pub(crate) use record_args::RecordArgs;
 
-pub use tracing_args::{Headers, OtlpProtocol, TracingArgs};
+pub(crate) use tracing_args::TracingArgs;
 
 /// What a limit that does not say gets; shared by `serve` and `explain`.
 #[derive(Debug, Clone, Args)]
@@ -303,7 +305,7 @@ impl ServeSettings {
 
 /// A Go-style duration, as the reference's settings are written: one or more `<n><unit>` with
 /// units `h`, `m`, `s`, `ms` (`24h`, `1h30m`, `500ms`).
-pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let bad = || format!("'{text}' is not a duration (write e.g. 24h, 1h30m, 90s or 500ms)");
     let mut rest = text.trim();
     if rest == "0" {

@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The outcome of the most recent rules load.
+/// The outcome of the most recent rules load: plain data, shown on `/rlconfig` and read by callers.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LoadReport {
     /// Unix seconds of the attempt.

@@ -14,19 +14,19 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 #[derive(Debug, Clone, PartialEq)]
 pub struct TracingConfig {
     /// `service.name` of the spans' resource.
-    pub service_name: String,
+    pub(crate) service_name: String,
     /// `service.namespace`, when set.
-    pub service_namespace: Option<String>,
+    pub(crate) service_namespace: Option<String>,
     /// `service.instance.id`, when set.
-    pub service_instance_id: Option<String>,
+    pub(crate) service_instance_id: Option<String>,
     /// Share of root traces sampled (0..=1).
-    pub sampling_rate: f64,
+    pub(crate) sampling_rate: f64,
     /// The collector's OTLP/gRPC endpoint (`http://collector:4317`).
-    pub endpoint: String,
+    pub(crate) endpoint: String,
     /// Headers sent with each export (e.g. an API key).
-    pub headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     /// Also record each descriptor's entries (`key=value`) on the span.
-    pub record_values: bool,
+    pub(crate) record_values: bool,
 }
 
 /// Why the exporter could not be built.

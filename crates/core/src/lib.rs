@@ -12,9 +12,10 @@
 //!   a remote one's guard is the crate `ratelimit-remote`);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`] (every Prometheus
 //!   series, the per-rule ones installed with the rules);
-//! - [`rules_dir`]: reading a rules directory from disk; [`testing`]: request builders shared by
+//! - [`rules_dir`]: reading a rules directory from disk; `testing` (the `testing` feature): request builders shared by
 //!   tests, examples and benchmarks.
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 pub mod clock;
 pub mod config;
@@ -26,5 +27,6 @@ pub mod quota;
 pub mod redact;
 pub mod rules_dir;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod wire;

@@ -4,7 +4,7 @@
 //! the hot path of a hit rule only adds to atomics. Request values appear in labels only for
 //! `detailed_metric` rules, bounded in number and length.
 
-pub mod build_info;
+mod build_info;
 mod families;
 mod label;
 mod rules;
@@ -20,10 +20,11 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
 };
 
-pub use label::{MAX_LABEL_LEN, detailed_label};
-pub use rules::{DetailedBudget, OVERFLOW_SUFFIX, OVERRIDE_RULE, PolicyMetrics, RuleSeries};
+pub use build_info::long_version;
+pub use rules::OVERRIDE_RULE;
+pub(crate) use rules::{DetailedBudget, PolicyMetrics};
 pub use series::{Counts, HitOutcome};
-pub use store_stats::StatsSource;
+pub(crate) use store_stats::StatsSource;
 
 use crate::policy::Policy;
 use crate::store::{Backend, Store};
@@ -135,7 +136,7 @@ impl Metrics {
     /// Makes `policy`'s series table the live one and returns it for the engine: rules `policy`
     /// keeps (same domain and path) keep their series and counts; the series of the others are no
     /// longer exported.
-    pub fn install(&self, policy: &Policy) -> Arc<PolicyMetrics> {
+    pub(crate) fn install(&self, policy: &Policy) -> Arc<PolicyMetrics> {
         let _serial = self
             .installing
             .lock()

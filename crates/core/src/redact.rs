@@ -3,10 +3,10 @@
 //! replaced by `***` wherever a message repeats it. Pure.
 
 /// What stands in for a password.
-pub const HIDDEN: &str = "***";
+pub(crate) const HIDDEN: &str = "***";
 
 /// `text` with the password of every `user:password@` (or bare `password@`) before a host, and
-/// of a `pass=`/`password=` query parameter, replaced by [`HIDDEN`]; the user name is kept, it
+/// of a `pass=`/`password=` query parameter, replaced by `HIDDEN`; the user name is kept, it
 /// helps find the setting at fault. Each comma-separated part (a cluster's seed list, a sentinel
 /// list) is treated on its own. Text without credentials comes back as it is.
 ///

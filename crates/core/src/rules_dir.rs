@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use crate::config::{self, ConfigError, ConfigErrors, DomainConfig};
 
 /// Deepest directory nesting walked below the rules directory.
-pub const MAX_DEPTH: usize = 16;
+pub(crate) const MAX_DEPTH: usize = 16;
 
 /// How many bytes of rules files are read: per file and for the whole directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub enum RulesDirError {
 
 impl RulesDirError {
     /// The directory or file the error is about.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             RulesDirError::ReadDir { path, .. }
             | RulesDirError::NotADirectory { path }
@@ -85,7 +85,7 @@ impl RulesDirError {
     }
 
     /// The message without the path.
-    pub fn detail(&self) -> String {
+    pub(crate) fn detail(&self) -> String {
         let full = self.to_string();
         let prefix = format!("{}: ", self.path().display());
         full.strip_prefix(&prefix).unwrap_or(&full).to_string()

@@ -49,13 +49,7 @@ mod tests {
     }
 
     fn charge(key: u32, params: LimitParams, hits: u64) -> Charge<u32> {
-        Charge {
-            key,
-            params,
-            hits,
-            enforced: true,
-            quota: None,
-        }
+        Charge::new(key, params, hits)
     }
 
     /// A batch decides as the memory store does the same requests one after the other.

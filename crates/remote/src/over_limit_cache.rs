@@ -151,13 +151,7 @@ mod tests {
     }
 
     fn charge(key: &str, limit: u32, hits: u64) -> Charge<TextKey> {
-        Charge {
-            key: TextKey(key.into()),
-            params: params(limit),
-            hits,
-            enforced: true,
-            quota: None,
-        }
+        Charge::new(TextKey(key.into()), params(limit), hits)
     }
 
     fn denied(reset_after: Nanos) -> Verdicts {

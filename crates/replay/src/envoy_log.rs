@@ -17,19 +17,19 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::Value;
 
 use super::input::Decode;
-use crate::clock::Nanos;
-use crate::config::yaml::{self, Node, NodeKind, ScalarKind};
-use crate::wire::time::parse_instant;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::config::yaml::{self, Node, NodeKind, ScalarKind};
+use ratelimit_core::wire::time::parse_instant;
 
 /// Log fields the documented `json_format` writes (request headers are written under their
 /// lower-case name, dynamic metadata under `FILTER:KEY:…` as `%DYNAMIC_METADATA(…)%` names it).
-pub const TIME_FIELD: &str = "start_time";
-pub const REMOTE_ADDRESS_FIELD: &str = "remote_address";
-pub const PATH_FIELD: &str = "path";
+pub(crate) const TIME_FIELD: &str = "start_time";
+pub(crate) const REMOTE_ADDRESS_FIELD: &str = "remote_address";
+pub(crate) const PATH_FIELD: &str = "path";
 
 /// One `rate_limits` action.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// `remote_address: {}` → (`remote_address`, the client IP).
     RemoteAddress,
     /// `request_headers` → (`descriptor_key`, the header's value).
@@ -51,25 +51,25 @@ pub enum Action {
 
 /// How a route matches the request's `:path`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RouteMatch {
+pub(crate) enum RouteMatch {
     Prefix(String),
     /// The path without its query string.
     Path(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub matcher: RouteMatch,
+pub(crate) struct Route {
+    pub(crate) matcher: RouteMatch,
     /// One list of actions per `rate_limits` entry.
-    pub rate_limits: Vec<Vec<Action>>,
+    pub(crate) rate_limits: Vec<Vec<Action>>,
 }
 
 /// A mapping file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
-    pub domain: String,
+    pub(crate) domain: String,
     /// In order; the first that matches is used.
-    pub routes: Vec<Route>,
+    pub(crate) routes: Vec<Route>,
 }
 
 fn at(node: &Node) -> String {
@@ -439,7 +439,7 @@ routes:
         let time = m.decode(line.as_bytes(), &mut r).expect("valid line")?;
         assert_eq!(
             time,
-            1_796_101_200 * crate::clock::NANOS_PER_SECOND + 5_000_000
+            1_796_101_200 * ratelimit_core::clock::NANOS_PER_SECOND + 5_000_000
         );
         assert_eq!(r.domain, m.domain);
         Some(

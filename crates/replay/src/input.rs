@@ -11,10 +11,10 @@ use std::path::Path;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
-use crate::clock::Nanos;
+use ratelimit_core::clock::Nanos;
 
 /// The longest line read; a longer one is skipped (so memory does not follow the input).
-pub const MAX_LINE: usize = 1 << 20;
+pub(crate) const MAX_LINE: usize = 1 << 20;
 
 /// Turns one input line into a request (reusing `out`) and its time; `None` for a line that
 /// stands for no ShouldRateLimit call (an access-log line whose route sends no descriptor).
@@ -26,11 +26,11 @@ pub trait Decode {
 /// stderr, then only counted.
 #[derive(Debug)]
 pub struct Problems {
-    pub skipped: u64,
+    pub(crate) skipped: u64,
     /// Lines that decoded to no call (see `Decode`).
-    pub without_call: u64,
+    pub(crate) without_call: u64,
     /// Lines that moved the virtual clock forward by more than a day at once.
-    pub time_jumps: u64,
+    pub(crate) time_jumps: u64,
     print_max: u64,
 }
 
@@ -48,10 +48,14 @@ impl Problems {
     pub fn jump(&mut self, (file, line): (&str, u64), from: Nanos, to: Nanos) {
         self.time_jumps += 1;
         if self.time_jumps <= self.print_max {
-            let ahead = (to - from) / crate::clock::NANOS_PER_SECOND;
+            let ahead = (to - from) / ratelimit_core::clock::NANOS_PER_SECOND;
             let (from, to) = (
-                crate::wire::time::format_second(from / crate::clock::NANOS_PER_SECOND),
-                crate::wire::time::format_second(to / crate::clock::NANOS_PER_SECOND),
+                ratelimit_core::wire::time::format_second(
+                    from / ratelimit_core::clock::NANOS_PER_SECOND,
+                ),
+                ratelimit_core::wire::time::format_second(
+                    to / ratelimit_core::clock::NANOS_PER_SECOND,
+                ),
             );
             eprintln!(
                 "{file}:{line}: warning: the time jumps {} ahead, from {from} to {to}; every later \
@@ -187,9 +191,9 @@ pub struct Merged<'d> {
     /// The source whose line `next_request` returned last, to advance on the next call.
     current: Option<usize>,
     decoder: &'d dyn Decode,
-    pub problems: Problems,
+    pub(crate) problems: Problems,
     /// Lines decoded and handed out.
-    pub lines_replayed: u64,
+    pub(crate) lines_replayed: u64,
 }
 
 impl<'d> Merged<'d> {

@@ -7,28 +7,31 @@
 //! `wire::record`) do no I/O; `input` reads the files, this module drives the engines. `chart`
 //! draws SVG charts in one style (also for `examples/simulate.rs`).
 #![forbid(unsafe_code)]
+#![deny(unreachable_pub)]
 
 pub mod chart;
-pub mod envoy_log;
-pub mod input;
-pub mod plot;
-pub mod report;
-pub mod tally;
+mod envoy_log;
+mod input;
+mod plot;
+mod report;
+mod tally;
 
-// The core's modules, by the names this crate's code uses for them.
-use ratelimit_core::{clock, config, engine, metrics, policy, store, wire};
+pub use envoy_log::Mapping as EnvoyLogMapping;
+pub use input::{Decode, Merged, Problems};
+pub use plot::draw as draw_plot;
+pub use report::{Report, RunInput, build as build_report, text as report_text};
+pub use tally::DiffTally;
 
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use crate::clock::{ManualClock, NANOS_PER_SECOND, Nanos};
-use crate::engine::{Attribution, Engine, EngineSettings};
-use crate::policy::Policy;
-use crate::store::Store;
-use crate::store::memory::MemoryBackend;
-use input::{Decode, Merged};
-use tally::{DiffTally, Tally};
+use ratelimit_core::clock::{ManualClock, NANOS_PER_SECOND, Nanos};
+use ratelimit_core::engine::{Attribution, Engine, EngineSettings};
+use ratelimit_core::policy::Policy;
+use ratelimit_core::store::Store;
+use ratelimit_core::store::memory::MemoryBackend;
+use tally::Tally;
 
 /// Record lines (`docs/record.md`).
 #[derive(Debug, Clone, Copy, Default)]
@@ -36,7 +39,7 @@ pub struct RecordLines;
 
 impl Decode for RecordLines {
     fn decode(&self, line: &[u8], out: &mut RateLimitRequest) -> Result<Option<Nanos>, String> {
-        crate::wire::record::parse_into(line, out).map(Some)
+        ratelimit_core::wire::record::parse_into(line, out).map(Some)
     }
 }
 
@@ -44,8 +47,8 @@ impl Decode for RecordLines {
 /// (domains by name, rules depth first in file order).
 #[derive(Debug, Clone, Default)]
 pub struct RuleNames {
-    pub by_id: Vec<(String, String)>,
-    pub order: Vec<usize>,
+    pub(crate) by_id: Vec<(String, String)>,
+    pub(crate) order: Vec<usize>,
 }
 
 impl RuleNames {
@@ -70,7 +73,7 @@ impl RuleNames {
     pub fn name<'a>(&'a self, domain: &'a str, a: &Attribution) -> Option<(&'a str, &'a str)> {
         match (a.rule, a.outcome) {
             (Some(id), _) => self.by_id.get(id).map(|(d, p)| (d.as_str(), p.as_str())),
-            (None, Some(_)) => Some((domain, crate::metrics::OVERRIDE_RULE)),
+            (None, Some(_)) => Some((domain, ratelimit_core::metrics::OVERRIDE_RULE)),
             (None, None) => None,
         }
     }
@@ -79,10 +82,10 @@ impl RuleNames {
 /// One rules set being replayed.
 pub struct Side {
     /// What the report calls it (the rules directory).
-    pub label: String,
+    pub(crate) label: String,
     engine: Engine<MemoryBackend>,
-    pub names: RuleNames,
-    pub tally: Tally,
+    pub(crate) names: RuleNames,
+    pub(crate) tally: Tally,
     attribution: Vec<Attribution>,
 }
 
@@ -133,13 +136,27 @@ impl Side {
         }
     }
 
+    /// What the report needs of this side: its label, its rules' names and its counts.
+    pub fn report_input(&self) -> RunInput<'_> {
+        RunInput {
+            label: self.label.as_str(),
+            names: &self.names,
+            tally: &self.tally,
+        }
+    }
+
+    /// Requests this side has answered OVER_LIMIT so far.
+    pub fn denied(&self) -> u64 {
+        self.tally.totals.denied
+    }
+
     /// Keys held by this side's store now.
     pub fn keys(&self) -> u64 {
         self.engine.store().stats().keys as u64
     }
 }
 
-/// What a replay saw.
+/// What a replay saw: a plain record of counts, read by the caller field by field.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Run {
     pub lines_replayed: u64,

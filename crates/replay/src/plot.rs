@@ -10,13 +10,13 @@ use plotters::prelude::*;
 use super::Side;
 use super::tally::{Bin, RuleTally};
 use crate::chart::{Plot, builder, legend, mesh, page};
-use crate::metrics::OVERRIDE_RULE;
-use crate::wire::time::format_second;
+use ratelimit_core::metrics::OVERRIDE_RULE;
+use ratelimit_core::wire::time::format_second;
 
 /// Panels drawn at most (rules beyond them are in the report, not the plot).
-pub const MAX_PANELS: usize = 8;
+pub(crate) const MAX_PANELS: usize = 8;
 /// Points per line at most.
-pub const MAX_BINS: u64 = 120;
+pub(crate) const MAX_BINS: u64 = 120;
 
 /// Allowed and denied per bin of `width` seconds from `start`, `bins` of them.
 fn rebin(seconds: &[Bin], start: u64, width: u64, bins: usize) -> Vec<(u32, u32)> {

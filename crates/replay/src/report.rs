@@ -8,101 +8,101 @@ use serde::Serialize;
 
 use super::tally::{DiffTally, RuleDiff, RuleTally, Tally, top};
 use super::{RuleNames, Run};
-use crate::clock::{NANOS_PER_SECOND, Nanos};
-use crate::metrics::OVERRIDE_RULE;
-use crate::wire::time::format_second;
+use ratelimit_core::clock::{NANOS_PER_SECOND, Nanos};
+use ratelimit_core::metrics::OVERRIDE_RULE;
+use ratelimit_core::wire::time::format_second;
 
 /// Version of the JSON report's layout (fields are only ever added within a version).
-pub const REPORT_FORMAT: u32 = 1;
+pub(crate) const REPORT_FORMAT: u32 = 1;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
-    pub format: u32,
-    pub lines: Lines,
+    pub(crate) format: u32,
+    pub(crate) lines: Lines,
     /// Virtual time of the first and last replayed line (null for no lines).
-    pub time: Option<Span>,
+    pub(crate) time: Option<Span>,
     /// The `--config` run, then the `--against` run if any.
-    pub runs: Vec<RunReport>,
+    pub(crate) runs: Vec<RunReport>,
     /// With `--against`: what changed.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub diff: Option<DiffReport>,
+    pub(crate) diff: Option<DiffReport>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct Lines {
-    pub replayed: u64,
-    pub skipped: u64,
-    pub without_call: u64,
+pub(crate) struct Lines {
+    pub(crate) replayed: u64,
+    pub(crate) skipped: u64,
+    pub(crate) without_call: u64,
     /// Lines that moved the virtual clock forward by more than a day at once.
-    pub time_jumps: u64,
+    pub(crate) time_jumps: u64,
 }
 
 #[derive(Debug, Serialize)]
-pub struct Span {
-    pub first: String,
-    pub last: String,
+pub(crate) struct Span {
+    pub(crate) first: String,
+    pub(crate) last: String,
 }
 
 #[derive(Debug, Serialize)]
-pub struct RunReport {
-    pub config: String,
-    pub totals: TotalsReport,
-    pub rules: Vec<RuleReport>,
+pub(crate) struct RunReport {
+    pub(crate) config: String,
+    pub(crate) totals: TotalsReport,
+    pub(crate) rules: Vec<RuleReport>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct TotalsReport {
-    pub requests: u64,
-    pub allowed: u64,
-    pub denied: u64,
-    pub refused: u64,
-    pub unmatched_descriptors: u64,
+pub(crate) struct TotalsReport {
+    pub(crate) requests: u64,
+    pub(crate) allowed: u64,
+    pub(crate) denied: u64,
+    pub(crate) refused: u64,
+    pub(crate) unmatched_descriptors: u64,
 }
 
 #[derive(Debug, Serialize)]
-pub struct RuleReport {
-    pub domain: String,
-    pub rule: String,
-    pub requests: u64,
-    pub allowed: u64,
-    pub denied: u64,
-    pub near_limit: u64,
-    pub shadow: u64,
-    pub busiest_minute: Option<Minute>,
-    pub top_denied: Vec<KeyCount>,
+pub(crate) struct RuleReport {
+    pub(crate) domain: String,
+    pub(crate) rule: String,
+    pub(crate) requests: u64,
+    pub(crate) allowed: u64,
+    pub(crate) denied: u64,
+    pub(crate) near_limit: u64,
+    pub(crate) shadow: u64,
+    pub(crate) busiest_minute: Option<Minute>,
+    pub(crate) top_denied: Vec<KeyCount>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct Minute {
-    pub start: String,
-    pub requests: u64,
+pub(crate) struct Minute {
+    pub(crate) start: String,
+    pub(crate) requests: u64,
 }
 
 #[derive(Debug, Serialize)]
-pub struct KeyCount {
-    pub key: String,
-    pub requests: u64,
+pub(crate) struct KeyCount {
+    pub(crate) key: String,
+    pub(crate) requests: u64,
 }
 
 #[derive(Debug, Serialize)]
-pub struct DiffReport {
-    pub requests_ok_to_over: u64,
-    pub requests_over_to_ok: u64,
-    pub rules: Vec<RuleDiffReport>,
+pub(crate) struct DiffReport {
+    pub(crate) requests_ok_to_over: u64,
+    pub(crate) requests_over_to_ok: u64,
+    pub(crate) rules: Vec<RuleDiffReport>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct RuleDiffReport {
-    pub domain: String,
-    pub rule: String,
+pub(crate) struct RuleDiffReport {
+    pub(crate) domain: String,
+    pub(crate) rule: String,
     /// `kept` (in both rules sets), `added` (only in --against), `removed` (only in --config).
-    pub change: &'static str,
-    pub denied_before: u64,
-    pub denied_after: u64,
-    pub newly_denied: u64,
-    pub freed: u64,
-    pub newly_limited_keys: Vec<KeyCount>,
-    pub freed_keys: Vec<KeyCount>,
+    pub(crate) change: &'static str,
+    pub(crate) denied_before: u64,
+    pub(crate) denied_after: u64,
+    pub(crate) newly_denied: u64,
+    pub(crate) freed: u64,
+    pub(crate) newly_limited_keys: Vec<KeyCount>,
+    pub(crate) freed_keys: Vec<KeyCount>,
 }
 
 fn keys(list: Vec<(&str, u64)>) -> Vec<KeyCount> {
@@ -168,9 +168,9 @@ fn run_report(label: &str, names: &RuleNames, tally: &Tally, top_n: usize) -> Ru
 
 /// One rules set's tally and names, for `build`.
 pub struct RunInput<'a> {
-    pub label: &'a str,
-    pub names: &'a RuleNames,
-    pub tally: &'a Tally,
+    pub(crate) label: &'a str,
+    pub(crate) names: &'a RuleNames,
+    pub(crate) tally: &'a Tally,
 }
 
 fn instant(t: Nanos) -> String {

@@ -10,40 +10,40 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 
-use crate::clock::{NANOS_PER_SECOND, Nanos};
-use crate::engine::Attribution;
-use crate::metrics::HitOutcome;
+use ratelimit_core::clock::{NANOS_PER_SECOND, Nanos};
+use ratelimit_core::engine::Attribution;
+use ratelimit_core::metrics::HitOutcome;
 
 /// Requests of one rule in one second of virtual time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Bin {
+pub(crate) struct Bin {
     /// Unix second.
-    pub second: u64,
-    pub allowed: u32,
-    pub denied: u32,
+    pub(crate) second: u64,
+    pub(crate) allowed: u32,
+    pub(crate) denied: u32,
 }
 
 /// One rule's counts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleTally {
+pub(crate) struct RuleTally {
     /// Descriptors this rule decided.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Within the limit (near-limit ones included), or an `unlimited` rule.
-    pub allowed: u64,
+    pub(crate) allowed: u64,
     /// Over the limit (shadow-mode ones included: see `shadow`).
-    pub denied: u64,
+    pub(crate) denied: u64,
     /// Allowed, but past the near-limit ratio (0.8) of the limit, as the near_limit metric.
-    pub near: u64,
+    pub(crate) near: u64,
     /// Denied by a shadow-mode rule, so let through.
-    pub shadow: u64,
+    pub(crate) shadow: u64,
     /// Denials per key (`k=v,k2=v2`).
-    pub denied_keys: HashMap<String, u64>,
+    pub(crate) denied_keys: HashMap<String, u64>,
     /// Per second with requests, in time order.
-    pub seconds: Vec<Bin>,
+    pub(crate) seconds: Vec<Bin>,
 }
 
 /// `k=v,k2=v2` of a descriptor, into `out`.
-pub fn key_text(descriptor: &RateLimitDescriptor, out: &mut String) {
+pub(crate) fn key_text(descriptor: &RateLimitDescriptor, out: &mut String) {
     out.clear();
     for (i, e) in descriptor.entries.iter().enumerate() {
         if i > 0 {
@@ -105,13 +105,13 @@ impl RuleTally {
     }
 
     /// The `n` keys most often denied, most first (ties by key).
-    pub fn top_denied(&self, n: usize) -> Vec<(&str, u64)> {
+    pub(crate) fn top_denied(&self, n: usize) -> Vec<(&str, u64)> {
         top(&self.denied_keys, n)
     }
 
     /// The UTC minute (its first Unix second) with the most requests, and how many; the earliest
     /// on ties.
-    pub fn busiest_minute(&self) -> Option<(u64, u64)> {
+    pub(crate) fn busiest_minute(&self) -> Option<(u64, u64)> {
         let mut best: Option<(u64, u64)> = None;
         let mut current: Option<(u64, u64)> = None;
         // Bins are in time order, so each minute's bins are adjacent.
@@ -140,7 +140,7 @@ fn more(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> Option<(u64, u64)> {
 }
 
 /// The `n` largest counts, largest first, ties by key.
-pub fn top(map: &HashMap<String, u64>, n: usize) -> Vec<(&str, u64)> {
+pub(crate) fn top(map: &HashMap<String, u64>, n: usize) -> Vec<(&str, u64)> {
     let mut all: Vec<(&str, u64)> = map.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     all.truncate(n);
@@ -149,29 +149,29 @@ pub fn top(map: &HashMap<String, u64>, n: usize) -> Vec<(&str, u64)> {
 
 /// Overall answers of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Totals {
-    pub requests: u64,
-    pub allowed: u64,
-    pub denied: u64,
+pub(crate) struct Totals {
+    pub(crate) requests: u64,
+    pub(crate) allowed: u64,
+    pub(crate) denied: u64,
     /// Requests the engine refused (invalid: e.g. no domain, too many descriptors).
-    pub refused: u64,
+    pub(crate) refused: u64,
     /// Descriptors no rule matched (and no limit override): no limit, not per rule.
-    pub unmatched: u64,
+    pub(crate) unmatched: u64,
 }
 
 /// Everything counted for one rules set.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     /// By `Rule::id`.
-    pub rules: Vec<RuleTally>,
+    pub(crate) rules: Vec<RuleTally>,
     /// Request-supplied limits, per domain.
-    pub overrides: HashMap<String, RuleTally>,
-    pub totals: Totals,
+    pub(crate) overrides: HashMap<String, RuleTally>,
+    pub(crate) totals: Totals,
     key: String,
 }
 
 impl Tally {
-    pub fn new(rule_count: usize) -> Self {
+    pub(crate) fn new(rule_count: usize) -> Self {
         Tally {
             rules: vec![RuleTally::default(); rule_count],
             ..Default::default()
@@ -179,7 +179,7 @@ impl Tally {
     }
 
     /// Counts one decided request. `attribution` has one entry per descriptor of `descriptors`.
-    pub fn record(
+    pub(crate) fn record(
         &mut self,
         domain: &str,
         descriptors: &[RateLimitDescriptor],
@@ -223,35 +223,35 @@ impl Tally {
     }
 
     /// Counts a request the engine refused.
-    pub fn refused(&mut self) {
+    pub(crate) fn refused(&mut self) {
         self.totals.requests += 1;
         self.totals.refused += 1;
     }
 }
 
 /// Where a descriptor's decision is reported: a rule's (domain, path), or (domain, `override`).
-pub type RuleName = (String, String);
+pub(crate) type RuleName = (String, String);
 
 /// What changed for one rule between the two rules sets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleDiff {
+pub(crate) struct RuleDiff {
     /// Descriptors denied after but not before.
-    pub newly_denied: u64,
+    pub(crate) newly_denied: u64,
     /// Descriptors denied before but not after.
-    pub freed: u64,
-    pub newly_limited_keys: HashMap<String, u64>,
-    pub freed_keys: HashMap<String, u64>,
+    pub(crate) freed: u64,
+    pub(crate) newly_limited_keys: HashMap<String, u64>,
+    pub(crate) freed_keys: HashMap<String, u64>,
 }
 
 /// What changed between `before` and `after` over the same requests.
 #[derive(Debug, Default)]
 pub struct DiffTally {
     /// Requests answered OK before and OVER_LIMIT after.
-    pub ok_to_over: u64,
+    pub(crate) ok_to_over: u64,
     /// Requests answered OVER_LIMIT before and OK after.
-    pub over_to_ok: u64,
+    pub(crate) over_to_ok: u64,
     /// Only rules with a change.
-    pub rules: HashMap<RuleName, RuleDiff>,
+    pub(crate) rules: HashMap<RuleName, RuleDiff>,
     key: String,
 }
 

@@ -7,7 +7,7 @@ use std::path::Path;
 use super::input::{Merged, Problems};
 use super::tally::DiffTally;
 use super::*;
-use crate::clock::NANOS_PER_SECOND;
+use ratelimit_core::clock::NANOS_PER_SECOND;
 
 const T0: Nanos = 1_796_101_200 * NANOS_PER_SECOND; // 2026-12-01T05:00:00Z
 
@@ -20,7 +20,7 @@ fn line(at: Nanos, domain: &str, entries: &[(&str, &str)]) -> String {
     let seconds = at / NANOS_PER_SECOND;
     let time = format!(
         "{}.{:09}Z",
-        crate::wire::time::format_second(seconds).trim_end_matches('Z'),
+        ratelimit_core::wire::time::format_second(seconds).trim_end_matches('Z'),
         at % NANOS_PER_SECOND
     );
     serde_json::json!({
@@ -35,8 +35,8 @@ fn line(at: Nanos, domain: &str, entries: &[(&str, &str)]) -> String {
 }
 
 fn policy(yaml: &str) -> Policy {
-    let configs =
-        crate::config::parse_files(&[("t.yaml".into(), yaml.to_owned())]).expect("valid rules");
+    let configs = ratelimit_core::config::parse_files(&[("t.yaml".into(), yaml.to_owned())])
+        .expect("valid rules");
     Policy::new(&configs)
 }
 

@@ -31,7 +31,7 @@ use tonic::transport::Channel;
 pub use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 /// The one request builder, shared with the library's own tests.
 #[allow(unused_imports, reason = "each test binary uses a part")]
-pub use ratelimit_server::testing::{descriptor, request};
+pub use ratelimit_core::testing::{descriptor, request};
 
 /// 2026-01-01T00:00:10Z: ten seconds into a minute, an hour and a day.
 pub const START: u64 = 1_767_225_610 * NANOS_PER_SECOND;

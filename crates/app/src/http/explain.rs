@@ -15,10 +15,10 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 use super::Admin;
-use crate::policy::parse_descriptor;
-use crate::quota::{Governed, Grant};
-use crate::store::Backend;
-use crate::wire::explain::{
+use ratelimit_core::policy::parse_descriptor;
+use ratelimit_core::quota::{Governed, Grant};
+use ratelimit_core::store::Backend;
+use ratelimit_core::wire::explain::{
     BucketExplanation, BucketGoverned, BucketPool, Explanation, StreamGrant, StreamShare,
 };
 

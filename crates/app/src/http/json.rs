@@ -19,10 +19,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use serde_json::json;
 
 use super::AdminState;
-use crate::engine::EngineError;
 use crate::front::RefusedCall;
-use crate::store::Backend;
-use crate::wire::json::{self, response_json};
+use ratelimit_core::engine::EngineError;
+use ratelimit_core::store::Backend;
+use ratelimit_core::wire::json::{self, response_json};
 
 /// Whether reading a body failed on its length bound.
 fn is_length_limit(error: &axum::Error) -> bool {
@@ -43,7 +43,7 @@ fn error(status: StatusCode, message: String) -> Response {
 /// The largest `/json` body read: far above any request (`MAX_REQUEST_BYTES` is 64 KiB in
 /// protobuf; its JSON, or a record line, is a few times that), and the limit axum applies by
 /// default, now checked before reading.
-pub const MAX_BODY_BYTES: usize = 2 << 20;
+pub(super) const MAX_BODY_BYTES: usize = 2 << 20;
 
 /// Why a body is refused before it is read, if it is: its type is not JSON (415), or it announces
 /// more than [`MAX_BODY_BYTES`] (413).

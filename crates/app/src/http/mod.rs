@@ -6,8 +6,8 @@ mod json;
 mod rlconfig;
 mod stream;
 
-pub use crate::wire::json::response_json;
-pub use stream::Renders;
+pub use ratelimit_core::wire::json::response_json;
+pub(crate) use stream::Renders;
 
 use std::sync::Arc;
 
@@ -17,29 +17,52 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 
-use crate::engine::Engine;
 use crate::front::FrontDoor;
-use crate::metrics::Metrics;
 use crate::statsd::Mapper;
 use crate::statsd::exposition::mapped;
 use crate::status::ServerStatus;
-use crate::store::Backend;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::metrics::Metrics;
+use ratelimit_core::store::Backend;
 
 /// What the admin handlers need.
 pub struct Admin<B> {
-    pub engine: Arc<Engine<B>>,
+    pub(crate) engine: Arc<Engine<B>>,
     /// Where `POST /json` decisions go (as gRPC ones do).
-    pub front: Arc<FrontDoor<B>>,
-    pub metrics: Arc<Metrics>,
-    pub status: Arc<ServerStatus>,
+    pub(crate) front: Arc<FrontDoor<B>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) status: Arc<ServerStatus>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`: `/healthcheck` fails while no domain is loaded.
-    pub healthy_needs_a_domain: bool,
+    pub(crate) healthy_needs_a_domain: bool,
     /// The RLQS buckets, for `/explain?bucket=…`.
-    pub quotas: Option<Arc<dyn crate::quota::BucketLookup>>,
+    pub(crate) quotas: Option<Arc<dyn ratelimit_core::quota::BucketLookup>>,
     /// `PROMETHEUS_MAPPER_YAML`: how the metrics pages name the reference's stats.
-    pub mapper: Option<Arc<Mapper>>,
+    pub(crate) mapper: Option<Arc<Mapper>>,
     /// The slots for streamed answers (`/rlconfig`).
-    pub renders: Renders,
+    pub(crate) renders: Renders,
+}
+
+impl<B> Admin<B> {
+    /// What the admin handlers need, with the server's optional parts off: `/healthcheck` healthy
+    /// with no domain loaded, no RLQS buckets, the metrics under our names, no streamed renders
+    /// in progress.
+    pub fn new(
+        engine: Arc<Engine<B>>,
+        front: Arc<FrontDoor<B>>,
+        metrics: Arc<Metrics>,
+        status: Arc<ServerStatus>,
+    ) -> Self {
+        Admin {
+            engine,
+            front,
+            metrics,
+            status,
+            healthy_needs_a_domain: false,
+            quotas: None,
+            mapper: None,
+            renders: Renders::default(),
+        }
+    }
 }
 
 type AdminState<B> = State<Arc<Admin<B>>>;
@@ -56,7 +79,7 @@ pub fn router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
 }
 
 /// The debug listener (`DEBUG_ADDR`, the reference's `DEBUG_PORT`): an index and `/rlconfig`.
-pub fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
+pub(crate) fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
     Router::new()
         .route("/", get(debug_index))
         .route("/rlconfig", get(rlconfig::rlconfig_text::<B>))
@@ -65,7 +88,7 @@ pub fn debug_router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
 
 /// The metrics listener (`METRICS_ADDR`; the reference's `PROMETHEUS_ADDR`, where Envoy Gateway's
 /// dashboards scrape): the metrics at `path` and nothing else.
-pub fn metrics_router<B: Backend>(admin: Arc<Admin<B>>, path: &str) -> Router {
+pub(crate) fn metrics_router<B: Backend>(admin: Arc<Admin<B>>, path: &str) -> Router {
     Router::new()
         .route(path, get(metrics::<B>))
         .with_state(admin)

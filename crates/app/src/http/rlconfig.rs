@@ -12,10 +12,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AdminState;
-use crate::config::format_duration;
-use crate::limiter::LimitDefaults;
-use crate::policy::{Policy, Rule, RuleKind};
-use crate::store::Backend;
+use ratelimit_core::config::format_duration;
+use ratelimit_core::limiter::LimitDefaults;
+use ratelimit_core::policy::{Policy, Rule, RuleKind};
+use ratelimit_core::store::Backend;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Format {
@@ -40,7 +40,7 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
                     "burst": l.effective_burst(),
                     "replaces": l.replaces,
                 });
-                if params.algorithm == crate::config::Algorithm::LeakyBucket {
+                if params.algorithm == ratelimit_core::config::Algorithm::LeakyBucket {
                     v["max_delay"] = json!(format_duration(std::time::Duration::from_nanos(
                         params.max_delay
                     )));
@@ -60,7 +60,7 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
 }
 
 /// One line per limit: `<domain>.<path>: unit=MINUTE requests_per_unit=3, shadow_mode: false, …`.
-pub fn write_text(
+pub(super) fn write_text(
     policy: &Policy,
     defaults: &LimitDefaults,
     out: &mut dyn Write,
@@ -100,7 +100,7 @@ pub fn write_text(
 
 /// The whole rules document, `{"domains": [{"domain", "rules": […]}…], "last_load"}`, one rule
 /// at a time (keys in the order `serde_json` gives a whole document).
-pub fn write_json(
+pub(super) fn write_json(
     policy: &Policy,
     defaults: &LimitDefaults,
     last_load: &Value,

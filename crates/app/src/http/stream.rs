@@ -19,10 +19,10 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// Bytes sent per piece.
-pub const CHUNK: usize = 64 << 10;
+pub(super) const CHUNK: usize = 64 << 10;
 
 /// Renders running at once; the rest wait.
-pub const MAX_RENDERS: usize = 2;
+pub(super) const MAX_RENDERS: usize = 2;
 
 /// Pieces rendered ahead of the client.
 const AHEAD: usize = 2;
@@ -32,7 +32,7 @@ const CLIENT_WAIT: Duration = Duration::from_secs(30);
 
 /// The server's render slots.
 #[derive(Debug, Clone)]
-pub struct Renders(Arc<Semaphore>);
+pub(crate) struct Renders(Arc<Semaphore>);
 
 impl Default for Renders {
     fn default() -> Self {
@@ -44,7 +44,7 @@ type Piece = Result<Bytes, io::Error>;
 
 impl Renders {
     /// A `content_type` response whose body `render` writes, once a slot is free.
-    pub async fn stream<F>(&self, content_type: &'static str, render: F) -> Response
+    pub(crate) async fn stream<F>(&self, content_type: &'static str, render: F) -> Response
     where
         F: FnOnce(&mut dyn Write) -> io::Result<()> + Send + 'static,
     {

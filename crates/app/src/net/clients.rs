@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// Who a connection counts against: an IPv4 address, or the first 64 bits of an IPv6 one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ClientKey {
+pub(super) enum ClientKey {
     V4([u8; 4]),
     V6Prefix([u8; 8]),
 }
 
 impl ClientKey {
-    pub fn of(ip: IpAddr) -> ClientKey {
+    pub(super) fn of(ip: IpAddr) -> ClientKey {
         match ip.to_canonical() {
             IpAddr::V4(v4) => ClientKey::V4(v4.octets()),
             IpAddr::V6(v6) => {
@@ -29,32 +29,32 @@ impl ClientKey {
 
 /// The connections each client holds on one listener, and the most one may hold.
 #[derive(Debug)]
-pub struct Clients {
+pub(crate) struct Clients {
     cap: usize,
     held: Mutex<HashMap<ClientKey, usize>>,
 }
 
 /// One connection's place in its client's count; given back when dropped.
 #[derive(Debug)]
-pub struct ClientSlot {
+pub(crate) struct ClientSlot {
     clients: Arc<Clients>,
     key: ClientKey,
 }
 
 impl Clients {
-    pub fn new(cap: usize) -> Arc<Clients> {
+    pub(crate) fn new(cap: usize) -> Arc<Clients> {
         Arc::new(Clients {
             cap: cap.max(1),
             held: Mutex::default(),
         })
     }
 
-    pub fn cap(&self) -> usize {
+    pub(crate) fn cap(&self) -> usize {
         self.cap
     }
 
     /// A slot for one more connection from `ip`, or `None` when that client holds the cap.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<ClientSlot> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<ClientSlot> {
         let key = ClientKey::of(ip);
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let count = held.entry(key).or_insert(0);
@@ -70,7 +70,7 @@ impl Clients {
 
     /// Connections `ip`'s client holds now.
     #[cfg(test)]
-    pub fn held_by(&self, ip: IpAddr) -> usize {
+    pub(crate) fn held_by(&self, ip: IpAddr) -> usize {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.get(&ClientKey::of(ip)).copied().unwrap_or(0)
     }

@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// A listening socket.
-pub trait Listener: Send + Sync + 'static {
+pub(crate) trait Listener: Send + Sync + 'static {
     type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
 
     /// The next connection and its peer's address, if it has one.

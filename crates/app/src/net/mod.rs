@@ -1,15 +1,15 @@
 //! The listening sockets: one accept loop for TCP and Unix sockets alike that sets TCP_NODELAY on
 //! every accepted TCP connection, caps how many connections a listener holds and how many one
 //! client (source address) holds (`clients`), backs off when accepting fails (out of file
-//! descriptors), and closes connections that stay silent (see `guard`). The gRPC listeners (TCP
+//! descriptors), and closes connections that stay silent (see `limited`). The gRPC listeners (TCP
 //! and `--grpc-uds`), the admin and the debug listener all accept through here, so no socket of
 //! ours is served with the kernel's defaults.
 
 mod clients;
-mod guard;
+mod limited;
 mod listener;
 mod serve_http;
-pub mod tls;
+pub(crate) mod tls;
 
 use std::io;
 use std::net::IpAddr;
@@ -22,10 +22,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-pub use clients::Clients;
-pub use guard::{GuardedStream, Slot, Timeouts};
-pub use listener::Listener;
-pub use serve_http::serve_http;
+pub(crate) use clients::Clients;
+pub(crate) use limited::{LimitedStream, Slot, Timeouts};
+pub(crate) use listener::Listener;
+pub(crate) use serve_http::serve_http;
 
 /// First wait after a failed accept; it doubles up to [`MAX_ACCEPT_BACKOFF`].
 const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
@@ -40,11 +40,11 @@ const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// How many connections each listener may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnectionCaps {
-    pub grpc: usize,
+pub(crate) struct ConnectionCaps {
+    pub(crate) grpc: usize,
     /// The gRPC Unix socket's (`--grpc-uds`); 0 when there is none.
-    pub uds: usize,
-    pub admin: usize,
+    pub(crate) uds: usize,
+    pub(crate) admin: usize,
 }
 
 impl ConnectionCaps {
@@ -53,7 +53,12 @@ impl ConnectionCaps {
     /// socket when there is one, and `RESERVED_FDS` stay free, so a flood of connections on one
     /// listener never starves another or the rules reload of descriptors. `None` (no limit
     /// known) keeps the asked caps.
-    pub fn fitted(grpc: usize, admin: usize, uds: bool, fd_limit: Option<u64>) -> ConnectionCaps {
+    pub(crate) fn fitted(
+        grpc: usize,
+        admin: usize,
+        uds: bool,
+        fd_limit: Option<u64>,
+    ) -> ConnectionCaps {
         let Some(limit) = fd_limit else {
             return ConnectionCaps {
                 grpc,
@@ -78,13 +83,13 @@ impl ConnectionCaps {
 
 /// The per-client cap a listener gets when none is set: a quarter of its connection cap, so one
 /// client (one source address) can hold no more than that, stalled TLS handshakes included.
-pub fn default_client_cap(listener_cap: usize) -> usize {
+pub(crate) fn default_client_cap(listener_cap: usize) -> usize {
     (listener_cap / 4).max(1)
 }
 
 /// `ratelimit_connections_refused_total{listener}`: connections closed at once because their client
 /// held its share (`MAX_CONNECTIONS_PER_CLIENT`), registered on `registry`.
-pub fn refusal_counters(registry: &Registry) -> IntCounterVec {
+pub(crate) fn refusal_counters(registry: &Registry) -> IntCounterVec {
     let counters = IntCounterVec::new(
         Opts::new(
             "ratelimit_connections_refused_total",
@@ -100,7 +105,7 @@ pub fn refusal_counters(registry: &Registry) -> IntCounterVec {
 }
 
 /// The soft limit on open file descriptors of this process, if it can be read.
-pub fn fd_limit() -> Option<u64> {
+pub(crate) fn fd_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     parse_fd_limit(&limits)
 }
@@ -144,8 +149,8 @@ impl Refusals {
     }
 }
 
-/// A listener that hands out guarded connections.
-pub struct Acceptor<L: Listener = TcpListener> {
+/// A listener that hands out limited connections ([`LimitedStream`]).
+pub(crate) struct Acceptor<L: Listener = TcpListener> {
     listener: L,
     slots: Arc<Semaphore>,
     clients: Arc<Clients>,
@@ -159,7 +164,7 @@ impl<L: Listener> Acceptor<L> {
     /// At most `cap` connections, of which one client holds at most
     /// [`default_client_cap`]`(cap)` (see [`Acceptor::with_client_cap`]). `name` ("gRPC",
     /// "admin") is used in log lines.
-    pub fn new(listener: L, cap: usize, timeouts: Timeouts, name: &'static str) -> Self {
+    pub(crate) fn new(listener: L, cap: usize, timeouts: Timeouts, name: &'static str) -> Self {
         let cap = cap.max(1);
         Acceptor {
             listener,
@@ -177,13 +182,13 @@ impl<L: Listener> Acceptor<L> {
 
     /// At most `cap` connections per client (source address; peers of a Unix socket are not
     /// told apart).
-    pub fn with_client_cap(mut self, cap: usize) -> Self {
+    pub(crate) fn with_client_cap(mut self, cap: usize) -> Self {
         self.clients = Clients::new(cap);
         self
     }
 
     /// Counts the connections refused because their client held its cap.
-    pub fn with_refusal_counter(mut self, counter: IntCounter) -> Self {
+    pub(crate) fn with_refusal_counter(mut self, counter: IntCounter) -> Self {
         self.refusals.counter = Some(counter);
         self
     }
@@ -192,7 +197,7 @@ impl<L: Listener> Acceptor<L> {
     /// has the new connection closed at once (counted, logged once a minute) and the slot goes to
     /// the next. Accept errors (EMFILE, ENFILE…) are logged and retried after a growing pause
     /// instead of at once, so running out of descriptors cannot make the loop spin.
-    pub async fn accept(&self) -> (GuardedStream<L::Stream>, Option<IpAddr>) {
+    pub(crate) async fn accept(&self) -> (LimitedStream<L::Stream>, Option<IpAddr>) {
         let permit = self.slot().await;
         let mut backoff = MIN_ACCEPT_BACKOFF;
         loop {
@@ -211,7 +216,7 @@ impl<L: Listener> Acceptor<L> {
                     };
                     L::prepare(&stream, self.name);
                     let slot = Slot::new(permit, client);
-                    return (GuardedStream::new(stream, self.timeouts, slot), peer);
+                    return (LimitedStream::new(stream, self.timeouts, slot), peer);
                 }
                 Err(e) if is_connection_error(&e) => continue,
                 Err(e) => {
@@ -249,9 +254,9 @@ impl<L: Listener> Acceptor<L> {
     /// The accepted connections as an endless stream, for tonic's `serve_with_incoming_shutdown`
     /// (accept errors are handled inside [`Acceptor::accept`]). Dropping the stream closes the
     /// listening socket.
-    pub fn into_stream(
+    pub(crate) fn into_stream(
         self,
-    ) -> impl futures_util::Stream<Item = Result<GuardedStream<L::Stream>, io::Error>> + Send {
+    ) -> impl futures_util::Stream<Item = Result<LimitedStream<L::Stream>, io::Error>> + Send {
         futures_util::stream::unfold(self, |acceptor| async move {
             let (stream, _) = acceptor.accept().await;
             Some((Ok(stream), acceptor))
@@ -261,7 +266,7 @@ impl<L: Listener> Acceptor<L> {
 
 impl Acceptor<TcpListener> {
     #[cfg(test)]
-    pub fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
+    pub(crate) fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
         self.listener.local_addr()
     }
 }

@@ -1,5 +1,5 @@
 //! Serves an axum router (the admin port) on an [`Acceptor`], connection by connection with
-//! hyper-util, so that the guards of [`super::guard`] and a header read timeout apply (axum's own
+//! hyper-util, so that the guards of [`super::limited`] and a header read timeout apply (axum's own
 //! `serve` has neither), and stops gracefully: no new connections, requests in flight finish. With
 //! TLS, each connection's handshake runs in its own task (see [`super::tls`]).
 
@@ -16,7 +16,7 @@ use super::Acceptor;
 use super::tls::{self, Conn, TlsSource};
 
 /// Serves `router` until `stop` completes, then waits for open requests to finish.
-pub async fn serve_http(
+pub(crate) async fn serve_http(
     acceptor: Acceptor,
     tls: Option<Arc<TlsSource>>,
     router: axum::Router,

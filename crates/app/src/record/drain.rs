@@ -15,30 +15,30 @@ use super::metrics::DropReason;
 use super::pending::{Pending, Records};
 use super::writer::RecordFile;
 use super::{Hashing, frame};
-use crate::wire::record::{Values, encode};
+use ratelimit_core::wire::record::{Values, encode};
 
 /// How often the writer takes the pending lines. It sleeps between drains instead of being
 /// woken per line, so a decision never has to wake it (no futex on the answering thread) and lines
 /// are written in batches, not one `write` per decision. Lines reach the file within this.
-pub const DRAIN_EVERY: Duration = Duration::from_millis(5);
+pub(super) const DRAIN_EVERY: Duration = Duration::from_millis(5);
 
 /// Lines are written out once this many bytes of them are ready: the lines buffer holds at most
 /// this and one line, however large the batch (a burst of 60 KB requests at the pending buffer's
 /// 64 MiB bound would otherwise be as large again in lines).
-pub const WRITE_EVERY_BYTES: usize = 1 << 20;
+pub(super) const WRITE_EVERY_BYTES: usize = 1 << 20;
 
 /// A lines buffer grown past this (one very long line) is shrunk after its batch.
 const KEEP_LINES_CAPACITY: usize = 2 * WRITE_EVERY_BYTES;
 
-pub struct Drain {
-    pub pending: Arc<Pending>,
-    pub file: RecordFile,
-    pub hashing: Option<Hashing>,
-    pub stop: Arc<AtomicBool>,
+pub(super) struct Drain {
+    pub(crate) pending: Arc<Pending>,
+    pub(crate) file: RecordFile,
+    pub(crate) hashing: Option<Hashing>,
+    pub(crate) stop: Arc<AtomicBool>,
 }
 
 impl Drain {
-    pub fn run(mut self) {
+    pub(super) fn run(mut self) {
         let mut records = Records::default();
         let mut lines = Records::default();
         let mut request = RateLimitRequest::default();

@@ -10,14 +10,14 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message;
 
-use crate::clock::Nanos;
-use crate::wire::record::{Answer, Decided};
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::wire::record::{Answer, Decided};
 
 /// The overall code of a refused request (no answer): not a code the protocol has.
 const REFUSED: i32 = i32::MIN;
 
 /// Appends the frame of one decision to `out`.
-pub fn write(
+pub(super) fn write(
     time: Nanos,
     request: &RateLimitRequest,
     response: Option<&RateLimitResponse>,
@@ -42,7 +42,7 @@ pub fn write(
 /// Reads the frames of `bytes` in order; each is handed to `each` as the decision it holds.
 /// `request` is reused from frame to frame. A frame that does not read (which only a bug can
 /// make) ends the reading and is reported, with the frames after it, as `Err(frames left)`.
-pub fn read_all(
+pub(super) fn read_all(
     mut bytes: &[u8],
     request: &mut RateLimitRequest,
     mut each: impl FnMut(&Decided<'_>),

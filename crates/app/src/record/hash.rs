@@ -17,7 +17,7 @@ impl fmt::Debug for HashKey {
     }
 }
 
-impl crate::wire::record::HashValue for HashKey {
+impl ratelimit_core::wire::record::HashValue for HashKey {
     fn write_hex(&self, value: &str, out: &mut Vec<u8>) {
         HashKey::write_hex(self, value, out);
     }

@@ -33,9 +33,9 @@ impl DropReason {
 /// Counters resolved once, so recording touches only atomics.
 #[derive(Clone)]
 pub struct RecordMetrics {
-    pub lines: IntCounter,
-    pub bytes: IntCounter,
-    pub rotations: IntCounter,
+    pub(crate) lines: IntCounter,
+    pub(crate) bytes: IntCounter,
+    pub(crate) rotations: IntCounter,
     dropped: [IntCounter; 3],
 }
 
@@ -81,6 +81,12 @@ impl RecordMetrics {
         self.dropped[reason as usize].inc_by(lines);
     }
 
+    /// Record lines written so far.
+    pub fn lines_written(&self) -> u64 {
+        self.lines.get()
+    }
+
+    /// Lines dropped so far for `reason`.
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.dropped[reason as usize].get()
     }

@@ -25,17 +25,20 @@ use std::time::Duration;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prometheus::Registry;
 
-pub use crate::wire::record::{Answer, Decided, Values, encode};
 pub use hash::HashKey;
-pub use metrics::{DropReason, RecordMetrics};
-pub use sample::Sampler;
-pub use writer::{FileSpec, RecordFile};
+pub use metrics::DropReason;
+pub(crate) use metrics::RecordMetrics;
+pub use ratelimit_core::wire::record::{Answer, Decided, Values, encode};
+pub(crate) use sample::Sampler;
+pub use writer::FileSpec;
+pub(crate) use writer::RecordFile;
 
-use crate::clock::Nanos;
-use crate::policy::Policy;
 use pending::{NotQueued, Pending};
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::policy::Policy;
 
-/// What `--record` and its companions ask for.
+/// What `--record` and its companions ask for: a settings record, plain data filled by the
+/// settings or by a caller's literal.
 #[derive(Debug, Clone)]
 pub struct RecordConfig {
     pub file: FileSpec,
@@ -174,8 +177,8 @@ impl Recorder {
         else {
             return;
         };
-        let deadline = crate::clock::monotonic() + wait;
-        while !writer.is_finished() && crate::clock::monotonic() < deadline {
+        let deadline = ratelimit_core::clock::monotonic() + wait;
+        while !writer.is_finished() && ratelimit_core::clock::monotonic() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         if writer.is_finished() {

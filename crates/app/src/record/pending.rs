@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Why a record was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotQueued {
+pub(super) enum NotQueued {
     /// The bound in records or bytes is reached: the writer is behind.
     Full,
     /// The writer has stopped (shutdown).
@@ -16,10 +16,10 @@ pub enum NotQueued {
 
 /// Records taken from the buffer, for the writer.
 #[derive(Debug, Default)]
-pub struct Records {
+pub(super) struct Records {
     /// Whole records, one after the other.
-    pub bytes: Vec<u8>,
-    pub count: u64,
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) count: u64,
 }
 
 #[derive(Debug, Default)]
@@ -29,7 +29,7 @@ struct Buffer {
 }
 
 #[derive(Debug)]
-pub struct Pending {
+pub(super) struct Pending {
     buffer: Mutex<Buffer>,
     max_records: u64,
     max_bytes: usize,
@@ -39,7 +39,7 @@ pub struct Pending {
 const KEEP_CAPACITY: usize = 1 << 20;
 
 impl Pending {
-    pub fn new(max_records: usize, max_bytes: usize) -> Pending {
+    pub(super) fn new(max_records: usize, max_bytes: usize) -> Pending {
         Pending {
             buffer: Mutex::default(),
             max_records: max_records.max(1) as u64,
@@ -55,7 +55,7 @@ impl Pending {
 
     /// Appends one record, written by `write`, unless the buffer is full or closed (a record that
     /// takes the buffer past its byte bound is taken back).
-    pub fn push_with(&self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), NotQueued> {
+    pub(super) fn push_with(&self, write: impl FnOnce(&mut Vec<u8>)) -> Result<(), NotQueued> {
         let mut buffer = self.lock();
         if buffer.closed {
             return Err(NotQueued::Closed);
@@ -76,13 +76,13 @@ impl Pending {
 
     /// Appends `record` as it is.
     #[cfg(test)]
-    pub fn push(&self, record: &[u8]) -> Result<(), NotQueued> {
+    pub(super) fn push(&self, record: &[u8]) -> Result<(), NotQueued> {
         self.push_with(|out| out.extend_from_slice(record))
     }
 
     /// Takes every record buffered so far into `into` (which must be empty; its allocation becomes
     /// the buffer's), and with `close` refuses every later record.
-    pub fn take(&self, into: &mut Records, close: bool) {
+    pub(super) fn take(&self, into: &mut Records, close: bool) {
         into.bytes.clear();
         into.count = 0;
         if into.bytes.capacity() > KEEP_CAPACITY {

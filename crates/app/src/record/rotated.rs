@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// `FILE.<n>`.
-pub fn numbered(path: &Path, n: u64) -> PathBuf {
+pub(super) fn numbered(path: &Path, n: u64) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".{n}"));
     PathBuf::from(name)
@@ -16,7 +16,7 @@ pub fn numbered(path: &Path, n: u64) -> PathBuf {
 
 /// The rotated files of one `FILE`, oldest first, and the number the next one gets.
 #[derive(Debug)]
-pub struct Rotated {
+pub(super) struct Rotated {
     path: PathBuf,
     kept: VecDeque<u64>,
     next: u64,
@@ -24,7 +24,7 @@ pub struct Rotated {
 
 impl Rotated {
     /// The `FILE.<n>` beside `path` now, oldest (lowest number) first.
-    pub fn scan(path: &Path) -> io::Result<Rotated> {
+    pub(super) fn scan(path: &Path) -> io::Result<Rotated> {
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -59,7 +59,7 @@ impl Rotated {
     /// Renames `FILE` to the next number, then deletes the oldest files until `keep` are left.
     /// `Err` when the rename failed (nothing changed); `Ok(Some(e))` when `FILE` was rotated but
     /// an old file could not be deleted (it is tried again at the next rotation).
-    pub fn rotate(&mut self, keep: u32) -> io::Result<Option<io::Error>> {
+    pub(super) fn rotate(&mut self, keep: u32) -> io::Result<Option<io::Error>> {
         let to = numbered(&self.path, self.next);
         std::fs::rename(&self.path, &to)?;
         self.kept.push_back(self.next);
@@ -80,7 +80,7 @@ impl Rotated {
 
     /// The numbers kept, oldest first.
     #[cfg(test)]
-    pub fn kept(&self) -> impl Iterator<Item = u64> + '_ {
+    pub(super) fn kept(&self) -> impl Iterator<Item = u64> + '_ {
         self.kept.iter().copied()
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A share `p` in (0, 1], kept as a fraction of 2^32.
 #[derive(Debug)]
-pub struct Sampler {
+pub(crate) struct Sampler {
     /// `p × 2^32`, rounded; 2^32 takes everything.
     step: u64,
     seen: AtomicU64,
@@ -16,7 +16,7 @@ const ONE: u64 = 1 << 32;
 
 impl Sampler {
     /// `p` must be in (0, 1] (the settings check it); other values are clamped into it.
-    pub fn new(p: f64) -> Sampler {
+    pub(crate) fn new(p: f64) -> Sampler {
         let step = (p.clamp(0.0, 1.0) * ONE as f64).round() as u64;
         Sampler {
             step: step.clamp(1, ONE),
@@ -26,7 +26,7 @@ impl Sampler {
 
     /// Whether the next decision is recorded: the n-th (from 0) is taken when
     /// `floor((n + 1) p) > floor(n p)`.
-    pub fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         if self.step == ONE {
             return true;
         }

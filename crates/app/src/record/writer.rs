@@ -20,7 +20,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// The same kind of error is logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// Where and how big.
+/// Where and how big: plain data, part of [`RecordConfig`](super::RecordConfig).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSpec {
     pub path: PathBuf,
@@ -30,7 +30,7 @@ pub struct FileSpec {
     pub max_files: u32,
 }
 
-pub struct RecordFile {
+pub(crate) struct RecordFile {
     spec: FileSpec,
     metrics: RecordMetrics,
     /// `None` after an error, until `retry_at`.
@@ -130,7 +130,7 @@ fn write_whole_lines(open: &mut Open, batch: &[u8]) -> (usize, Option<io::Error>
 
 impl RecordFile {
     /// Opens (creates) the file now, so that a path that cannot be written stops the start.
-    pub fn open(spec: FileSpec, metrics: RecordMetrics) -> io::Result<RecordFile> {
+    pub(crate) fn open(spec: FileSpec, metrics: RecordMetrics) -> io::Result<RecordFile> {
         let (file, cut) = open(&spec.path)?;
         if cut > 0 {
             tracing::warn!(
@@ -144,25 +144,25 @@ impl RecordFile {
             spec,
             metrics,
             file: Some(file),
-            retry_at: crate::clock::monotonic(),
+            retry_at: ratelimit_core::clock::monotonic(),
             rotated: None,
             logged: HashMap::new(),
         })
     }
 
-    pub fn metrics(&self) -> &RecordMetrics {
+    pub(crate) fn metrics(&self) -> &RecordMetrics {
         &self.metrics
     }
 
     /// Writes `batch` (`lines` whole lines), rotating first when it would take the file past the
     /// size bound. Only whole lines reach the file: after a failed write, the lines that made it
     /// count as written and the rest as dropped.
-    pub fn write(&mut self, batch: &[u8], lines: u64) {
+    pub(crate) fn write(&mut self, batch: &[u8], lines: u64) {
         if batch.is_empty() {
             return;
         }
         if self.file.is_none() {
-            if crate::clock::monotonic() < self.retry_at {
+            if ratelimit_core::clock::monotonic() < self.retry_at {
                 self.metrics.count_drop(DropReason::WriteError, lines);
                 return;
             }
@@ -240,12 +240,12 @@ impl RecordFile {
         self.metrics.count_drop(DropReason::WriteError, lines);
         self.log(&error, message);
         self.file = None;
-        self.retry_at = crate::clock::monotonic() + RETRY_AFTER;
+        self.retry_at = ratelimit_core::clock::monotonic() + RETRY_AFTER;
     }
 
     /// Logs an error at most once per [`LOG_EVERY`] per kind, saying how many were not logged.
     fn log(&mut self, error: &io::Error, message: &str) {
-        let now = crate::clock::monotonic();
+        let now = ratelimit_core::clock::monotonic();
         let (last, since) = self.logged.entry(error.kind()).or_insert((now, 0));
         if *since > 0 && now.duration_since(*last) < LOG_EVERY {
             *since += 1;
@@ -264,7 +264,7 @@ impl RecordFile {
 
     /// Bytes the current file takes before it rotates (`u64::MAX` when it never does), so the
     /// writer can cut its batches there.
-    pub fn room(&self) -> u64 {
+    pub(crate) fn room(&self) -> u64 {
         match &self.file {
             Some(open) if open.rotates => self.spec.max_bytes.saturating_sub(open.size),
             _ => u64::MAX,
@@ -272,7 +272,7 @@ impl RecordFile {
     }
 
     /// Flushes what the OS holds to the disk (at shutdown).
-    pub fn sync(&mut self) {
+    pub(crate) fn sync(&mut self) {
         if let Some(open) = &mut self.file {
             let _ = open.file.flush();
             let _ = open.file.sync_data();

@@ -19,17 +19,17 @@ use std::sync::{Arc, Mutex};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::clock::{Clock, NANOS_PER_SECOND};
-use crate::config::{self, ConfigErrors, DomainConfig};
-use crate::engine::Rules;
-use crate::metrics::Metrics;
-use crate::policy::{Policy, Rule};
-use crate::rules_dir::{
+use crate::status::{LoadReport, ServerStatus};
+use ratelimit_core::clock::{Clock, NANOS_PER_SECOND};
+use ratelimit_core::config::{self, ConfigErrors, DomainConfig};
+use ratelimit_core::engine::Rules;
+use ratelimit_core::metrics::Metrics;
+use ratelimit_core::policy::{Policy, Rule};
+use ratelimit_core::rules_dir::{
     RulesFiles, SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir,
 };
-use crate::status::{LoadReport, ServerStatus};
 
-pub use watch::spawn_watcher;
+pub(crate) use watch::spawn_watcher;
 
 /// Loads the rules directory into the engine.
 pub struct Reloader {
@@ -47,7 +47,7 @@ pub struct Reloader {
 
 /// Where a load's rules came from, for its log line and report.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     /// The rules directory.
     Files,
     /// An xDS response: its `version_info` and nonce.
@@ -127,7 +127,7 @@ fn rule_changes(old: &Policy, new: &Policy) -> (Vec<String>, usize) {
 }
 
 impl Reloader {
-    pub fn new(
+    pub(crate) fn new(
         dir: PathBuf,
         caps: SizeCaps,
         engine: Arc<dyn Rules>,
@@ -148,12 +148,12 @@ impl Reloader {
     }
 
     /// Lets one domain span several files (`MERGE_DOMAIN_CONFIG`).
-    pub fn with_merged_domains(mut self, merge_domains: bool) -> Self {
+    pub(crate) fn with_merged_domains(mut self, merge_domains: bool) -> Self {
         self.merge_domains = merge_domains;
         self
     }
 
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -204,7 +204,7 @@ impl Reloader {
     /// valid, installs them in place of every rule in force. Never skipped as unchanged: each
     /// response is a whole new set. `explain` tells an error as the log and `/rlconfig` show it
     /// (in terms of the resource and field rather than a line of the rendered text).
-    pub fn load_documents(
+    pub(crate) fn load_documents(
         &self,
         documents: &[(PathBuf, String)],
         origin: &Origin,
@@ -237,7 +237,7 @@ impl Reloader {
 
     /// Counts, logs and reports a set of rules refused before validation (xDS resources that
     /// cannot be decoded); the rules in force stay.
-    pub fn refuse(&self, errors: Vec<String>, origin: &Origin) {
+    pub(crate) fn refuse(&self, errors: Vec<String>, origin: &Origin) {
         let state = self
             .state
             .lock()

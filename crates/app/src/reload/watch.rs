@@ -44,7 +44,7 @@ fn watch_dir(watcher: &mut RecommendedWatcher, dir: &Path) {
 /// Watches the rules directory until `stop` turns true, reloading after each burst of changes.
 /// The directory is watched as an absolute path (events carry absolute paths, whatever `--config`
 /// said), and its parent too, to see the directory itself replaced by a symlink swap.
-pub fn spawn_watcher(
+pub(crate) fn spawn_watcher(
     reloader: Arc<Reloader>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, notify::Error> {

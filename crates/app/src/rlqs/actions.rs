@@ -9,15 +9,15 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_resp
 };
 use envoy_types::pb::google::protobuf::{Duration, UInt32Value};
 
-use crate::quota::shares::ASSIGNMENT_TTL_SECS;
-use crate::quota::{Grant, TokenGrant};
+use ratelimit_core::quota::ASSIGNMENT_TTL_SECS;
+use ratelimit_core::quota::{Grant, TokenGrant};
 
 /// TTL of an allow-all assignment (no rule, `unlimited`, shadow mode).
-pub const ALLOW_ALL_TTL_SECS: u64 = 3600;
+pub(super) const ALLOW_ALL_TTL_SECS: u64 = 3600;
 
 /// What the server tells Envoy to do with one bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     AllowAll,
     Grant(Grant),
     Abandon,
@@ -25,7 +25,7 @@ pub enum Action {
 
 impl Action {
     /// The metric label of this kind of action.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Action::AllowAll => "allow_all",
             Action::Grant(Grant::TokenBucket(_)) => "token_bucket",
@@ -57,7 +57,7 @@ fn token_bucket(g: TokenGrant) -> rate_limit_strategy::Strategy {
 }
 
 /// The proto of `action` for `bucket_id`.
-pub fn bucket_action(bucket_id: &BucketId, action: Action) -> BucketAction {
+pub(super) fn bucket_action(bucket_id: &BucketId, action: Action) -> BucketAction {
     let assign = |strategy, ttl| {
         bucket_action::BucketAction::QuotaAssignmentAction(QuotaAssignmentAction {
             assignment_time_to_live: Some(seconds(ttl)),

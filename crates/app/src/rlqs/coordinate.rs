@@ -14,9 +14,9 @@ use tokio::sync::watch;
 
 use super::TICK;
 use super::table::{BucketKey, Table};
-use crate::clock::monotonic;
-use crate::quota::fraction::{self, InstanceId, Peer};
-use crate::store::Backend;
+use ratelimit_core::clock::monotonic;
+use ratelimit_core::quota::fraction::{self, InstanceId, Peer};
+use ratelimit_core::store::Backend;
 use ratelimit_remote::Every;
 
 /// How often a failing exchange is said again.
@@ -24,23 +24,23 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// A hash as an exchange left it: its entries, on the clock of the store.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Seen {
-    pub now_ms: u64,
-    pub peers: Vec<Peer>,
+pub(crate) struct Seen {
+    pub(crate) now_ms: u64,
+    pub(crate) peers: Vec<Peer>,
 }
 
 /// One round of the exchange.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Exchanged {
+pub(crate) struct Exchanged {
     /// The instances' beats (this one's written in this round).
-    pub instances: Seen,
+    pub(crate) instances: Seen,
     /// Per bucket asked, in order: its hash after this instance's write, `None` if that call
     /// failed.
-    pub buckets: Vec<Option<Seen>>,
+    pub(crate) buckets: Vec<Option<Seen>>,
 }
 
 /// Where instances publish and read their demands.
-pub trait Exchange: Send + Sync + 'static {
+pub(crate) trait Exchange: Send + Sync + 'static {
     /// This instance's id among the instances on the shared store.
     fn instance(&self) -> InstanceId;
     /// Publishes `instance`'s beat and its demand for each bucket; what each hash holds then.
@@ -78,7 +78,7 @@ fn fractions(
 }
 
 /// Exchanges every [`TICK`] until `stop` turns true.
-pub async fn coordinate<B: Backend>(
+pub(crate) async fn coordinate<B: Backend>(
     table: Arc<Table<B>>,
     exchange: Arc<dyn Exchange>,
     mut stop: watch::Receiver<bool>,

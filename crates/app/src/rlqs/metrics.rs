@@ -6,20 +6,20 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone)]
-pub struct QuotaMetrics {
-    pub streams: IntGauge,
-    pub buckets: IntGauge,
-    pub reports: IntCounter,
-    pub assignments: IntCounterVec,
-    pub refused: IntCounter,
-    pub outbox_pending: IntGauge,
-    pub instances: IntGauge,
-    pub exchange_errors: IntCounter,
+pub(crate) struct QuotaMetrics {
+    pub(crate) streams: IntGauge,
+    pub(crate) buckets: IntGauge,
+    pub(crate) reports: IntCounter,
+    pub(crate) assignments: IntCounterVec,
+    pub(crate) refused: IntCounter,
+    pub(crate) outbox_pending: IntGauge,
+    pub(crate) instances: IntGauge,
+    pub(crate) exchange_errors: IntCounter,
 }
 
 impl QuotaMetrics {
     /// The series, registered on `registry` (a second registration keeps the first).
-    pub fn register(registry: &Registry) -> QuotaMetrics {
+    pub(crate) fn register(registry: &Registry) -> QuotaMetrics {
         let metrics = QuotaMetrics {
             streams: IntGauge::new(
                 "ratelimit_rlqs_streams",

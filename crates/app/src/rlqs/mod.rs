@@ -30,13 +30,13 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
-pub use coordinate::{Exchange, coordinate};
-pub use metrics::QuotaMetrics;
-pub use redis::RedisExchange;
-pub use table::Table;
+pub(crate) use coordinate::{Exchange, coordinate};
+pub(crate) use metrics::QuotaMetrics;
+pub(crate) use redis::RedisExchange;
+pub(crate) use table::Table;
 
-use crate::engine::Engine;
-use crate::store::Backend;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::store::Backend;
 
 /// Largest usage-report message read.
 const MAX_REPORT_BYTES: usize = 4 * 1024 * 1024;
@@ -44,7 +44,7 @@ const MAX_REPORT_BYTES: usize = 4 * 1024 * 1024;
 const TICK: Duration = Duration::from_secs(1);
 
 /// The service around the shared table.
-pub struct QuotaService<B> {
+pub(crate) struct QuotaService<B> {
     table: Arc<Table<B>>,
     shutdown: watch::Receiver<bool>,
 }
@@ -53,7 +53,7 @@ type Responses = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status
 
 impl<B: Backend> QuotaService<B> {
     /// The tonic service; streams end when `shutdown` turns true.
-    pub fn server(
+    pub(crate) fn server(
         table: Arc<Table<B>>,
         shutdown: watch::Receiver<bool>,
     ) -> RateLimitQuotaServiceServer<QuotaService<B>> {
@@ -63,12 +63,15 @@ impl<B: Backend> QuotaService<B> {
 }
 
 /// The table for `engine`, with its series on the engine's registry (if any).
-pub fn table<B: Backend>(engine: Arc<Engine<B>>, registry: &prometheus::Registry) -> Arc<Table<B>> {
+pub(crate) fn table<B: Backend>(
+    engine: Arc<Engine<B>>,
+    registry: &prometheus::Registry,
+) -> Arc<Table<B>> {
     Arc::new(Table::new(engine, QuotaMetrics::register(registry)))
 }
 
 /// Recomputes the shares that are due every [`TICK`] until `stop` turns true.
-pub async fn tick<B: Backend>(table: Arc<Table<B>>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn tick<B: Backend>(table: Arc<Table<B>>, mut stop: watch::Receiver<bool>) {
     let mut interval = tokio::time::interval(TICK);
     loop {
         tokio::select! {

@@ -18,7 +18,7 @@ use super::table::BucketKey;
 /// Most actions one stream's outbox holds (twice a stream's bucket cap: a bucket it was told to
 /// abandon may come back before the abandon is written); a new bucket's action past it is
 /// dropped (its next report's answer carries it).
-pub const MAX_PENDING: usize = 20_000;
+pub(super) const MAX_PENDING: usize = 20_000;
 
 #[derive(Default)]
 struct Pending {
@@ -29,14 +29,14 @@ struct Pending {
 }
 
 /// The actions waiting for one stream's client.
-pub struct Outbox {
+pub(crate) struct Outbox {
     pending: Mutex<Pending>,
     ready: Notify,
     metrics: QuotaMetrics,
 }
 
 impl Outbox {
-    pub fn new(metrics: QuotaMetrics) -> Arc<Outbox> {
+    pub(crate) fn new(metrics: QuotaMetrics) -> Arc<Outbox> {
         Arc::new(Outbox {
             pending: Mutex::new(Pending::default()),
             ready: Notify::new(),
@@ -50,7 +50,7 @@ impl Outbox {
 
     /// Queues each action, replacing one still pending for the same bucket; returns how many
     /// were dropped (the outbox full, or closed).
-    pub fn push(&self, actions: Vec<(Arc<BucketKey>, BucketId, Action)>) -> usize {
+    pub(crate) fn push(&self, actions: Vec<(Arc<BucketKey>, BucketId, Action)>) -> usize {
         let mut pending = self.lock();
         if pending.closed {
             return actions.len();
@@ -93,7 +93,7 @@ impl Outbox {
     }
 
     /// No more actions are queued; what is pending is still written, then the stream ends.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.ready.notify_one();
     }
@@ -158,7 +158,7 @@ impl Drop for Writer {
 }
 
 /// The stream of messages the client reads: each one everything pending when it could take one.
-pub fn messages(outbox: Arc<Outbox>) -> impl Stream<Item = RateLimitQuotaResponse> + Send {
+pub(super) fn messages(outbox: Arc<Outbox>) -> impl Stream<Item = RateLimitQuotaResponse> + Send {
     futures_util::stream::unfold(Writer(outbox), |writer| async move {
         let message = writer.0.next().await?;
         Some((message, writer))
@@ -170,7 +170,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
-    use crate::quota::Grant;
+    use ratelimit_core::quota::Grant;
 
     fn key(n: usize) -> (Arc<BucketKey>, BucketId) {
         let entries = vec![("k".to_owned(), n.to_string())];

@@ -13,15 +13,15 @@ use ratelimit_redis::{RedisConnect, Snapshot};
 
 use super::coordinate::{Exchange, Exchanged, Seen};
 use super::table::BucketKey;
-use crate::quota::fraction::InstanceId;
+use ratelimit_core::quota::fraction::InstanceId;
 use ratelimit_remote::Guarded;
 
 /// Bucket calls in flight at once in one round.
 const IN_FLIGHT: usize = 64;
 
 /// The exchange through the store's Redis connections.
-pub struct RedisExchange {
-    pub store: Guarded<RedisConnect>,
+pub(crate) struct RedisExchange {
+    pub(crate) store: Guarded<RedisConnect>,
 }
 
 fn seen(snapshot: Snapshot) -> Seen {

@@ -19,23 +19,25 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{BucketId, RateLimitQ
 use super::actions::Action;
 use super::metrics::QuotaMetrics;
 use super::outbox::Outbox;
-use crate::clock::Nanos;
-use crate::engine::Engine;
-use crate::policy::Policy;
-use crate::quota::bucket::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
-use crate::quota::fraction::even;
-use crate::quota::{BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId};
-use crate::store::Backend;
+use ratelimit_core::clock::Nanos;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::policy::Policy;
+use ratelimit_core::quota::fraction::even;
+use ratelimit_core::quota::{
+    BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId,
+};
+use ratelimit_core::quota::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
+use ratelimit_core::store::Backend;
 
 /// Most buckets one stream may report; more are ignored (and counted).
-pub const MAX_BUCKETS_PER_STREAM: usize = 10_000;
+pub(super) const MAX_BUCKETS_PER_STREAM: usize = 10_000;
 /// Most buckets the server tracks in all.
-pub const MAX_BUCKETS: usize = 200_000;
+pub(super) const MAX_BUCKETS: usize = 200_000;
 /// Longest domain a stream may name.
-pub const MAX_DOMAIN_BYTES: usize = 256;
+pub(super) const MAX_DOMAIN_BYTES: usize = 256;
 /// Refused buckets a stream remembers, so that each is counted once; past it, a refused bucket
 /// the stream has not been refused before is counted at each report.
-pub const MAX_REFUSED_PER_STREAM: usize = 10_000;
+pub(super) const MAX_REFUSED_PER_STREAM: usize = 10_000;
 
 /// A bucket's identity: its domain and its entries sorted.
 pub(super) type BucketKey = (String, Vec<(String, String)>);
@@ -145,14 +147,14 @@ impl Inner {
 type Outgoing = Vec<(StreamId, Vec<(Arc<BucketKey>, BucketId, Action)>)>;
 
 /// The shared state of the RLQS service.
-pub struct Table<B> {
+pub(crate) struct Table<B> {
     engine: Arc<Engine<B>>,
     metrics: QuotaMetrics,
     inner: Mutex<Inner>,
 }
 
 impl<B: Backend> Table<B> {
-    pub fn new(engine: Arc<Engine<B>>, metrics: QuotaMetrics) -> Table<B> {
+    pub(crate) fn new(engine: Arc<Engine<B>>, metrics: QuotaMetrics) -> Table<B> {
         Table {
             engine,
             metrics,
@@ -172,12 +174,12 @@ impl<B: Backend> Table<B> {
     }
 
     /// A new stream's outbox (its assignments go there; the stream's writer drains it).
-    pub fn outbox(&self) -> Arc<Outbox> {
+    pub(crate) fn outbox(&self) -> Arc<Outbox> {
         Outbox::new(self.metrics.clone())
     }
 
     /// A new stream; its assignments go to `outbox`.
-    pub fn open(&self, outbox: Arc<Outbox>) -> StreamId {
+    pub(crate) fn open(&self, outbox: Arc<Outbox>) -> StreamId {
         let mut inner = self.lock();
         let id = inner.next_stream;
         inner.next_stream += 1;
@@ -197,7 +199,7 @@ impl<B: Backend> Table<B> {
     /// The stream ended: its shares stay held until their TTL (a shadow-mode bucket's, which
     /// bind nothing, go at once), its buckets forget it, its outbox writes what is pending and
     /// ends.
-    pub fn close(&self, stream: StreamId) {
+    pub(crate) fn close(&self, stream: StreamId) {
         let now = self.engine.now();
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -230,7 +232,7 @@ impl<B: Backend> Table<B> {
 
     /// One message of `stream`: every usage counted, shares moved, and the answer (every reported
     /// bucket's assignment) and pushes (other streams whose share moved) sent.
-    pub fn report(&self, stream: StreamId, reports: RateLimitQuotaUsageReports) {
+    pub(crate) fn report(&self, stream: StreamId, reports: RateLimitQuotaUsageReports) {
         let now = self.engine.now();
         let mut outgoing: Outgoing = Vec::new();
         let mut answer = Vec::new();
@@ -354,7 +356,7 @@ impl<B: Backend> Table<B> {
     /// Recomputes the buckets that are due (an idle stream, a closed stream's TTL passing, a
     /// share waiting for the ledger, a reload), abandons idle buckets, and pushes what changed.
     /// Run every second; a bucket that is not due costs nothing.
-    pub fn tick(&self) {
+    pub(crate) fn tick(&self) {
         let now = self.engine.now();
         let mut outgoing: Outgoing = Vec::new();
         {

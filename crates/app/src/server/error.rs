@@ -2,8 +2,8 @@
 
 use std::net::SocketAddr;
 
-use crate::config::ConfigErrors;
 use crate::net::tls::TlsError;
+use ratelimit_core::config::ConfigErrors;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -16,7 +16,7 @@ pub enum StartError {
     #[error("invalid xDS setting {0}")]
     Xds(String),
     #[error("cannot use the store: {0}")]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] ratelimit_core::store::StoreError),
     #[error("{0}")]
     Tls(#[from] TlsError),
     #[error("{0}")]

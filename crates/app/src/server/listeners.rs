@@ -10,11 +10,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::transport::server::Router;
 
-use crate::clock::Clock;
-use crate::metrics::Metrics;
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
 use crate::net::{self, Acceptor, ConnectionCaps, Listener, Timeouts};
 use crate::settings::{ServeSettings, TransportArgs};
+use ratelimit_core::clock::Clock;
+use ratelimit_core::metrics::Metrics;
 
 use super::StartError;
 

@@ -15,27 +15,26 @@ use tokio::sync::watch;
 use tonic::transport::server::Router;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::clock::Clock;
-use crate::engine::Engine;
 use crate::front::FrontDoor;
 use crate::health::{HealthReporter, HealthService};
 use crate::http::{self, Admin};
-use crate::metrics::Metrics;
-use crate::policy::Policy;
-use crate::quota::BucketLookup;
 use crate::reload;
 use crate::rlqs;
 use crate::service::RateLimitGrpc;
 use crate::settings::{BackendType, ServeSettings};
 use crate::status::{LoadReport, ServerStatus};
-use crate::store::memory::MemoryBackend;
-use crate::store::{Backend, Store};
 use crate::xds::{XdsClient, XdsConfig, XdsMetrics};
+use ratelimit_core::clock::Clock;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::metrics::Metrics;
+use ratelimit_core::policy::Policy;
+use ratelimit_core::quota::BucketLookup;
+use ratelimit_core::store::memory::MemoryBackend;
+use ratelimit_core::store::{Backend, Store};
 use ratelimit_redis::{RedisBackend, RedisConnect};
 use ratelimit_remote::{GuardSettings, Guarded, RemoteMetrics};
 use tonic_health::pb::health_server::HealthServer;
 
-pub use crate::health::HEALTH_SERVICES;
 pub use error::StartError;
 pub use running::{Server, run};
 

@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use crate::engine::Engine;
-use crate::metrics::Metrics;
 use crate::record::{LivePolicy, Recorder};
-use crate::rules_dir::{self, CappedReadError};
 use crate::settings::ServeSettings;
 use crate::statsd::Mapper;
-use crate::store::Backend;
 use crate::telemetry::Tracing;
+use ratelimit_core::engine::Engine;
+use ratelimit_core::metrics::Metrics;
+use ratelimit_core::rules_dir::{self, CappedReadError};
+use ratelimit_core::store::Backend;
 
 use super::StartError;
 
@@ -120,7 +120,7 @@ pub(super) fn start_tracing(settings: &ServeSettings) -> Result<Option<Tracing>,
     };
     let tracing = Tracing::start(&config)?;
     tracing::info!(
-        endpoint = %crate::redact::credentials(&config.endpoint),
+        endpoint = %ratelimit_core::redact::credentials(&config.endpoint),
         service_name = %config.service_name,
         sampling_rate = config.sampling_rate,
         record_values = config.record_values,

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use crate::clock::Clock;
-use crate::engine::Rules;
-use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::settings::ServeSettings;
 use crate::status::{LoadReport, ServerStatus};
 use crate::xds::XdsConfig;
+use ratelimit_core::clock::Clock;
+use ratelimit_core::engine::Rules;
+use ratelimit_core::metrics::Metrics;
 
 use super::StartError;
 

@@ -9,21 +9,22 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic_health::pb::health_check_response::ServingStatus;
 
-use crate::clock::Clock;
 use crate::health::HealthReporter;
-use crate::metrics::Metrics;
 use crate::record::Recorder;
 use crate::reload::Reloader;
 use crate::settings::ServeSettings;
 use crate::status::ServerStatus;
 use crate::telemetry::Tracing;
+use ratelimit_core::clock::Clock;
+use ratelimit_core::metrics::Metrics;
 
 use super::{StartError, start};
 
 /// At shutdown, how long the record writer may take to write what is queued.
 const RECORD_FLUSH_WAIT: Duration = Duration::from_secs(10);
 
-/// A running server: its bound addresses, its metrics, and a handle to stop it.
+/// A running server: its bound addresses, metrics, reloader and status (public: its caller reads
+/// them), and a handle to stop it.
 pub struct Server {
     pub grpc_addr: SocketAddr,
     pub http_addr: SocketAddr,
@@ -42,7 +43,7 @@ pub struct Server {
     /// Flushed once the listeners are closed.
     pub(super) tracing: Option<Tracing>,
     /// `--record`: its queue is written out once the listeners are closed.
-    pub recorder: Option<Arc<Recorder>>,
+    pub(crate) recorder: Option<Arc<Recorder>>,
 }
 
 impl Server {

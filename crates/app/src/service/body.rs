@@ -1,4 +1,4 @@
-//! A request body with two guards: all calls together buffer at most a fixed number of request
+//! A request body with two bounds: all calls together buffer at most a fixed number of request
 //! bytes (a byte budget, returned when the body is dropped, which tonic does once the message is
 //! decoded), and a body that has not arrived in full within its timeout ends the call, so a client
 //! that stops sending mid-message holds nothing for long.
@@ -15,7 +15,8 @@ use tokio::time::Sleep;
 use tonic::Status;
 use tonic::codegen::{Bytes, StdError};
 
-pub struct GuardedBody<B> {
+/// A request body bounded by the shared byte budget and by its own timeout.
+pub(crate) struct BoundedBody<B> {
     inner: B,
     budget: Arc<Semaphore>,
     held: Option<OwnedSemaphorePermit>,
@@ -24,9 +25,9 @@ pub struct GuardedBody<B> {
     ended: bool,
 }
 
-impl<B> GuardedBody<B> {
-    pub fn new(inner: B, budget: Arc<Semaphore>, timeout: Duration) -> Self {
-        GuardedBody {
+impl<B> BoundedBody<B> {
+    pub(crate) fn new(inner: B, budget: Arc<Semaphore>, timeout: Duration) -> Self {
+        BoundedBody {
             inner,
             budget,
             held: None,
@@ -57,7 +58,7 @@ impl<B> GuardedBody<B> {
     }
 }
 
-impl<B> Body for GuardedBody<B>
+impl<B> Body for BoundedBody<B>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<StdError>,

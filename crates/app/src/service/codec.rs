@@ -11,18 +11,18 @@ use tonic::Status;
 use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstEncoder;
 
-use crate::engine::{InvalidRequest, RequestBounds};
+use ratelimit_core::engine::{InvalidRequest, RequestBounds};
 
 /// `RateLimitRequest.descriptors` and `RateLimitDescriptor.entries` field numbers.
 const DESCRIPTORS_FIELD: u32 = 2;
 const ENTRIES_FIELD: u32 = 1;
 
-pub struct RequestCodec {
+pub(crate) struct RequestCodec {
     bounds: RequestBounds,
 }
 
 impl RequestCodec {
-    pub fn new(bounds: RequestBounds) -> Self {
+    pub(crate) fn new(bounds: RequestBounds) -> Self {
         RequestCodec { bounds }
     }
 }
@@ -44,7 +44,7 @@ impl Codec for RequestCodec {
     }
 }
 
-pub struct RequestDecoder {
+pub(crate) struct RequestDecoder {
     bounds: RequestBounds,
 }
 
@@ -66,7 +66,7 @@ impl Decoder for RequestDecoder {
 
 /// Counts descriptors and each descriptor's entries on the wire, without decoding. Wire errors
 /// are left for prost to report.
-pub fn check_counts(message: &[u8], bounds: &RequestBounds) -> Result<(), InvalidRequest> {
+pub(super) fn check_counts(message: &[u8], bounds: &RequestBounds) -> Result<(), InvalidRequest> {
     let mut descriptors = 0;
     let mut rest = message;
     while let Some((field, body)) = next_field(&mut rest) {

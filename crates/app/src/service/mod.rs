@@ -19,13 +19,13 @@ use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Request, Response, Status};
 
 use crate::front::{FrontDoor, RefusedCall, status_code};
-use crate::store::Backend;
+use ratelimit_core::store::Backend;
 
-pub use body::GuardedBody;
-pub use codec::RequestCodec;
+pub(crate) use body::BoundedBody;
+pub(crate) use codec::RequestCodec;
 
 /// The gRPC path of the one method we serve.
-pub const SHOULD_RATE_LIMIT_PATH: &str =
+pub(crate) const SHOULD_RATE_LIMIT_PATH: &str =
     "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// Bounds on what one call may make the server hold before the request is decoded.
@@ -33,12 +33,12 @@ pub const SHOULD_RATE_LIMIT_PATH: &str =
 pub struct CallLimits {
     /// Largest encoded RateLimitRequest; a larger one is refused (OUT_OF_RANGE, as tonic says it)
     /// from its length prefix, before its bytes are buffered.
-    pub max_request_bytes: usize,
+    pub(crate) max_request_bytes: usize,
     /// Request bytes buffered by all calls together; past it new bytes are refused
     /// (RESOURCE_EXHAUSTED) until calls in progress finish.
-    pub max_buffered_bytes: usize,
+    pub(crate) max_buffered_bytes: usize,
     /// Longest time a request may take to arrive in full; a stalled stream is then ended.
-    pub body_timeout: Duration,
+    pub(crate) body_timeout: Duration,
 }
 
 impl Default for CallLimits {
@@ -54,12 +54,12 @@ impl Default for CallLimits {
 struct Shared<S> {
     front: Arc<FrontDoor<S>>,
     limits: CallLimits,
-    /// One permit per request byte buffered (see [`GuardedBody`]).
+    /// One permit per request byte buffered (see [`BoundedBody`]).
     buffered: Arc<Semaphore>,
 }
 
 /// The tonic service around a shared engine.
-pub struct RateLimitGrpc<S> {
+pub(crate) struct RateLimitGrpc<S> {
     shared: Arc<Shared<S>>,
 }
 
@@ -76,7 +76,7 @@ impl<S> NamedService for RateLimitGrpc<S> {
 }
 
 impl<S: Backend> RateLimitGrpc<S> {
-    pub fn new(front: Arc<FrontDoor<S>>, limits: CallLimits) -> Self {
+    pub(crate) fn new(front: Arc<FrontDoor<S>>, limits: CallLimits) -> Self {
         let permits = limits.max_buffered_bytes.clamp(1, Semaphore::MAX_PERMITS);
         RateLimitGrpc {
             shared: Arc::new(Shared {
@@ -131,7 +131,7 @@ where
             }
             let limits = this.shared.limits;
             let request = request.map(|body| {
-                GuardedBody::new(body, this.shared.buffered.clone(), limits.body_timeout)
+                BoundedBody::new(body, this.shared.buffered.clone(), limits.body_timeout)
             });
             let bounds = this.shared.front.engine().settings().bounds;
             let mut grpc = Grpc::new(RequestCodec::new(bounds))

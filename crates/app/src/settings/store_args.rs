@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::config::parse_duration;
+use ratelimit_core::config::parse_duration;
 use ratelimit_redis::{InvalidSetting, RedisConfig, RedisSettings, RedisType, SocketType};
 use ratelimit_remote::{FailureMode, LocalShare};
 
@@ -19,7 +19,7 @@ pub enum BackendType {
     Redis,
 }
 
-pub fn parse_backend(text: &str) -> Result<BackendType, String> {
+pub(super) fn parse_backend(text: &str) -> Result<BackendType, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "memory" => Ok(BackendType::Memory),
         "redis" => Ok(BackendType::Redis),
@@ -44,7 +44,7 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-pub fn parse_failure_mode(text: &str) -> Result<FailureMode, String> {
+pub(super) fn parse_failure_mode(text: &str) -> Result<FailureMode, String> {
     FailureMode::parse(text).ok_or_else(|| {
         format!("'{text}' is not a failure mode (expected local, allow, deny or error)")
     })

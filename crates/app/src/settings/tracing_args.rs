@@ -14,7 +14,7 @@ pub enum OtlpProtocol {
     Grpc,
 }
 
-pub fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
+pub(super) fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
     match text.trim().to_ascii_lowercase().as_str() {
         "grpc" => Ok(OtlpProtocol::Grpc),
         "http/protobuf" | "http/json" | "http" => Err(format!(
@@ -26,10 +26,10 @@ pub fn parse_protocol(text: &str) -> Result<OtlpProtocol, String> {
 }
 
 /// An `http://` or `https://` URL with a host, as the OTLP/gRPC exporter needs.
-pub fn parse_endpoint(text: &str) -> Result<String, String> {
+pub(super) fn parse_endpoint(text: &str) -> Result<String, String> {
     let text = text.trim();
     // As messages show it: a password in the URL is never repeated.
-    let shown = crate::redact::credentials(text);
+    let shown = ratelimit_core::redact::credentials(text);
     let uri: tonic::codegen::http::Uri = text
         .parse()
         .map_err(|e| format!("'{shown}' is not a URL: {e}"))?;
@@ -43,7 +43,7 @@ pub fn parse_endpoint(text: &str) -> Result<String, String> {
 
 /// `key1=value1,key2=value2`, values percent-decoded, as the OpenTelemetry specification writes
 /// OTEL_EXPORTER_OTLP_HEADERS.
-pub fn parse_headers(text: &str) -> Result<Headers, String> {
+pub(super) fn parse_headers(text: &str) -> Result<Headers, String> {
     let mut headers = Vec::new();
     for (n, pair) in text
         .split(',')
@@ -79,7 +79,7 @@ pub fn parse_headers(text: &str) -> Result<Headers, String> {
 
 /// Parsed OTEL_EXPORTER_OTLP_HEADERS.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Headers(pub Vec<(String, String)>);
+pub(crate) struct Headers(pub Vec<(String, String)>);
 
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {

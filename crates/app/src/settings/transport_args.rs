@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::parse_duration;
 use crate::net::Timeouts;
 use crate::service::CallLimits;
+use ratelimit_core::config::parse_duration;
 
 /// Listener and call bounds for `serve`.
 #[derive(Debug, Clone, Args)]
@@ -75,7 +75,7 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `65536`, `64KiB`, `1MiB` (binary units; `KB`/`MB` read the same).
-pub fn byte_size(text: &str) -> Result<usize, String> {
+pub(crate) fn byte_size(text: &str) -> Result<usize, String> {
     let t = text.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (number, unit) = t.split_at(digits);

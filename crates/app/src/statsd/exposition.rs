@@ -13,7 +13,7 @@ use super::names::{has_statsd_name, stats};
 const HELP: &str = "The reference's statsd stat, named by PROMETHEUS_MAPPER_YAML";
 
 /// `families` as the mapping shows them.
-pub fn mapped(families: Vec<MetricFamily>, mapper: &Mapper) -> Vec<MetricFamily> {
+pub(crate) fn mapped(families: Vec<MetricFamily>, mapper: &Mapper) -> Vec<MetricFamily> {
     // name → labels → value; samples that land on one series are added up.
     let mut series: BTreeMap<String, BTreeMap<Vec<(String, String)>, f64>> = BTreeMap::new();
     for (stat, value) in stats(&families) {

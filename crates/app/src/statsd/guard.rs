@@ -6,10 +6,10 @@
 use yaml_rust2::parser::{Event, Parser};
 
 /// Deepest nesting of mappings and lists accepted (a mapping file needs four levels).
-pub const MAX_DEPTH: usize = 32;
+pub(super) const MAX_DEPTH: usize = 32;
 
 /// Refuses aliases and deep nesting, naming the line; leaves every other check to the loader.
-pub fn check(source: &str) -> Result<(), String> {
+pub(super) fn check(source: &str) -> Result<(), String> {
     let mut parser = Parser::new_from_str(source);
     let mut depth = 0usize;
     loop {

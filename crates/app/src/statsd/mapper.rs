@@ -37,7 +37,7 @@ struct Mapping {
 
 /// What becomes of one stat.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mapped {
+pub(crate) enum Mapped {
     /// A series of this name and these labels (sorted by name).
     Series {
         name: String,
@@ -48,11 +48,11 @@ pub enum Mapped {
 }
 
 /// Most stat names whose mapping is remembered; past it, further names are mapped on each call.
-pub const MAX_CACHED: usize = 100_000;
+pub(crate) const MAX_CACHED: usize = 100_000;
 
 /// A parsed mapping file.
 #[derive(Debug)]
-pub struct Mapper {
+pub(crate) struct Mapper {
     mappings: Vec<Mapping>,
     ignored: Vec<String>,
     /// Stat name → what it became.
@@ -112,7 +112,7 @@ fn is_name(s: &str) -> bool {
 
 /// A stat name made a valid Prometheus name, as statsd-exporter escapes one: every other character
 /// becomes `_`, and a leading digit gets a `_` before it.
-pub fn escape(name: &str) -> String {
+pub(crate) fn escape(name: &str) -> String {
     let mut out: String = name
         .chars()
         .map(|c| {
@@ -131,7 +131,7 @@ pub fn escape(name: &str) -> String {
 
 impl Mapper {
     /// Parses a mapping file's text; the error names the mapping and the field.
-    pub fn parse(source: &str) -> Result<Mapper, String> {
+    pub(crate) fn parse(source: &str) -> Result<Mapper, String> {
         super::guard::check(source)?;
         let docs = YamlLoader::load_from_str(source).map_err(|e| e.to_string())?;
         let Some(doc) = docs.first() else {
@@ -217,12 +217,12 @@ impl Mapper {
     }
 
     /// The mapping keys read but not used (they shape timers and histograms, which we do not send).
-    pub fn ignored(&self) -> &[String] {
+    pub(crate) fn ignored(&self) -> &[String] {
         &self.ignored
     }
 
     /// What the counter `stat` becomes: the first mapping that matches, else its escaped name.
-    pub fn map(&self, stat: &str) -> Mapped {
+    pub(crate) fn map(&self, stat: &str) -> Mapped {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(mapped) = cache.get(stat) {
             return mapped.clone();
@@ -235,7 +235,8 @@ impl Mapper {
     }
 
     /// How many stat names are remembered.
-    pub fn cached(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn cached(&self) -> usize {
         self.cache.lock().map_or(0, |c| c.len())
     }
 

@@ -3,11 +3,11 @@
 //! [`mapper`], its YAML checked by `guard`) that names them on the metrics page as the
 //! reference's Prometheus sink does ([`exposition`]).
 
-pub mod exposition;
+pub(crate) mod exposition;
 mod guard;
-pub mod mapper;
-pub mod names;
+pub(crate) mod mapper;
+pub(crate) mod names;
 mod sink;
 
-pub use mapper::Mapper;
-pub use sink::{StatsdArgs, lines, spawn};
+pub(crate) use mapper::Mapper;
+pub(crate) use sink::{StatsdArgs, spawn};

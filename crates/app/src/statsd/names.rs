@@ -22,7 +22,7 @@ fn statsd_name(family: &str) -> Option<(&'static str, bool)> {
 }
 
 /// Whether a family is one of those the reference sends as statsd stats.
-pub fn has_statsd_name(family: &str) -> bool {
+pub(crate) fn has_statsd_name(family: &str) -> bool {
     statsd_name(family).is_some()
 }
 
@@ -33,7 +33,7 @@ pub(super) fn clean(part: &str) -> String {
 
 /// Every counter of `families` that the reference sends, as (statsd name, value), in the
 /// families' order.
-pub fn stats(families: &[MetricFamily]) -> Vec<(String, f64)> {
+pub(crate) fn stats(families: &[MetricFamily]) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for family in families {
         let Some((stat, per_rule)) = statsd_name(family.name()) else {

@@ -15,13 +15,13 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::config::parse_duration;
-use crate::metrics::Metrics;
+use ratelimit_core::config::parse_duration;
+use ratelimit_core::metrics::Metrics;
 
 /// How long a connection to the sink may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// The statsd settings, under the reference's names.
+/// The statsd settings, under the reference's names: plain data, part of the settings record.
 #[derive(Debug, Clone, Args)]
 pub struct StatsdArgs {
     /// Send the reference's statsd stats over TCP (the reference's default is on; ours is off).
@@ -40,7 +40,7 @@ pub struct StatsdArgs {
 
 /// The statsd lines of the counters that moved since `last` (which is updated): `name:delta|c`.
 /// Pure.
-pub fn lines(families: &[MetricFamily], last: &mut HashMap<String, f64>) -> String {
+pub(crate) fn lines(families: &[MetricFamily], last: &mut HashMap<String, f64>) -> String {
     let mut out = String::new();
     for (name, value) in super::names::stats(families) {
         let before = last.insert(name.clone(), value).unwrap_or(0.0);
@@ -58,7 +58,7 @@ pub fn lines(families: &[MetricFamily], last: &mut HashMap<String, f64>) -> Stri
 }
 
 /// Sends the stats every flush interval until `stop` turns true.
-pub fn spawn(
+pub(crate) fn spawn(
     args: &StatsdArgs,
     metrics: std::sync::Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
@@ -125,7 +125,7 @@ fn warn_once(failing: &mut bool, target: &str, error: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
+    use ratelimit_core::metrics::Metrics;
 
     #[test]
     fn only_what_moved_is_sent_under_the_reference_s_names() {

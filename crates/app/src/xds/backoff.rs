@@ -7,11 +7,11 @@ use std::time::Duration;
 /// `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL`, `_MAX_INTERVAL`, `_RANDOM_FACTOR`, `_JITTER`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
+    pub(crate) initial: Duration,
+    pub(crate) max: Duration,
     /// Share of the delay it may move by either way, in [0, 1].
-    pub random_factor: f64,
-    pub jitter: bool,
+    pub(crate) random_factor: f64,
+    pub(crate) jitter: bool,
 }
 
 impl Backoff {
@@ -37,7 +37,7 @@ impl Backoff {
 
 /// A draw in [0, 1) from the process's random hash keys and a counter: different per call and per
 /// process, no generator to seed.
-pub fn draw() -> f64 {
+pub(super) fn draw() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
     static CALLS: AtomicU64 = AtomicU64::new(0);

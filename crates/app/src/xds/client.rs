@@ -34,12 +34,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// What the client works on.
-pub struct XdsClient {
-    pub config: XdsConfig,
-    pub reloader: Arc<Reloader>,
-    pub status: Arc<ServerStatus>,
-    pub health: HealthReporter,
-    pub metrics: XdsMetrics,
+pub(crate) struct XdsClient {
+    pub(crate) config: XdsConfig,
+    pub(crate) reloader: Arc<Reloader>,
+    pub(crate) status: Arc<ServerStatus>,
+    pub(crate) health: HealthReporter,
+    pub(crate) metrics: XdsMetrics,
 }
 
 /// How a stream ended.
@@ -78,7 +78,7 @@ fn around(interval: Duration) -> Duration {
 
 impl XdsClient {
     /// Runs until `shutdown` turns true.
-    pub fn spawn(self, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
+    pub(crate) fn spawn(self, shutdown: watch::Receiver<bool>) -> JoinHandle<()> {
         tokio::spawn(self.run(shutdown))
     }
 

@@ -16,10 +16,11 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 };
 use prost::Message;
 
-use crate::config::{ConfigError, ConfigErrors};
+use ratelimit_core::config::{ConfigError, ConfigErrors};
 
 /// The type URL of the resources the rules come in.
-pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
+pub(super) const TYPE_URL: &str =
+    "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 
 /// Deepest descriptor nesting rendered; deeper is refused before rendering (the validator would
 /// refuse it too, past its own depth limit).
@@ -27,12 +28,12 @@ const MAX_DEPTH: usize = 64;
 
 /// One resource as a rules document.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Document {
+pub(super) struct Document {
     /// `xds:RateLimitConfig/<name>`: the "file" of the validator's messages.
-    pub path: PathBuf,
-    pub text: String,
+    pub(crate) path: PathBuf,
+    pub(crate) text: String,
     /// The resource's name, as the management server gave it.
-    pub name: String,
+    pub(crate) name: String,
     /// Per line (0-based), the field path written on it.
     fields: Vec<String>,
 }
@@ -167,7 +168,7 @@ fn depth(list: &[RateLimitDescriptor]) -> usize {
 }
 
 /// One resource's rules as a document.
-pub fn render(config: &RateLimitConfig) -> Document {
+pub(super) fn render(config: &RateLimitConfig) -> Document {
     let mut w = Writer::default();
     w.line(
         0,
@@ -190,7 +191,7 @@ pub fn render(config: &RateLimitConfig) -> Document {
 
 /// A response's resources as documents, or why one cannot be read (a message per resource,
 /// naming it by position and, when known, name).
-pub fn decode(resources: &[Any]) -> Result<Vec<Document>, Vec<String>> {
+pub(super) fn decode(resources: &[Any]) -> Result<Vec<Document>, Vec<String>> {
     let mut documents = Vec::with_capacity(resources.len());
     let mut errors = Vec::new();
     for (i, any) in resources.iter().enumerate() {
@@ -273,12 +274,12 @@ fn shorten(message: &str, documents: &[Document]) -> String {
 }
 
 /// Every validation error as [`describe`] tells it.
-pub fn describe_all(errors: &ConfigErrors, documents: &[Document]) -> Vec<String> {
+pub(super) fn describe_all(errors: &ConfigErrors, documents: &[Document]) -> Vec<String> {
     errors.0.iter().map(|e| describe(e, documents)).collect()
 }
 
 /// The documents as the reloader takes them.
-pub fn texts(documents: &[Document]) -> Vec<(PathBuf, String)> {
+pub(super) fn texts(documents: &[Document]) -> Vec<(PathBuf, String)> {
     documents
         .iter()
         .map(|d| (d.path.clone(), d.text.clone()))

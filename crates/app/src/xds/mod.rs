@@ -16,6 +16,7 @@ mod settings;
 mod silence;
 mod tls;
 
-pub use client::XdsClient;
-pub use settings::{ConfigType, XdsArgs, XdsConfig};
-pub use silence::XdsMetrics;
+pub(crate) use client::XdsClient;
+pub use settings::ConfigType;
+pub(crate) use settings::{XdsArgs, XdsConfig};
+pub(crate) use silence::XdsMetrics;

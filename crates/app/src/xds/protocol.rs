@@ -14,7 +14,7 @@ const INVALID_ARGUMENT: i32 = 3;
 
 /// What was done with a response.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(super) enum Verdict {
     /// Applied: the rules in force are the response's.
     Ack,
     /// Refused, with why: the previous rules stay in force.
@@ -23,14 +23,14 @@ pub enum Verdict {
 
 /// One client's subscription: who we are and what we last accepted.
 #[derive(Debug, Clone)]
-pub struct Subscription {
+pub(super) struct Subscription {
     node: Node,
     /// `version_info` of the last response ACKed ("" before any).
     acked_version: String,
 }
 
 impl Subscription {
-    pub fn new(node: Node) -> Subscription {
+    pub(super) fn new(node: Node) -> Subscription {
         Subscription {
             node,
             acked_version: String::new(),
@@ -38,7 +38,7 @@ impl Subscription {
     }
 
     /// The version of the rules in force ("" before any came).
-    pub fn acked_version(&self) -> &str {
+    pub(super) fn acked_version(&self) -> &str {
         &self.acked_version
     }
 
@@ -54,12 +54,12 @@ impl Subscription {
 
     /// The first request of a new stream: every resource of the type (no names, SotW), with the
     /// version already held and no nonce (nonces are per stream).
-    pub fn subscribe(&self) -> DiscoveryRequest {
+    pub(super) fn subscribe(&self) -> DiscoveryRequest {
         self.request("")
     }
 
     /// A response of another type than the one subscribed to is refused without looking inside.
-    pub fn unexpected_type(response: &DiscoveryResponse) -> Option<String> {
+    pub(super) fn unexpected_type(response: &DiscoveryResponse) -> Option<String> {
         (response.type_url != TYPE_URL).then(|| {
             format!(
                 "unexpected resource type '{}': subscribed to {TYPE_URL} only",
@@ -70,7 +70,11 @@ impl Subscription {
 
     /// The answer to `response` once `verdict` was reached: an ACK moves the version on; a NACK
     /// repeats the last good version and says why.
-    pub fn answer(&mut self, response: &DiscoveryResponse, verdict: &Verdict) -> DiscoveryRequest {
+    pub(super) fn answer(
+        &mut self,
+        response: &DiscoveryResponse,
+        verdict: &Verdict,
+    ) -> DiscoveryRequest {
         match verdict {
             Verdict::Ack => {
                 self.acked_version = response.version_info.clone();

@@ -12,7 +12,7 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
 
 use super::backoff::Backoff;
 use super::tls::ClientTls;
-use crate::config::parse_duration;
+use ratelimit_core::config::parse_duration;
 
 /// Where the rules come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,14 +10,14 @@ use tokio::time::Instant;
 
 /// The xDS client's series.
 #[derive(Clone)]
-pub struct XdsMetrics {
+pub(crate) struct XdsMetrics {
     unanswered: IntGauge,
     unanswered_streams: IntCounter,
 }
 
 impl XdsMetrics {
     /// The series, registered on `registry` (a second registration keeps the first).
-    pub fn register(registry: &Registry) -> XdsMetrics {
+    pub(crate) fn register(registry: &Registry) -> XdsMetrics {
         let metrics = XdsMetrics {
             unanswered: IntGauge::new(
                 "ratelimit_xds_stream_unanswered",
@@ -38,7 +38,7 @@ impl XdsMetrics {
 }
 
 /// One stream's wait for its first response.
-pub struct Silence<'a> {
+pub(super) struct Silence<'a> {
     metrics: &'a XdsMetrics,
     wait: Duration,
     deadline: Instant,
@@ -48,7 +48,7 @@ pub struct Silence<'a> {
 
 impl<'a> Silence<'a> {
     /// Starts the wait now.
-    pub fn new(metrics: &'a XdsMetrics, wait: Duration) -> Silence<'a> {
+    pub(super) fn new(metrics: &'a XdsMetrics, wait: Duration) -> Silence<'a> {
         Silence {
             metrics,
             wait,
@@ -59,17 +59,17 @@ impl<'a> Silence<'a> {
     }
 
     /// Whether the wait may still run out (no response yet, not warned yet).
-    pub fn watching(&self) -> bool {
+    pub(super) fn watching(&self) -> bool {
         !self.warned && !self.answered
     }
 
     /// When the wait runs out.
-    pub fn deadline(&self) -> Instant {
+    pub(super) fn deadline(&self) -> Instant {
         self.deadline
     }
 
     /// The wait ran out: warn once, and say so on the metrics.
-    pub fn expired(&mut self, server: &str) {
+    pub(super) fn expired(&mut self, server: &str) {
         if !self.watching() {
             return;
         }
@@ -86,7 +86,7 @@ impl<'a> Silence<'a> {
     }
 
     /// A response came.
-    pub fn answered(&mut self, server: &str) {
+    pub(super) fn answered(&mut self, server: &str) {
         if self.answered {
             return;
         }

@@ -13,13 +13,13 @@ use rustls::{ClientConfig, RootCertStore};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientTls {
     /// `CONFIG_GRPC_XDS_SERVER_TLS_CACERT`; `None`: the system's roots.
-    pub ca: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
     /// `CONFIG_GRPC_XDS_CLIENT_TLS_CERT`.
-    pub cert: Option<PathBuf>,
+    pub(crate) cert: Option<PathBuf>,
     /// `CONFIG_GRPC_XDS_CLIENT_TLS_KEY`.
-    pub key: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
     /// `CONFIG_GRPC_XDS_SERVER_TLS_SAN`, else the URL's host.
-    pub server_name: String,
+    pub(crate) server_name: String,
 }
 
 fn read(setting: &str, path: &Path) -> Result<Vec<u8>, String> {

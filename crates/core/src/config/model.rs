@@ -17,7 +17,7 @@ pub enum Unit {
 }
 
 impl Unit {
-    pub const ALL: [Unit; 7] = [
+    pub(crate) const ALL: [Unit; 7] = [
         Unit::Second,
         Unit::Minute,
         Unit::Hour,
@@ -28,7 +28,7 @@ impl Unit {
     ];
 
     /// Length of one unit in seconds (the reference's values: month = 30 d, year = 365 d).
-    pub fn seconds(self) -> u64 {
+    pub(crate) fn seconds(self) -> u64 {
         match self {
             Unit::Second => 1,
             Unit::Minute => 60,
@@ -41,7 +41,7 @@ impl Unit {
     }
 
     /// Parses a unit name case-insensitively (`second`, `MINUTE`, …).
-    pub fn parse(name: &str) -> Option<Unit> {
+    pub(crate) fn parse(name: &str) -> Option<Unit> {
         Unit::ALL
             .into_iter()
             .find(|u| u.name().eq_ignore_ascii_case(name))
@@ -131,17 +131,17 @@ pub struct Limit {
     pub algorithm: Option<Algorithm>,
     /// Our extension: token bucket capacity / leaky bucket queue length (default
     /// `requests_per_unit`).
-    pub burst: Option<u32>,
+    pub(crate) burst: Option<u32>,
     /// Our extension, leaky bucket only: the longest a request may wait for its turn (default:
     /// the server's `--default-max-delay`).
-    pub max_delay: Option<Duration>,
+    pub(crate) max_delay: Option<Duration>,
     /// Names of limits this one replaces when both match in one request.
     pub replaces: Vec<String>,
 }
 
 impl Limit {
     /// The window (refill period) in seconds: unit × multiplier.
-    pub fn period_seconds(&self) -> u64 {
+    pub(crate) fn period_seconds(&self) -> u64 {
         self.unit.seconds() * u64::from(self.unit_multiplier)
     }
 
@@ -172,7 +172,7 @@ pub struct Location {
 
 /// Deepest nesting of descriptors in a rules file: the most entries a request's descriptor may
 /// have by default (`MAX_ENTRIES`), since a rule matches a descriptor of exactly its depth.
-pub const MAX_DESCRIPTOR_DEPTH: usize = 32;
+pub(crate) const MAX_DESCRIPTOR_DEPTH: usize = 32;
 
 /// A `metadata` value as written (any YAML): returned to Envoy in the response's dynamic
 /// metadata. Numbers keep their text (the model stays `Eq`); they become doubles on the wire.
@@ -199,15 +199,15 @@ pub struct DescriptorConfig {
     pub quota_mode: bool,
     pub detailed_metric: bool,
     /// `value_to_metric`: the request's value at this level goes into the rule's metric label.
-    pub value_to_metric: bool,
+    pub(crate) value_to_metric: bool,
     /// `share_threshold` (wildcard values only): every value the pattern matches shares one
     /// counter.
-    pub share_threshold: bool,
+    pub(crate) share_threshold: bool,
     /// `metadata`: a mapping returned in the response's dynamic metadata when this descriptor
     /// passes (`RESPONSE_DYNAMIC_METADATA`).
     pub metadata: Option<Vec<(String, MetaValue)>>,
     pub descriptors: Vec<DescriptorConfig>,
-    pub location: Location,
+    pub(crate) location: Location,
 }
 
 /// One rules file: one domain and its descriptor tree.

@@ -15,7 +15,7 @@ mod scalar;
 /// Deepest nesting of mappings and sequences accepted (a guard against hostile input). Each level
 /// of descriptors costs two (its list and its mapping), and the deepest limit adds up to four
 /// (`rate_limits`, a limit, `replaces`, an entry): room for [`MAX_DESCRIPTOR_DEPTH`] and a margin.
-pub const MAX_DEPTH: usize = 2 * MAX_DESCRIPTOR_DEPTH + 8;
+pub(crate) const MAX_DEPTH: usize = 2 * MAX_DESCRIPTOR_DEPTH + 8;
 
 /// What a scalar resolves to (plain scalars follow the YAML 1.2 core schema, quoted and block
 /// scalars are always strings, `!!str` forces a string).

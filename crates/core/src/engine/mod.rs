@@ -132,7 +132,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Replaces the live rules; requests in flight finish on the snapshot they started with.
-    pub fn set_policy(&self, policy: Policy) {
+    pub(crate) fn set_policy(&self, policy: Policy) {
         self.install(Arc::new(policy));
     }
 

@@ -16,12 +16,12 @@ use crate::store::{CounterId, Entries};
 /// One limit a descriptor is checked against.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct PlannedLimit<'p> {
-    pub name: &'p str,
-    pub requests_per_unit: u32,
-    pub unit: Unit,
-    pub params: LimitParams,
+    pub(crate) name: &'p str,
+    pub(crate) requests_per_unit: u32,
+    pub(crate) unit: Unit,
+    pub(crate) params: LimitParams,
     /// Position in the rule's limit list: part of the store key.
-    pub slot: usize,
+    pub(crate) slot: usize,
 }
 
 /// A rule's limits: inline up to two (most rules have one), so planning allocates nothing.
@@ -37,18 +37,18 @@ pub(super) enum Kind<'p> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Plan<'p> {
-    pub kind: Kind<'p>,
-    pub hits: u64,
-    pub shadow_mode: bool,
+    pub(crate) kind: Kind<'p>,
+    pub(crate) hits: u64,
+    pub(crate) shadow_mode: bool,
     /// `quota_mode` (the rule's, or the server's `QUOTA_MODE`).
-    pub quota: bool,
+    pub(crate) quota: bool,
     /// The matched rule (None for overrides and unmatched descriptors).
-    pub rule: Option<&'p Rule>,
+    pub(crate) rule: Option<&'p Rule>,
 }
 
 impl<'p> Plan<'p> {
     /// A descriptor that meets no limit (yet), charging `hits`; `quota`: the server's `QUOTA_MODE`.
-    pub fn new(hits: u64, quota: bool) -> Self {
+    pub(crate) fn new(hits: u64, quota: bool) -> Self {
         Plan {
             kind: Kind::NoLimit,
             hits,
@@ -58,7 +58,7 @@ impl<'p> Plan<'p> {
         }
     }
 
-    pub fn limits(&self) -> &[PlannedLimit<'p>] {
+    pub(crate) fn limits(&self) -> &[PlannedLimit<'p>] {
         match &self.kind {
             Kind::Limited(limits) => limits,
             _ => &[],

@@ -50,7 +50,7 @@ pub enum InvalidRequest {
 }
 
 impl RequestBounds {
-    pub fn check(&self, request: &RateLimitRequest) -> Result<(), InvalidRequest> {
+    pub(crate) fn check(&self, request: &RateLimitRequest) -> Result<(), InvalidRequest> {
         let too_long = |what: String, len: usize| InvalidRequest::TooLong {
             what,
             len,

@@ -40,7 +40,7 @@ impl LimitParams {
     }
 
     /// What a key's stored state says at `now`, e.g. `12 hits in the window that started 3s ago`.
-    pub fn describe_state(&self, state: Option<&State>, now: Nanos) -> String {
+    pub(crate) fn describe_state(&self, state: Option<&State>, now: Nanos) -> String {
         let Some(s) = state else {
             return "no state: as fresh".into();
         };

@@ -7,16 +7,16 @@ use crate::clock::Nanos;
 /// A fixed window's view of its [`State`]: the window counted in and its hits. A window with no
 /// hits is stored as no state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FixedWindowState {
+pub(crate) struct FixedWindowState {
     /// The end of the window counted in, when the state expires. Stored as `State.a`.
-    pub end: Nanos,
+    pub(crate) end: Nanos,
     /// The hits counted in it. Stored as `State.b`.
-    pub count: u64,
+    pub(crate) count: u64,
 }
 
 impl FixedWindowState {
     #[inline]
-    pub fn from_state(state: &State) -> FixedWindowState {
+    pub(crate) fn from_state(state: &State) -> FixedWindowState {
         FixedWindowState {
             end: state.a,
             count: state.b,
@@ -24,7 +24,7 @@ impl FixedWindowState {
     }
 
     #[inline]
-    pub fn into_state(self) -> State {
+    pub(crate) fn into_state(self) -> State {
         if self.count == 0 {
             return State::default();
         }

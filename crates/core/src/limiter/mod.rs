@@ -19,9 +19,9 @@ use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::{Algorithm, Limit};
 
 pub use describe::human;
-pub use fixed_window::FixedWindowState;
-pub use sliding_window::SlidingWindowState;
-pub use token_bucket::TatState;
+pub(crate) use fixed_window::FixedWindowState;
+pub(crate) use sliding_window::SlidingWindowState;
+pub(crate) use token_bucket::TatState;
 
 /// What a limit that does not say gets: the server-wide `--default-algorithm` and
 /// `--default-max-delay`.
@@ -95,8 +95,8 @@ impl LimitParams {
 
 /// Per-key state as stores keep it: two words whose meaning belongs to the algorithm. Each
 /// algorithm reads and writes them through its own view, the only place that packs them:
-/// [`TatState`] (token and leaky bucket: a theoretical arrival / drain time, and the rate it was
-/// written at), [`FixedWindowState`] (window end and count) and [`SlidingWindowState`] (when both
+/// `TatState` (token and leaky bucket: a theoretical arrival / drain time, and the rate it was
+/// written at), `FixedWindowState` (window end and count) and `SlidingWindowState` (when both
 /// windows are forgotten, and both windows' counts). A key with no state behaves as a fresh key.
 ///
 /// Every algorithm keeps one promise about `a`: from the instant `a` on, the state is equivalent to

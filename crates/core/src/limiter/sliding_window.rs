@@ -22,19 +22,19 @@ use crate::clock::Nanos;
 
 /// A sliding window's view of its [`State`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlidingWindowState {
+pub(crate) struct SlidingWindowState {
     /// The end of the window after the current one: when both counts are forgotten, and so when
     /// the state expires. Stored as `State.a`.
-    pub forgotten_at: Nanos,
+    pub(crate) forgotten_at: Nanos,
     /// The hits counted in the window before the current one. The high half of `State.b`.
-    pub previous: u32,
+    pub(crate) previous: u32,
     /// The hits counted in the current window. The low half of `State.b`.
-    pub current: u32,
+    pub(crate) current: u32,
 }
 
 impl SlidingWindowState {
     #[inline]
-    pub fn from_state(state: &State) -> SlidingWindowState {
+    pub(crate) fn from_state(state: &State) -> SlidingWindowState {
         SlidingWindowState {
             forgotten_at: state.a,
             previous: (state.b >> 32) as u32,
@@ -43,7 +43,7 @@ impl SlidingWindowState {
     }
 
     #[inline]
-    pub fn into_state(self) -> State {
+    pub(crate) fn into_state(self) -> State {
         if self.previous == 0 && self.current == 0 {
             return State::default();
         }

@@ -21,22 +21,22 @@ use crate::clock::Nanos;
 /// A token bucket's (or a leaky bucket's) view of its [`State`]: the theoretical arrival time
 /// (TAT), exactly, as `rounded_up` whole nanoseconds minus `below` scaled units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TatState {
+pub(crate) struct TatState {
     /// The TAT rounded up to a whole nanosecond: when the bucket is full again (the queue empty),
     /// and so when the state expires. Stored as `State.a`.
-    pub rounded_up: Nanos,
+    pub(crate) rounded_up: Nanos,
     /// How many scaled units (1/`written_scale` ns) before `rounded_up` the TAT lies: less than
     /// `written_scale`. The low half of `State.b`.
-    pub below: u32,
+    pub(crate) below: u32,
     /// The `requests_per_unit` the state was written at, the scale of `below`; 0 in a state written
     /// before the scale was recorded, which is read in the current scale. The high half of
     /// `State.b`.
-    pub written_scale: u32,
+    pub(crate) written_scale: u32,
 }
 
 impl TatState {
     #[inline]
-    pub fn from_state(state: &State) -> TatState {
+    pub(crate) fn from_state(state: &State) -> TatState {
         TatState {
             rounded_up: state.a,
             below: state.b as u32,
@@ -45,7 +45,7 @@ impl TatState {
     }
 
     #[inline]
-    pub fn into_state(self) -> State {
+    pub(crate) fn into_state(self) -> State {
         State {
             a: self.rounded_up,
             b: (u64::from(self.written_scale) << 32) | u64::from(self.below),

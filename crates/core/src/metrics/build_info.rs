@@ -7,18 +7,18 @@ use std::sync::OnceLock;
 use prometheus::{IntGaugeVec, Opts, Registry};
 
 /// The package version, from `Cargo.toml`.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The commit the binary was built from: `RATELIMIT_SERVER_COMMIT` in the build's environment
 /// (the Dockerfile passes its `REVISION` build argument), read at compile time, so no git is
 /// needed at run time. `None` when the build was not given one or it was empty.
-pub const COMMIT: Option<&str> = match option_env!("RATELIMIT_SERVER_COMMIT") {
+pub(crate) const COMMIT: Option<&str> = match option_env!("RATELIMIT_SERVER_COMMIT") {
     Some(commit) if !commit.is_empty() => Some(commit),
     _ => None,
 };
 
 /// The `commit` label's value when the build was given no commit.
-pub const UNKNOWN_COMMIT: &str = "unknown";
+pub(crate) const UNKNOWN_COMMIT: &str = "unknown";
 
 /// `--version`'s text after the program name: `0.1.0`, or `0.1.0 (commit 1a2b3c4)`.
 pub fn long_version() -> &'static str {

@@ -8,18 +8,21 @@ use std::hash::Hasher;
 use siphasher::sip::SipHasher13;
 
 /// The longest `rule` label a detailed series gets, in bytes.
-pub const MAX_LABEL_LEN: usize = 256;
+pub(crate) const MAX_LABEL_LEN: usize = 256;
 /// `~` and 16 hex digits.
 const HASH_SUFFIX_LEN: usize = 17;
 
 /// The bounded label of a descriptor's `(key, value)` entries. Reads every byte (for the hash) but
 /// copies at most about `MAX_LABEL_LEN` of them.
-pub fn detailed_label<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+#[cfg(test)]
+pub(crate) fn detailed_label<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
     bounded_label(entries.into_iter().map(|(k, v)| (k, Some(v))))
 }
 
 /// The same, from pieces `key` (alone) or `key` and a value (`key_value`).
-pub fn bounded_label<'a>(pieces: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> String {
+pub(crate) fn bounded_label<'a>(
+    pieces: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> String {
     let mut label = String::new();
     // Fixed keys: a value keeps its label across restarts, so dashboards keep the series.
     let mut hasher = SipHasher13::new();

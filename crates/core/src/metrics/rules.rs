@@ -14,7 +14,7 @@ use super::series::{Counts, HitOutcome};
 use crate::policy::{Policy, Rule};
 
 /// Where a `detailed_metric` rule counts hits past the cap: `<rule path>_overflow`.
-pub const OVERFLOW_SUFFIX: &str = "_overflow";
+pub(crate) const OVERFLOW_SUFFIX: &str = "_overflow";
 /// The `rule` label of request-supplied limit overrides.
 pub const OVERRIDE_RULE: &str = "override";
 
@@ -26,13 +26,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// How many detailed series exist, server-wide, against the cap.
 #[derive(Debug)]
-pub struct DetailedBudget {
+pub(crate) struct DetailedBudget {
     cap: usize,
     live: AtomicUsize,
 }
 
 impl DetailedBudget {
-    pub fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         DetailedBudget {
             cap,
             live: AtomicUsize::new(0),
@@ -49,11 +49,6 @@ impl DetailedBudget {
 
     fn give_back(&self, n: usize) {
         self.live.fetch_sub(n, Ordering::Relaxed);
-    }
-
-    /// Detailed series alive now.
-    pub fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
     }
 }
 
@@ -119,7 +114,7 @@ impl LabelShape {
 
 /// The series of one hit rule.
 #[derive(Debug)]
-pub struct RuleSeries {
+pub(crate) struct RuleSeries {
     domain: String,
     path: String,
     /// The rule's own series (not exported for detailed rules, which count per request label).
@@ -147,7 +142,7 @@ impl RuleSeries {
 
     /// Counts `hits` with `outcome`. For a detailed rule, under the series of the request's
     /// entries (`entries` is only read then), or past the cap, under the rule's overflow series.
-    pub fn record<'e>(
+    pub(crate) fn record<'e>(
         &self,
         outcome: HitOutcome,
         hits: u64,
@@ -196,7 +191,7 @@ impl RuleSeries {
 
 /// The series slots of one policy.
 #[derive(Debug)]
-pub struct PolicyMetrics {
+pub(crate) struct PolicyMetrics {
     /// By `Rule::id`: empty until the rule's first hit.
     rules: Vec<OnceLock<Arc<RuleSeries>>>,
     /// By domain: request-supplied limit overrides.
@@ -213,7 +208,7 @@ impl Default for PolicyMetrics {
 }
 
 impl PolicyMetrics {
-    pub fn new(budget: Arc<DetailedBudget>) -> Self {
+    pub(crate) fn new(budget: Arc<DetailedBudget>) -> Self {
         PolicyMetrics {
             rules: Vec::new(),
             overrides: HashMap::new(),
@@ -224,7 +219,7 @@ impl PolicyMetrics {
 
     /// The table for `policy`, taking over from `old` the series of every rule `policy` keeps:
     /// same domain and path, and still (or still not) `detailed_metric`.
-    pub fn carry_over(old: &PolicyMetrics, policy: &Policy) -> PolicyMetrics {
+    pub(crate) fn carry_over(old: &PolicyMetrics, policy: &Policy) -> PolicyMetrics {
         let old_hits = lock(&old.hit).clone();
         let mut by_name: HashMap<(&str, &str), &Arc<RuleSeries>> = old_hits
             .iter()
@@ -268,7 +263,7 @@ impl PolicyMetrics {
     }
 
     /// The series of `rule` (of `domain`), created on its first hit.
-    pub fn rule(&self, domain: &str, rule: &Rule) -> Option<&RuleSeries> {
+    pub(crate) fn rule(&self, domain: &str, rule: &Rule) -> Option<&RuleSeries> {
         let slot = self.rules.get(rule.id)?;
         let series = slot.get_or_init(|| {
             let series = Arc::new(RuleSeries::new(domain, rule, &self.budget));
@@ -279,7 +274,7 @@ impl PolicyMetrics {
     }
 
     /// The series of request-supplied overrides in `domain`, created on its first hit.
-    pub fn override_counts(&self, domain: &str) -> Option<&Counts> {
+    pub(crate) fn override_counts(&self, domain: &str) -> Option<&Counts> {
         let slot = self.overrides.get(domain)?;
         Some(slot.get_or_init(|| Arc::new(Counts::default())))
     }

@@ -15,7 +15,7 @@ pub enum HitOutcome {
 }
 
 /// The per-rule metric families, in the order of `Counts::values`.
-pub const FAMILIES: [(&str, &str); 5] = [
+pub(crate) const FAMILIES: [(&str, &str); 5] = [
     ("ratelimit_service_rate_limit_total_hits", "Hits on a rule"),
     (
         "ratelimit_service_rate_limit_over_limit",
@@ -54,7 +54,7 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Counts {
-    pub fn record(&self, outcome: HitOutcome, hits: u64) {
+    pub(crate) fn record(&self, outcome: HitOutcome, hits: u64) {
         add(&self.total_hits, hits);
         match outcome {
             HitOutcome::Within => add(&self.within_limit, hits),
@@ -71,7 +71,7 @@ impl Counts {
     }
 
     /// The counts in the order of `FAMILIES`.
-    pub fn values(&self) -> [u64; 5] {
+    pub(crate) fn values(&self) -> [u64; 5] {
         [
             &self.total_hits,
             &self.over_limit,

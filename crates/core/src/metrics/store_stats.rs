@@ -20,7 +20,7 @@ const EVICTIONS: (&str, &str) = (
 );
 
 /// Where the collector reads the store's counts.
-pub type StatsSource = Arc<dyn Fn() -> StoreStats + Send + Sync>;
+pub(crate) type StatsSource = Arc<dyn Fn() -> StoreStats + Send + Sync>;
 
 pub(super) struct StoreStatsCollector {
     source: Arc<OnceLock<StatsSource>>,

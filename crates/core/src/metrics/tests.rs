@@ -2,6 +2,7 @@
 //! (domain, path), gone with their rule, and counters that never go down.
 
 use super::*;
+use crate::metrics::label::MAX_LABEL_LEN;
 use crate::policy::Rule;
 
 fn policy(yaml: &str) -> Policy {

@@ -8,7 +8,6 @@ mod pattern;
 
 use std::collections::HashMap;
 
-pub use order::ORDER_STEPS;
 pub use pattern::Pattern;
 
 use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec};
@@ -53,19 +52,19 @@ pub struct Rule {
     pub quota_mode: bool,
     pub detailed_metric: bool,
     /// Per entry (by position): `value_to_metric` on the node that entry matches.
-    pub value_to_metric: Vec<bool>,
+    pub(crate) value_to_metric: Vec<bool>,
     /// Per entry (by position): the node's segment of `path` (`key`, `key_value`, `key_pattern`).
-    pub segments: Vec<String>,
+    pub(crate) segments: Vec<String>,
     /// Entries (by position) matched by a `share_threshold` wildcard, with the pattern that stands
     /// for their value in the counter's key, so every value it matches shares one counter.
-    pub shared: Vec<(usize, String)>,
+    pub(crate) shared: Vec<(usize, String)>,
     /// `metadata` of the rule's descriptor, for the response's dynamic metadata.
-    pub metadata: Option<Vec<(String, MetaValue)>>,
+    pub(crate) metadata: Option<Vec<(String, MetaValue)>>,
 }
 
 impl Rule {
     /// Names of the limits this rule replaces when matched.
-    pub fn replaces(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn replaces(&self) -> impl Iterator<Item = &str> {
         let (unlimited, limited): (&[String], &[RuleLimit]) = match &self.kind {
             RuleKind::Unlimited { replaces, .. } => (replaces, &[]),
             RuleKind::Limited(limits) => (&[], limits),
@@ -89,7 +88,7 @@ pub enum NodeValue {
 pub struct Node {
     pub key: String,
     pub value: NodeValue,
-    pub rule: Option<Rule>,
+    pub(crate) rule: Option<Rule>,
     pub location: Location,
     children: Level,
 }
@@ -303,7 +302,7 @@ impl DomainRules {
     }
 
     /// The rule for a descriptor, if any (the hot path).
-    pub fn rule_for<'e>(
+    pub(crate) fn rule_for<'e>(
         &self,
         entries: impl IntoIterator<Item = (&'e str, &'e str)>,
     ) -> Option<&Rule> {

@@ -7,12 +7,12 @@
 use super::{DomainRules, Level};
 
 /// Most node visits one ordering may take.
-pub const ORDER_STEPS: usize = 4096;
+pub(crate) const ORDER_STEPS: usize = 4096;
 
 impl DomainRules {
     /// The order (indexes into `entries`) in which `entries` match one of this domain's rules
     /// using every entry, or `None` when no order does (or the search ran out of steps).
-    pub fn order_entries(&self, entries: &[(&str, &str)]) -> Option<Vec<usize>> {
+    pub(crate) fn order_entries(&self, entries: &[(&str, &str)]) -> Option<Vec<usize>> {
         let mut used = vec![false; entries.len()];
         let mut order = Vec::with_capacity(entries.len());
         let mut steps = ORDER_STEPS;

@@ -9,11 +9,11 @@ pub struct Pattern {
 
 impl Pattern {
     /// Whether a configured value is a wildcard pattern.
-    pub fn is_pattern(value: &str) -> bool {
+    pub(crate) fn is_pattern(value: &str) -> bool {
         value.contains('*')
     }
 
-    pub fn new(text: &str) -> Pattern {
+    pub(crate) fn new(text: &str) -> Pattern {
         Pattern {
             text: text.to_owned(),
             parts: text.split('*').map(str::to_owned).collect(),
@@ -26,7 +26,7 @@ impl Pattern {
 
     /// Whether `value` matches: the text between stars must appear in order, the first part as a
     /// prefix and the last as a suffix. Linear in the value's length per part; no backtracking.
-    pub fn matches(&self, value: &str) -> bool {
+    pub(crate) fn matches(&self, value: &str) -> bool {
         let (first, rest) = match self.parts.split_first() {
             Some(split) => split,
             None => return value.is_empty(),

@@ -60,17 +60,20 @@ impl<K: Eq + Hash + Clone> Deadlines<K> {
         Deadlines::default()
     }
 
+    #[cfg(test)]
     /// Keys with a deadline.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.next.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.next.is_empty()
     }
 
+    #[cfg(test)]
     /// `key`'s deadline, if it has one.
-    pub fn get(&self, key: &K) -> Option<Nanos> {
+    pub(crate) fn get(&self, key: &K) -> Option<Nanos> {
         self.next.get(key).copied()
     }
 

@@ -4,9 +4,9 @@
 //!
 //! Each instance publishes its demand for the bucket (requests per second, from its Envoys'
 //! reports) and reads every instance's. Its fraction is its weight over the sum of the fresh
-//! instances' weights, a weight being the demand floored at [`NEWCOMER_FLOOR`] of the mean (as
+//! instances' weights, a weight being the demand floored at `NEWCOMER_FLOOR` of the mean (as
 //! for streams within an instance), so instances computing on one snapshot take fractions that
-//! add up to at most 1, and their scaled pools ([`scaled`]) to at most the rule's.
+//! add up to at most 1, and their scaled pools (`scaled`) to at most the rule's.
 
 use std::collections::BTreeMap;
 
@@ -99,7 +99,7 @@ pub fn even(instances: usize) -> f64 {
 
 /// `whole` scaled by `fraction`, rounded down (`whole` itself at 1 or above, 0 at 0 or below or
 /// NaN). Over fractions that add up to at most 1 the parts add up to at most `whole`.
-pub fn scaled(whole: u128, fraction: f64) -> u128 {
+pub(crate) fn scaled(whole: u128, fraction: f64) -> u128 {
     if fraction >= 1.0 {
         whole
     } else if fraction > 0.0 {

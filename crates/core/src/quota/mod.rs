@@ -1,24 +1,26 @@
 //! The Rate Limit Quota Service's logic, transport-free and pure (time is passed in): which rule
-//! governs an RLQS bucket ([`bucket`]), what one rule allows as a pool of tokens ([`pool`]), and
-//! how a pool is split among the Envoys that report the bucket ([`shares`]), and which part of it
+//! governs an RLQS bucket (`bucket`), what one rule allows as a pool of tokens (`pool`), and
+//! how a pool is split among the Envoys that report the bucket (`shares`), and which part of it
 //! one server instance hands out when instances share the bucket through a shared store ([`fraction`]), and
-//! when each bucket next needs a tick ([`deadlines`]).
+//! when each bucket next needs a tick (`deadlines`).
 //! The gRPC stream and the exchange between instances around it live in `ratelimit-app`.
 
-pub mod bucket;
-pub mod deadlines;
+mod bucket;
+mod deadlines;
 pub mod fraction;
-pub mod pool;
-pub mod shares;
+mod pool;
+mod shares;
 
-pub use bucket::{Governed, Mapping, Unruled, map_bucket};
+pub use bucket::Unruled;
+pub use bucket::{Governed, MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, Mapping, canonical, map_bucket};
 pub use deadlines::Deadlines;
 pub use pool::Pool;
-pub use shares::{Grant, Shares, StreamId, TokenGrant};
+pub use shares::{ASSIGNMENT_TTL_SECS, Grant, Reported, Shares, StreamId, TokenGrant};
 
 /// What the server holds for one RLQS bucket: the rule it was read on, this instance's fraction of
 /// the pool (1 unless instances share it through a shared store) and, per stream, its grant (if any) and
-/// its demand in requests per second (`/explain?bucket=…`).
+/// its demand in requests per second (`/explain?bucket=…`). Plain data: the app's RLQS table fills
+/// it, `/explain` reads it.
 #[derive(Debug, Clone)]
 pub struct BucketView {
     pub mapping: Mapping,

@@ -25,7 +25,7 @@ impl Pool {
     /// The pool of a rule with these limits: the slowest long-run rate among them and the smallest
     /// burst (a fixed or sliding window's burst is its count: what it admits at once). `None` for
     /// no limits.
-    pub fn of(limits: &[LimitParams]) -> Option<Pool> {
+    pub(crate) fn of(limits: &[LimitParams]) -> Option<Pool> {
         limits
             .iter()
             .map(|p| Pool {
@@ -52,7 +52,7 @@ impl Pool {
     }
 
     /// Tokens per second.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         f64::from(self.tokens) / self.period_secs as f64
     }
 
@@ -67,7 +67,7 @@ impl Pool {
     }
 
     /// Whole tokens the pool adds in `secs` seconds, rounded down.
-    pub fn tokens_per(&self, secs: u64) -> u128 {
+    pub(crate) fn tokens_per(&self, secs: u64) -> u128 {
         u128::from(self.tokens) * u128::from(secs) / u128::from(self.period_secs)
     }
 }

@@ -33,15 +33,15 @@ pub type StreamId = u64;
 /// only the seconds). Re-sent on every report (Envoy reports every 5 s).
 pub const ASSIGNMENT_TTL_SECS: u64 = 20;
 /// A stream whose reports for a bucket say nothing for this long is told to abandon it.
-pub const IDLE_AFTER: Nanos = 60 * NANOS_PER_SECOND;
+pub(crate) const IDLE_AFTER: Nanos = 60 * NANOS_PER_SECOND;
 /// A newcomer's (or an idle stream's) weight: at least this share of the streams' mean demand.
-pub const NEWCOMER_FLOOR: f64 = 0.25;
+pub(crate) const NEWCOMER_FLOOR: f64 = 0.25;
 /// A current bucket at least this share of its new target (and not above it) is kept as is:
 /// every change resets Envoy's bucket, so small moves are not worth one.
-pub const KEEP_WITHIN: f64 = 0.8;
+pub(crate) const KEEP_WITHIN: f64 = 0.8;
 /// Envoy's report interval (5 s, whatever the filter's `reporting_interval` says): how late a
 /// report may tell of what was admitted.
-pub const REPORT_LAG_SECS: f64 = 5.0;
+pub(crate) const REPORT_LAG_SECS: f64 = 5.0;
 /// Weight of the newest report in a stream's demand (an exponential moving average).
 const DEMAND_WEIGHT: f64 = 0.5;
 
@@ -56,7 +56,7 @@ pub struct TokenGrant {
 
 impl TokenGrant {
     /// Tokens per second.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         f64::from(self.tokens_per_fill) / self.fill_interval_secs.max(1) as f64
     }
 
@@ -161,12 +161,14 @@ impl Shares {
         }
     }
 
-    pub fn pool(&self) -> Pool {
+    #[cfg(test)]
+    pub(crate) fn pool(&self) -> Pool {
         self.pool
     }
 
+    #[cfg(test)]
     /// Streams that report the bucket (closed ones whose assignment still lives included).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.members.len()
     }
 
@@ -328,8 +330,9 @@ impl Shares {
         member.grant
     }
 
+    #[cfg(test)]
     /// The stream's current grant.
-    pub fn grant(&self, stream: StreamId) -> Option<Grant> {
+    pub(crate) fn grant(&self, stream: StreamId) -> Option<Grant> {
         self.members.get(&stream)?.grant
     }
 
@@ -341,7 +344,7 @@ impl Shares {
             .collect()
     }
 
-    /// Open streams whose reports said nothing for [`IDLE_AFTER`]: they are removed here; tell
+    /// Open streams whose reports said nothing for `IDLE_AFTER`: they are removed here; tell
     /// their Envoys to abandon the bucket.
     pub fn idle(&mut self, now: Nanos) -> Vec<StreamId> {
         let idle: Vec<StreamId> = self

@@ -56,12 +56,12 @@ enum Source<'a> {
 
 impl<'a> Entries<'a> {
     /// With the values at these entry indexes counted as these patterns (`share_threshold`).
-    pub fn sharing(self, shared: &'a [(usize, String)]) -> Entries<'a> {
+    pub(crate) fn sharing(self, shared: &'a [(usize, String)]) -> Entries<'a> {
         Entries { shared, ..self }
     }
 
     /// (key, value) in order, as counted.
-    pub fn iter(&self) -> Iter<'a> {
+    pub(crate) fn iter(&self) -> Iter<'a> {
         Iter {
             entries: *self,
             next: 0,
@@ -90,22 +90,10 @@ impl<'a> Entries<'a> {
             Source::Request(e) => e.get(i).map(|e| (e.key.as_str(), e.value.as_str())),
         }
     }
-
-    pub fn len(&self) -> usize {
-        match self.source {
-            Source::Pairs(p) => p.len(),
-            Source::Owned(p) => p.len(),
-            Source::Request(e) => e.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The entries of a counter, in order, as counted.
-pub struct Iter<'a> {
+pub(crate) struct Iter<'a> {
     entries: Entries<'a>,
     next: usize,
 }

@@ -11,7 +11,7 @@
 
 mod counter;
 pub mod memory;
-pub mod transaction;
+mod transaction;
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -26,7 +26,9 @@ pub use transaction::{Transaction, TransactionKind, TransactionOutcome, decide};
 use crate::clock::Nanos;
 use crate::limiter::{LimitParams, Outlook, State};
 
-/// One limit to check and charge for one descriptor of a request.
+/// One limit to check and charge for one descriptor of a request. Plain data by design: every
+/// backend reads all of it, and a backend's tests re-key charges field by field; outside a
+/// decision, [`Charge::new`] builds one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Charge<K> {
     pub key: K,
@@ -38,6 +40,20 @@ pub struct Charge<K> {
     /// when any of its enforced charges is denied, and quota descriptors stop the request only
     /// when every one of them is over (the reference's rule).
     pub quota: Option<u32>,
+}
+
+impl<K> Charge<K> {
+    /// An enforced charge of `hits` on `key` under `params`, in no `quota_mode` descriptor: what
+    /// a caller outside a decision (a hand-over's write-back, a test) charges.
+    pub fn new(key: K, params: LimitParams, hits: u64) -> Self {
+        Charge {
+            key,
+            params,
+            hits,
+            enforced: true,
+            quota: None,
+        }
+    }
 }
 
 /// The answer for one charge.
@@ -74,7 +90,7 @@ pub enum StoreError {
 pub struct StoreStats {
     pub keys: usize,
     pub evictions: u64,
-    pub expired: u64,
+    pub(crate) expired: u64,
 }
 
 /// Where states live.
@@ -181,7 +197,7 @@ impl<B: Backend> Store<B> {
     }
 
     /// The stored state of a counter, charging nothing (for `/explain`).
-    pub async fn peek(&self, key: &B::Key) -> Result<Option<State>, StoreError> {
+    pub(crate) async fn peek(&self, key: &B::Key) -> Result<Option<State>, StoreError> {
         self.backend.peek(key).await
     }
 

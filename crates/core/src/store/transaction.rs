@@ -56,7 +56,7 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
     }
 
     /// The distinct keys of its charges, in order of first appearance.
-    pub fn keys(&self) -> SmallVec<[K; 4]>
+    pub(crate) fn keys(&self) -> SmallVec<[K; 4]>
     where
         K: Clone,
     {
@@ -105,7 +105,7 @@ impl<'a, K: PartialEq> Transaction<'a, K> {
 /// `decide` for a request of one charge, the common case, without its bookkeeping: the verdict,
 /// and the state to store if it is charged.
 #[inline]
-pub fn decide_one<K>(
+pub(crate) fn decide_one<K>(
     charge: &Charge<K>,
     state: Option<State>,
     now: Nanos,

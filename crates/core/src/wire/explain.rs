@@ -48,7 +48,7 @@ pub enum Explained {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExplainedLimit {
     /// The limit's `name` (`null` when it has none).
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The algorithm in force (`token_bucket`, …).
     pub algorithm: String,
     /// Whether that is the server's default (the rule names none).
@@ -58,29 +58,29 @@ pub struct ExplainedLimit {
     pub unit: String,
     pub unit_multiplier: u32,
     /// The window (refill period), in words (`1m`).
-    pub window: String,
-    pub burst: u32,
+    pub(crate) window: String,
+    pub(crate) burst: u32,
     /// What the numbers mean under the algorithm, in words.
     pub effective: String,
     /// Whole hits that would still pass now.
     pub remaining: u32,
     /// Time until the limit is fully available again, in words, and in nanoseconds.
     pub reset_after: String,
-    pub reset_after_ns: u64,
+    pub(crate) reset_after_ns: u64,
     /// The counter's stored state (`null`: never charged, or expired).
     pub state: Option<StoredState>,
     /// What that state means, in words.
     pub state_meaning: String,
     /// Leaky bucket only: the longest a request may wait for its turn, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_delay: Option<String>,
+    pub(crate) max_delay: Option<String>,
 }
 
 /// A counter's raw state: the algorithm's two numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredState {
-    pub a: u64,
-    pub b: u64,
+    pub(crate) a: u64,
+    pub(crate) b: u64,
 }
 
 /// `/explain?domain=D&bucket=k=v,…`: how an RLQS bucket is read and what each stream holds of it.

@@ -119,9 +119,9 @@ fn unit(value: &Option<Value>, field: &str) -> Result<i32, String> {
 
 /// What a body says besides its request: a record line's format version and time.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Envelope<'a> {
-    pub version: Option<u64>,
-    pub time: Option<Cow<'a, str>>,
+pub(crate) struct Envelope<'a> {
+    pub(crate) version: Option<u64>,
+    pub(crate) time: Option<Cow<'a, str>>,
 }
 
 /// Copies `text` into `to`, keeping `to`'s allocation.
@@ -133,7 +133,10 @@ pub(crate) fn set(to: &mut String, text: &str) {
 /// Reads a JSON body into `out` (reusing its strings and vectors: a line costs no allocation once
 /// they have grown). The error says what is wrong: serde's message (which names the column), or
 /// the field whose value is out of range.
-pub fn read_into<'a>(json: &'a [u8], out: &mut RateLimitRequest) -> Result<Envelope<'a>, String> {
+pub(crate) fn read_into<'a>(
+    json: &'a [u8],
+    out: &mut RateLimitRequest,
+) -> Result<Envelope<'a>, String> {
     let body: Body<'a> =
         serde_json::from_slice(json).map_err(|e| format!("invalid JSON request: {e}"))?;
     let _ = body.decision;

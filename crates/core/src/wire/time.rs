@@ -45,14 +45,14 @@ fn digits(b: &[u8], at: usize, n: usize) -> Option<u32> {
 
 /// The last instant a replay's clock can hold: `u64::MAX` nanoseconds after 1970
 /// (2554-07-21T23:34:33.709551615Z).
-pub const LAST: Nanos = u64::MAX;
+pub(crate) const LAST: Nanos = u64::MAX;
 
 /// Why a `time` is not an instant a replay can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeError {
     /// Not `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
     NotRfc3339,
-    /// Valid RFC 3339, but before 1970 or after [`LAST`].
+    /// Valid RFC 3339, but before 1970 or after `LAST`.
     OutOfRange,
 }
 
@@ -72,11 +72,11 @@ impl TimeError {
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` (`t` or a space also separate date and time)
 /// into Unix nanoseconds. Instants before 1970 or unparseable text give `None`.
-pub fn parse_rfc3339(text: &str) -> Option<Nanos> {
+pub(crate) fn parse_rfc3339(text: &str) -> Option<Nanos> {
     parse_instant(text).ok()
 }
 
-/// As [`parse_rfc3339`], saying why a text is not an instant.
+/// As `parse_rfc3339`, saying why a text is not an instant.
 pub fn parse_instant(text: &str) -> Result<Nanos, TimeError> {
     let (seconds, fraction) = parse_parts(text).ok_or(TimeError::NotRfc3339)?;
     let seconds = u64::try_from(seconds).map_err(|_| TimeError::OutOfRange)?;
@@ -153,7 +153,7 @@ fn padded(n: u64, width: usize, out: &mut Vec<u8>) {
 
 /// Appends `time` as RFC 3339 UTC with nanoseconds: `2026-12-01T05:00:00.123456789Z`, without
 /// allocating (the record line's `time`).
-pub fn rfc3339(time: Nanos, out: &mut Vec<u8>) {
+pub(crate) fn rfc3339(time: Nanos, out: &mut Vec<u8>) {
     let secs = time / NANOS_PER_SECOND;
     let nanos = time % NANOS_PER_SECOND;
     let of_day = secs % 86_400;

@@ -168,13 +168,7 @@ async fn settle_one<B: Remote>(
         if take == 0 {
             return Some(0);
         }
-        let charge = Charge {
-            key: key.clone(),
-            params,
-            hits: take,
-            enforced: true,
-            quota: None,
-        };
+        let charge = Charge::new(key.clone(), params, take);
         let tx = Transaction::apply(std::slice::from_ref(&charge), now);
         match remote.transact(tx).await {
             Ok(v) if v.first().is_some_and(|v| v.charged) => return Some(take),

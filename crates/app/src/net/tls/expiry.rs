@@ -5,14 +5,14 @@
 
 use rustls::pki_types::CertificateDer;
 
-use crate::wire::time::format_second;
+use ratelimit_core::wire::time::format_second;
 
 /// When a chain can be served: from the latest `notBefore` of its certificates to the earliest
 /// `notAfter`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Validity {
-    pub not_before: i64,
-    pub not_after: i64,
+pub(crate) struct Validity {
+    pub(crate) not_before: i64,
+    pub(crate) not_after: i64,
 }
 
 /// The longest warning window: warnings start at most this long before the chain expires.
@@ -22,22 +22,22 @@ const MIN_REPEAT: i64 = 60;
 const MAX_REPEAT: i64 = 3_600;
 
 /// An instant as RFC 3339 (`2025-01-01T00:00:00Z`; before 1970 as a number of seconds).
-pub fn instant(seconds: i64) -> String {
+pub(super) fn instant(seconds: i64) -> String {
     u64::try_from(seconds).map_or_else(|_| format!("{seconds} s from 1970"), format_second)
 }
 
 /// Why a chain cannot be served now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub message: String,
+pub(crate) struct Invalid {
+    pub(crate) message: String,
     /// For a chain not valid yet: when it will be, so that it can be taken then.
-    pub valid_from: Option<i64>,
+    pub(crate) valid_from: Option<i64>,
 }
 
 impl Validity {
     /// The validity of `chain` at `now`: `Err` names the first certificate (`#0` is the
     /// server's own) that is expired, not yet valid, or cannot be read.
-    pub fn of_chain(chain: &[CertificateDer<'_>], now: i64) -> Result<Validity, Invalid> {
+    pub(crate) fn of_chain(chain: &[CertificateDer<'_>], now: i64) -> Result<Validity, Invalid> {
         let invalid = |message: String| Invalid {
             message,
             valid_from: None,
@@ -80,13 +80,13 @@ impl Validity {
 
     /// How long before `not_after` warnings start: a third of the chain's lifetime (when
     /// cert-manager renews by default, so a warning means the renewal is late), at most 7 days.
-    pub fn warning_window(&self) -> i64 {
+    pub(crate) fn warning_window(&self) -> i64 {
         let lifetime = self.not_after.saturating_sub(self.not_before).max(0);
         (lifetime / 3).min(MAX_WINDOW)
     }
 
     /// What to say about the chain at `now`, if anything.
-    pub fn state(&self, now: i64) -> Expiry {
+    pub(crate) fn state(&self, now: i64) -> Expiry {
         let left = self.not_after.saturating_sub(now);
         if left < 0 {
             Expiry::Expired
@@ -99,14 +99,14 @@ impl Validity {
 
     /// How often a warning repeats inside the window: a quarter of the window, from a minute to
     /// an hour.
-    pub fn repeat_every(&self) -> i64 {
+    pub(crate) fn repeat_every(&self) -> i64 {
         (self.warning_window() / 4).clamp(MIN_REPEAT, MAX_REPEAT)
     }
 }
 
 /// Where the serving chain is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
+pub(crate) enum Expiry {
     Fine,
     /// Inside the warning window, `left` seconds to go.
     Near {
@@ -119,14 +119,14 @@ pub enum Expiry {
 /// When the last expiry warning was given, so warnings repeat at [`Validity::repeat_every`]
 /// and not at every poll.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Warned {
+pub(super) struct Warned {
     last: Option<(i64, bool)>,
 }
 
 impl Warned {
     /// Whether to warn now about `state` (the first time the chain is near its end or expired,
     /// when it turns from near to expired, and then every `every` seconds).
-    pub fn due(&mut self, state: Expiry, now: i64, every: i64) -> bool {
+    pub(super) fn due(&mut self, state: Expiry, now: i64, every: i64) -> bool {
         let expired = match state {
             Expiry::Fine => {
                 self.last = None;
@@ -147,7 +147,7 @@ impl Warned {
 }
 
 /// `seconds` as the largest whole unit: `3 d`, `5 h`, `12 min`, `40 s`.
-pub fn human(seconds: i64) -> String {
+pub(super) fn human(seconds: i64) -> String {
     match seconds {
         s if s >= 86_400 => format!("{} d", s / 86_400),
         s if s >= 3_600 => format!("{} h", s / 3_600),

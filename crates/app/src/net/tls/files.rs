@@ -21,20 +21,20 @@ use rustls::{
 use super::expiry::Validity;
 
 /// Largest certificate, key or CA file read; a larger one is an error (a PEM chain is a few KiB).
-pub const MAX_PEM_BYTES: u64 = 1 << 20;
+pub(super) const MAX_PEM_BYTES: u64 = 1 << 20;
 
 /// The setting names of one listener's TLS, for error messages and logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SettingNames {
+pub(crate) struct SettingNames {
     /// "gRPC" or "admin", as in the listeners' log lines and the metrics' `listener` label.
-    pub listener: &'static str,
-    pub cert: &'static str,
-    pub key: &'static str,
-    pub client_ca: &'static str,
-    pub client_san: &'static str,
+    pub(crate) listener: &'static str,
+    pub(crate) cert: &'static str,
+    pub(crate) key: &'static str,
+    pub(crate) client_ca: &'static str,
+    pub(crate) client_san: &'static str,
 }
 
-pub const GRPC_SETTINGS: SettingNames = SettingNames {
+pub(super) const GRPC_SETTINGS: SettingNames = SettingNames {
     listener: "gRPC",
     cert: "GRPC_SERVER_TLS_CERT",
     key: "GRPC_SERVER_TLS_KEY",
@@ -42,7 +42,7 @@ pub const GRPC_SETTINGS: SettingNames = SettingNames {
     client_san: "GRPC_CLIENT_TLS_SAN",
 };
 
-pub const ADMIN_SETTINGS: SettingNames = SettingNames {
+pub(super) const ADMIN_SETTINGS: SettingNames = SettingNames {
     listener: "admin",
     cert: "ADMIN_TLS_CERT",
     key: "ADMIN_TLS_KEY",
@@ -71,27 +71,27 @@ pub enum TlsError {
 /// One listener's TLS: where its files are and what it asks of clients.
 #[derive(Debug, Clone)]
 pub struct TlsSpec {
-    pub names: SettingNames,
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    pub(crate) names: SettingNames,
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
     /// Clients must present a certificate signed by a CA in this file.
-    pub client_ca: Option<PathBuf>,
+    pub(crate) client_ca: Option<PathBuf>,
     /// ...and that certificate must carry this DNS name or IP address as a SAN.
-    pub client_san: Option<ServerName<'static>>,
+    pub(crate) client_san: Option<ServerName<'static>>,
     /// ALPN protocols offered, most preferred first.
-    pub alpn: Vec<Vec<u8>>,
+    pub(crate) alpn: Vec<Vec<u8>>,
 }
 
 /// The bytes of a spec's files as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PemFiles {
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
-    pub client_ca: Option<Vec<u8>>,
+    pub(crate) cert: Vec<u8>,
+    pub(crate) key: Vec<u8>,
+    pub(crate) client_ca: Option<Vec<u8>>,
 }
 
 /// A SAN setting's value as a name a certificate can be checked for.
-pub fn parse_san(setting: &str, text: &str) -> Result<ServerName<'static>, TlsError> {
+pub(super) fn parse_san(setting: &str, text: &str) -> Result<ServerName<'static>, TlsError> {
     ServerName::try_from(text.trim().to_owned()).map_err(|_| TlsError::Invalid {
         setting: setting.to_owned(),
         message: format!("'{text}' is neither a DNS name nor an IP address"),
@@ -227,15 +227,15 @@ impl TlsSpec {
 /// A config built from a listener's files, and when its certificate chain is valid.
 #[derive(Debug, Clone)]
 pub struct Built {
-    pub config: Arc<ServerConfig>,
-    pub validity: Validity,
+    pub(crate) config: Arc<ServerConfig>,
+    pub(crate) validity: Validity,
 }
 
 /// Files that cannot be served: the error, and for a chain not valid yet, when it will be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    pub error: TlsError,
-    pub valid_from: Option<i64>,
+    pub(crate) error: TlsError,
+    pub(crate) valid_from: Option<i64>,
 }
 
 impl From<TlsError> for Refusal {
@@ -249,7 +249,7 @@ impl From<TlsError> for Refusal {
 
 /// The CA's verdict, and then: the client certificate must carry `san` as a DNS or IP SAN.
 #[derive(Debug)]
-pub struct SanVerifier {
+pub(super) struct SanVerifier {
     inner: Arc<dyn ClientCertVerifier>,
     san: ServerName<'static>,
 }

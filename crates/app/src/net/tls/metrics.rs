@@ -3,7 +3,7 @@
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 
 #[derive(Clone)]
-pub struct TlsMetrics {
+pub(crate) struct TlsMetrics {
     reload_success: IntCounterVec,
     reload_error: IntCounterVec,
     handshake_error: IntCounterVec,
@@ -19,7 +19,7 @@ fn counter_vec(registry: &Registry, name: &str, help: &str) -> IntCounterVec {
 }
 
 impl TlsMetrics {
-    pub fn register(registry: &Registry) -> TlsMetrics {
+    pub(crate) fn register(registry: &Registry) -> TlsMetrics {
         TlsMetrics {
             reload_success: counter_vec(
                 registry,
@@ -58,44 +58,44 @@ impl TlsMetrics {
     }
 
     /// The serving chain of `listener` expires at `not_after` (Unix seconds).
-    pub fn set_expiry(&self, listener: &str, not_after: i64) {
+    pub(crate) fn set_expiry(&self, listener: &str, not_after: i64) {
         self.expiry.with_label_values(&[listener]).set(not_after);
     }
 
     #[cfg(test)]
-    pub fn expiry(&self, listener: &str) -> i64 {
+    pub(crate) fn expiry(&self, listener: &str) -> i64 {
         self.expiry.with_label_values(&[listener]).get()
     }
 
     /// Counters on a registry of their own, for tests.
     #[cfg(test)]
-    pub fn unregistered() -> TlsMetrics {
+    pub(crate) fn unregistered() -> TlsMetrics {
         TlsMetrics::register(&Registry::new())
     }
 
-    pub fn reload_success(&self, listener: &str) {
+    pub(crate) fn reload_success(&self, listener: &str) {
         self.reload_success.with_label_values(&[listener]).inc();
     }
 
-    pub fn reload_error(&self, listener: &str) {
+    pub(crate) fn reload_error(&self, listener: &str) {
         self.reload_error.with_label_values(&[listener]).inc();
     }
 
-    pub fn polled(&self, listener: &str) {
+    pub(crate) fn polled(&self, listener: &str) {
         self.polls.with_label_values(&[listener]).inc();
     }
 
-    pub fn handshake_error(&self, listener: &str) {
+    pub(crate) fn handshake_error(&self, listener: &str) {
         self.handshake_error.with_label_values(&[listener]).inc();
     }
 
     #[cfg(test)]
-    pub fn reload_errors(&self, listener: &str) -> u64 {
+    pub(crate) fn reload_errors(&self, listener: &str) -> u64 {
         self.reload_error.with_label_values(&[listener]).get()
     }
 
     #[cfg(test)]
-    pub fn reload_successes(&self, listener: &str) -> u64 {
+    pub(crate) fn reload_successes(&self, listener: &str) -> u64 {
         self.reload_success.with_label_values(&[listener]).get()
     }
 }

@@ -1,7 +1,7 @@
 //! TLS on our listeners (rustls, ring provider; no OpenSSL). It sits on top of the [`Acceptor`](super::Acceptor)
-//! (crate::net::Acceptor): a connection is accepted, capped and guarded as a plaintext one is,
-//! then its TLS handshake must finish within the connection's handshake timeout, and the guard
-//! moves onto the decrypted stream with the same deadline for the first request bytes. Certificate,
+//! (crate::net::Acceptor): a connection is accepted, capped and limited as a plaintext one is,
+//! then its TLS handshake must finish within the connection's handshake timeout, and its limits
+//! move onto the decrypted stream with the same deadline for the first request bytes. Certificate,
 //! key and CA files are polled and swapped in when they change (`reload`); established connections
 //! keep the config they were made with. A certificate outside its validity is refused, and the
 //! serving one's end is exported and warned about (`expiry`).
@@ -19,8 +19,8 @@ mod stream;
 mod tests;
 
 pub(crate) use files::read_capped;
-pub use files::{TlsError, TlsSpec};
-pub use metrics::TlsMetrics;
-pub use reload::{TlsSource, watch_files};
-pub use settings::TlsArgs;
-pub use stream::{Conn, handshake, incoming};
+pub(crate) use files::{TlsError, TlsSpec};
+pub(crate) use metrics::TlsMetrics;
+pub(crate) use reload::{TlsSource, watch_files};
+pub(crate) use settings::TlsArgs;
+pub(crate) use stream::{Conn, handshake, incoming};

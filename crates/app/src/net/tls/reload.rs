@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use super::expiry::{Expiry, Validity, Warned, human, instant};
 use super::files::{PemFiles, Refusal, TlsError, TlsSpec};
 use super::metrics::TlsMetrics;
-use crate::clock::{Clock, NANOS_PER_SECOND};
+use ratelimit_core::clock::{Clock, NANOS_PER_SECOND};
 
 /// What the files held when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ struct PollState {
 
 /// What one poll did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Polled {
+pub(crate) enum Polled {
     /// The files are as last acted on.
     Unchanged,
     /// The files changed since the previous poll; acted on once they stay the same for a poll.
@@ -63,7 +63,7 @@ pub enum Polled {
 }
 
 /// One listener's TLS config, swapped when its files change.
-pub struct TlsSource {
+pub(crate) struct TlsSource {
     spec: TlsSpec,
     current: ArcSwap<ServerConfig>,
     state: Mutex<PollState>,
@@ -79,7 +79,7 @@ fn seconds(clock: &dyn Clock) -> i64 {
 impl TlsSource {
     /// Reads and builds the config at the clock's time; at start-up any error is fatal, an
     /// expired or not-yet-valid certificate included.
-    pub fn load(
+    pub(crate) fn load(
         spec: TlsSpec,
         metrics: TlsMetrics,
         clock: Arc<dyn Clock>,
@@ -105,22 +105,22 @@ impl TlsSource {
         Ok(source)
     }
 
-    pub fn listener(&self) -> &'static str {
+    pub(crate) fn listener(&self) -> &'static str {
         self.spec.names.listener
     }
 
-    pub fn metrics(&self) -> &TlsMetrics {
+    pub(crate) fn metrics(&self) -> &TlsMetrics {
         &self.metrics
     }
 
     /// The config new connections get.
-    pub fn config(&self) -> Arc<ServerConfig> {
+    pub(crate) fn config(&self) -> Arc<ServerConfig> {
         self.current.load_full()
     }
 
     /// When the serving chain is valid.
     #[cfg(test)]
-    pub fn validity(&self) -> Validity {
+    pub(crate) fn validity(&self) -> Validity {
         self.lock().serving
     }
 
@@ -130,7 +130,7 @@ impl TlsSource {
 
     /// Reads the files once and acts on what changed (see the module docs), then warns if the
     /// serving certificate's end is near.
-    pub fn poll(&self) -> Polled {
+    pub(crate) fn poll(&self) -> Polled {
         let polled = self.poll_files();
         self.warn_of_expiry();
         self.metrics.polled(self.spec.names.listener);
@@ -227,7 +227,7 @@ impl TlsSource {
 }
 
 /// Polls `source` every `interval` until `stop` turns true.
-pub async fn watch_files(
+pub(crate) async fn watch_files(
     source: Arc<TlsSource>,
     interval: Duration,
     mut stop: watch::Receiver<bool>,

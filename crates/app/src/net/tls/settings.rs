@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 use super::files::{ADMIN_SETTINGS, GRPC_SETTINGS, SettingNames, TlsError, TlsSpec, parse_san};
-use crate::config::parse_duration;
+use ratelimit_core::config::parse_duration;
 
 /// ALPN of the gRPC listener: HTTP/2 only.
 const GRPC_ALPN: &[&[u8]] = &[b"h2"];

@@ -1,5 +1,5 @@
 //! Connections after TLS: the handshake of one accepted connection, bounded by the connection's
-//! handshake deadline, then the guard moved onto the decrypted stream; and the stream of ready
+//! handshake deadline, then the limits moved onto the decrypted stream; and the stream of ready
 //! connections for tonic, with handshakes run side by side so a slow one holds up no other.
 
 use std::io;
@@ -15,17 +15,17 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::TlsSource;
-use crate::net::{Acceptor, GuardedStream};
+use crate::net::{Acceptor, LimitedStream};
 
-/// An accepted connection, plaintext or after its TLS handshake; guarded either way.
-pub enum Conn {
-    Plain(GuardedStream<TcpStream>),
-    Tls(Box<GuardedStream<TlsStream<TcpStream>>>),
+/// An accepted connection, plaintext or after its TLS handshake; limited either way.
+pub(crate) enum Conn {
+    Plain(LimitedStream<TcpStream>),
+    Tls(Box<LimitedStream<TlsStream<TcpStream>>>),
 }
 
 impl Conn {
     /// The TCP connection underneath.
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Conn::Plain(s) => s.get_ref(),
             Conn::Tls(s) => s.get_ref().get_ref().0,
@@ -34,9 +34,12 @@ impl Conn {
 }
 
 /// Runs the TLS handshake on `stream` with the config serving now. It must end by the
-/// connection's handshake deadline; the guard then watches the decrypted stream, with the same
+/// connection's handshake deadline; the limits then watch the decrypted stream, with the same
 /// deadline for the first request bytes. `None` (counted, logged at debug) when it fails.
-pub async fn handshake(source: &TlsSource, stream: GuardedStream<TcpStream>) -> Option<Conn> {
+pub(crate) async fn handshake(
+    source: &TlsSource,
+    stream: LimitedStream<TcpStream>,
+) -> Option<Conn> {
     let deadline = stream.handshake_deadline();
     let (tcp, timeouts, slot, accepted) = stream.into_parts();
     let peer = tcp.peer_addr().ok();
@@ -44,8 +47,8 @@ pub async fn handshake(source: &TlsSource, stream: GuardedStream<TcpStream>) -> 
     let listener = source.listener();
     let error = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => {
-            let guarded = GuardedStream::resume(tls, timeouts, slot, accepted);
-            return Some(Conn::Tls(Box::new(guarded)));
+            let limited = LimitedStream::resume(tls, timeouts, slot, accepted);
+            return Some(Conn::Tls(Box::new(limited)));
         }
         Ok(Err(e)) => e.to_string(),
         Err(_) => "no TLS handshake within the handshake timeout".to_owned(),
@@ -57,7 +60,7 @@ pub async fn handshake(source: &TlsSource, stream: GuardedStream<TcpStream>) -> 
 
 /// The accepted connections, after their handshakes when `tls` is set, as an endless stream for
 /// tonic's `serve_with_incoming_shutdown`. Dropping it closes the listening socket.
-pub fn incoming(
+pub(crate) fn incoming(
     acceptor: Acceptor,
     tls: Option<Arc<TlsSource>>,
 ) -> impl Stream<Item = Result<Conn, io::Error>> + Send {

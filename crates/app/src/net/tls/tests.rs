@@ -4,8 +4,8 @@ use std::sync::Arc;
 use rcgen::{CertificateParams, KeyPair};
 
 use super::*;
-use crate::clock::{Clock, ManualClock, NANOS_PER_SECOND};
 use files::{GRPC_SETTINGS, MAX_PEM_BYTES, parse_san};
+use ratelimit_core::clock::{Clock, ManualClock, NANOS_PER_SECOND};
 use reload::Polled;
 
 /// 2026-01-01T00:00:00Z.

@@ -7,7 +7,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 use prost::Message;
 
 use super::*;
-use crate::config::{self, DomainConfig, MetaValue, RateLimitSpec, Unit};
+use ratelimit_core::config::{self, DomainConfig, MetaValue, RateLimitSpec, Unit};
 
 fn any(config: &RateLimitConfig) -> Any {
     Any {

@@ -26,7 +26,7 @@ impl KeyBuilder {
     }
 
     /// A builder with a random secret.
-    pub fn random() -> Self {
+    pub(crate) fn random() -> Self {
         use std::hash::{BuildHasher, RandomState};
         let seed = RandomState::new();
         KeyBuilder::new(seed.hash_one(0u8), seed.hash_one(1u8))

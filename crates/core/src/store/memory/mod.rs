@@ -85,7 +85,7 @@ impl MemoryBackend {
     }
 
     /// A store whose keys are built with `keys` (a fixed secret: for tests and benchmarks).
-    pub fn with_keys(max_keys: usize, keys: KeyBuilder) -> Self {
+    pub(crate) fn with_keys(max_keys: usize, keys: KeyBuilder) -> Self {
         MemoryBackend {
             keys,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::new())).collect(),
@@ -251,11 +251,6 @@ impl MemoryBackend {
         for id in 0..SHARDS {
             self.lock(id).clear();
         }
-    }
-
-    /// Builds this store's keys (with its per-process secret).
-    pub fn key_builder(&self) -> &KeyBuilder {
-        &self.keys
     }
 
     /// The stored state of a key, for `explain`.

@@ -1,4 +1,4 @@
-//! The record line (docs/record.md, format [`VERSION`]): its writer ([`encode`]) and its reader
+//! The record line (docs/record.md, format `VERSION`): its writer ([`encode`]) and its reader
 //! ([`parse_into`]: the time and the RateLimitRequest a line holds, written into a request the
 //! caller reuses). Two readers, one answer: `scan` reads the lines the writer writes in one pass
 //! and declines anything else, which the JSON form's reader (`wire::json`, all of JSON and its
@@ -16,7 +16,7 @@ use super::time::parse_instant;
 use crate::clock::Nanos;
 
 /// The format version written, and the only one read.
-pub const VERSION: u64 = 1;
+pub(crate) const VERSION: u64 = 1;
 
 /// Fills `out` (reusing its strings and vectors) from a record line; returns the line's time.
 /// The error says what is wrong with the line (serde's message names the column).

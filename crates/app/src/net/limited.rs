@@ -1,4 +1,4 @@
-//! One accepted connection, guarded: it holds its listener's connection slot and its client's
+//! One accepted connection, limited: it holds its listener's connection slot and its client's
 //! ([`Slot`]) until it closes, and it fails (so the server closes it) when the peer has not sent
 //! its first bytes within the handshake timeout, or when nothing has been read or written for the
 //! idle timeout.
@@ -25,21 +25,21 @@ const HANDSHAKE_BYTES: u64 = 33;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// From accept until the peer has sent `HANDSHAKE_BYTES`; activity does not extend it.
-    pub handshake: Duration,
+    pub(crate) handshake: Duration,
     /// After the handshake: longest time with nothing read or written.
-    pub idle: Duration,
+    pub(crate) idle: Duration,
 }
 
 /// What one connection holds while it is open: a place under its listener's cap and, when its
 /// peer has an address, under its client's.
 #[derive(Debug)]
-pub struct Slot {
+pub(crate) struct Slot {
     _listener: OwnedSemaphorePermit,
     _client: Option<ClientSlot>,
 }
 
 impl Slot {
-    pub fn new(listener: OwnedSemaphorePermit, client: Option<ClientSlot>) -> Slot {
+    pub(crate) fn new(listener: OwnedSemaphorePermit, client: Option<ClientSlot>) -> Slot {
         Slot {
             _listener: listener,
             _client: client,
@@ -48,7 +48,7 @@ impl Slot {
 }
 
 /// A connection that closes itself when its peer stays silent, and frees its slot when dropped.
-pub struct GuardedStream<S> {
+pub(crate) struct LimitedStream<S> {
     inner: S,
     timeouts: Timeouts,
     deadline: Pin<Box<Sleep>>,
@@ -58,17 +58,17 @@ pub struct GuardedStream<S> {
     slot: Slot,
 }
 
-impl<S> GuardedStream<S> {
-    pub fn new(inner: S, timeouts: Timeouts, slot: Slot) -> Self {
-        GuardedStream::resume(inner, timeouts, slot, Instant::now())
+impl<S> LimitedStream<S> {
+    pub(crate) fn new(inner: S, timeouts: Timeouts, slot: Slot) -> Self {
+        LimitedStream::resume(inner, timeouts, slot, Instant::now())
     }
 
-    /// A guard over `inner` for a connection accepted at `accepted`: its handshake deadline is
+    /// The limits over `inner` for a connection accepted at `accepted`: its handshake deadline is
     /// `accepted` + the handshake timeout, and it counts the bytes read from `inner` afresh. TLS
-    /// uses it to move a connection's guard from the TCP stream onto the decrypted stream, so the
+    /// uses it to move a connection's limits from the TCP stream onto the decrypted stream, so the
     /// one deadline covers the TLS handshake and the first request bytes after it.
-    pub fn resume(inner: S, timeouts: Timeouts, slot: Slot, accepted: Instant) -> Self {
-        GuardedStream {
+    pub(crate) fn resume(inner: S, timeouts: Timeouts, slot: Slot, accepted: Instant) -> Self {
+        LimitedStream {
             inner,
             timeouts,
             deadline: Box::pin(tokio::time::sleep_until(accepted + timeouts.handshake)),
@@ -79,17 +79,17 @@ impl<S> GuardedStream<S> {
         }
     }
 
-    /// The connection, its timeouts, its slot and when it was accepted (see [`GuardedStream::resume`]).
-    pub fn into_parts(self) -> (S, Timeouts, Slot, Instant) {
+    /// The connection, its timeouts, its slot and when it was accepted (see [`LimitedStream::resume`]).
+    pub(crate) fn into_parts(self) -> (S, Timeouts, Slot, Instant) {
         (self.inner, self.timeouts, self.slot, self.accepted)
     }
 
     /// When the handshake timeout of this connection ends.
-    pub fn handshake_deadline(&self) -> Instant {
+    pub(crate) fn handshake_deadline(&self) -> Instant {
         self.accepted + self.timeouts.handshake
     }
 
-    pub fn get_ref(&self) -> &S {
+    pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
 
@@ -119,7 +119,7 @@ impl<S> GuardedStream<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
+impl<S: AsyncRead + Unpin> AsyncRead for LimitedStream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -142,7 +142,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for GuardedStream<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
+impl<S: AsyncWrite + Unpin> AsyncWrite for LimitedStream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -182,7 +182,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for GuardedStream<S> {
     }
 }
 
-impl tonic::transport::server::Connected for GuardedStream<TcpStream> {
+impl tonic::transport::server::Connected for LimitedStream<TcpStream> {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
@@ -190,7 +190,7 @@ impl tonic::transport::server::Connected for GuardedStream<TcpStream> {
     }
 }
 
-impl tonic::transport::server::Connected for GuardedStream<UnixStream> {
+impl tonic::transport::server::Connected for LimitedStream<UnixStream> {
     type ConnectInfo = tonic::transport::server::UdsConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
