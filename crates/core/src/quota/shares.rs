@@ -42,6 +42,8 @@ pub(crate) const KEEP_WITHIN: f64 = 0.8;
 /// Envoy's report interval (5 s, whatever the filter's `reporting_interval` says): how late a
 /// report may tell of what was admitted.
 pub(crate) const REPORT_LAG_SECS: f64 = 5.0;
+/// Tokens the ledger's float sums may be off by (refills in one step or in many).
+const LEDGER_SLACK: f64 = 1e-6;
 /// Weight of the newest report in a stream's demand (an exponential moving average).
 const DEMAND_WEIGHT: f64 = 0.5;
 
@@ -398,7 +400,24 @@ impl Shares {
                 (*id, target)
             })
             .collect();
-        self.apply(targets, now)
+        // One pass may leave a stream short that a later stream's release in the same pass would
+        // have covered: pass again until nothing moves, so that assigning twice at one instant
+        // changes nothing the second time (the ticker visits a bucket only when it is due).
+        let mut changed: Vec<(StreamId, Grant)> = Vec::new();
+        for _ in 0..=self.members.len() {
+            let moved = self.apply(targets.clone(), now);
+            if moved.is_empty() {
+                break;
+            }
+            for (id, grant) in moved {
+                changed.retain(|(other, _)| *other != id);
+                changed.push((id, grant));
+            }
+            if !self.unsettled {
+                break;
+            }
+        }
+        changed
     }
 
     /// Open streams and their weights: demand, floored at a share of the mean.
@@ -453,7 +472,9 @@ impl Shares {
             };
             let has_bucket = matches!(member.grant, Some(Grant::TokenBucket(_)));
             let held = member.bound(now);
-            let available = free + held;
+            // Refilled in one step or in many, the level differs in its last bits: a millionth
+            // of a token is not worth a different grant.
+            let available = free + held + LEDGER_SLACK;
             let next = match target {
                 Grant::DenyAll => Some(Grant::DenyAll),
                 Grant::TokenBucket(t) if available >= f64::from(t.max_tokens) => Some(target),
@@ -479,7 +500,7 @@ impl Shares {
                 Grant::TokenBucket(g) => f64::from(g.max_tokens),
                 Grant::DenyAll => 0.0,
             };
-            free = available - granted;
+            free = available - LEDGER_SLACK - granted;
             member.released += held;
             member.grant = Some(next);
             member.bound = granted;
