@@ -60,9 +60,12 @@ fn trace() -> Vec<(&'static str, LeaseAction, String, u64)> {
             4 | 5 => Release,
             _ => Peek,
         };
-        // Releases name one of the recent ids (held, denied, expired or released already).
+        // Releases name one of the recent ids (held, denied, expired or released already), and
+        // some acquisitions do too (a retried call renews its lease).
+        let recent = format!("r{}", n - ((seed >> 20) % 6).min(n));
         let id = match action {
-            Release => format!("r{}", n - ((seed >> 20) % 6).min(n)),
+            Release => recent,
+            Acquire if (seed >> 30) % 4 == 0 => recent,
             _ => format!("r{n}"),
         };
         steps.push((key, action, id, (seed >> 10) % 3));
