@@ -65,7 +65,7 @@ fn trace() -> Vec<(&'static str, LeaseAction, String, u64)> {
         let recent = format!("r{}", n - ((seed >> 20) % 6).min(n));
         let id = match action {
             Release => recent,
-            Acquire if (seed >> 30) % 4 == 0 => recent,
+            Acquire if (seed >> 30).is_multiple_of(4) => recent,
             _ => format!("r{n}"),
         };
         steps.push((key, action, id, (seed >> 10) % 3));
