@@ -113,6 +113,11 @@ fn offline(rules: &crate::policy::DomainRules, entries: &[(String, String)], d: 
             println!("  => rule '{}'{shadow}", rule.path);
             match &rule.kind {
                 RuleKind::Unlimited { .. } => println!("     unlimited"),
+                RuleKind::Concurrency(c) => println!(
+                    "     at most {} in flight, each slot leased for {} (the entries after the rule's: the request id, then the release marker)",
+                    c.max_in_flight,
+                    crate::config::format_duration(c.lease)
+                ),
                 RuleKind::Limited(limits) => {
                     for rl in limits {
                         let l = &rl.limit;
@@ -219,6 +224,21 @@ fn print_live(server: &str, live: &Explanation) {
         }
         Explained::Unlimited { rule, .. } => {
             println!("  live on {server}: rule '{rule}', unlimited")
+        }
+        Explained::Concurrency {
+            rule,
+            max_in_flight,
+            in_use,
+            free,
+            next_lease_end,
+            ..
+        } => {
+            println!(
+                "  live on {server}: rule '{rule}', concurrency: {in_use} of {max_in_flight} slots in use, {free} free{}",
+                next_lease_end.as_ref().map_or(String::new(), |t| format!(
+                    ", the soonest lease ends in {t}"
+                ))
+            )
         }
         Explained::NoLimit => println!("  live on {server}: matched an entry with no rate_limit"),
         Explained::UnknownDomain => println!("  live on {server}: domain not configured there"),

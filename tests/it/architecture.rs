@@ -17,7 +17,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
         &[
             &["clock", "testing", "redact"],
             &["config", "wire"],
-            &["limiter"],
+            &["limiter", "lease"],
             &["policy", "rules_dir"],
             &["store", "quota"],
             &["metrics"],
@@ -43,7 +43,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             &["cas", "seen", "pending", "settings"],
             &["dispatch"],
             &["calls"],
-            &["writer", "demand"],
+            &["writer", "demand", "lease"],
             &["attempts", "spread"],
             &["backend"],
             &["connect"],
@@ -76,6 +76,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
 const PURE: &[(&str, &str)] = &[
     ("core", "config"),
     ("core", "limiter"),
+    ("core", "lease"),
     ("core", "policy"),
     ("core", "quota"),
     ("core", "redact"),

@@ -105,3 +105,72 @@ async fn explain_shows_the_counter_the_decisions_charged_on_redis() {
     };
     check(Some(redis.addr())).await;
 }
+
+const CONCURRENCY: &str = "
+domain: slots
+descriptors:
+  - key: api_key
+    concurrency: {max_in_flight: 3, lease: 1m}
+";
+
+/// A concurrency rule: `/explain` of the rule's own entries shows the slots the decisions hold
+/// (the request id and the release marker are the requests', not the key's).
+async fn check_slots(backend: Option<String>) {
+    let mut s = start_now(&[("slots.yaml", CONCURRENCY)], |settings| {
+        if let Some(url) = backend {
+            settings.store.backend = BackendType::Redis;
+            settings.store.redis_url = url;
+            settings.store.cache_key_prefix = "explain-slots:".into();
+        }
+    })
+    .await;
+    let mut remaining = Vec::new();
+    for id in ["a", "b"] {
+        let r = s
+            .call(request(
+                "slots",
+                &[&[("api_key", "k1"), ("request_id", id)]],
+            ))
+            .await;
+        assert_eq!(r.overall_code, Code::Ok as i32, "{r:?}");
+        remaining.push(r.statuses[0].limit_remaining);
+    }
+    let released = [
+        ("api_key", "k1"),
+        ("request_id", "a"),
+        ("concurrency", "release"),
+    ];
+    s.call(request("slots", &[&released])).await;
+    let url = s.http("/explain?domain=slots&descriptor=api_key=k1");
+    let explained: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+    assert_eq!(explained["outcome"], "concurrency", "{explained}");
+    assert_eq!(
+        (explained["in_use"].as_u64(), explained["free"].as_u64()),
+        (Some(1), Some(2)),
+        "after 2 taken ({remaining:?} left) and 1 given back: {explained}"
+    );
+    let r = s
+        .call(request(
+            "slots",
+            &[&[("api_key", "k1"), ("request_id", "c")]],
+        ))
+        .await;
+    assert_eq!(
+        r.statuses[0].limit_remaining, 1,
+        "what /explain said, less one"
+    );
+}
+
+#[tokio::test]
+async fn explain_shows_the_slots_the_decisions_hold_on_memory() {
+    check_slots(None).await;
+}
+
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn explain_shows_the_slots_the_decisions_hold_on_redis() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    check_slots(Some(redis.addr())).await;
+}

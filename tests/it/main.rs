@@ -26,6 +26,7 @@ mod rules;
 
 mod architecture;
 mod check_cli;
+mod concurrency_store;
 mod container_image;
 mod envoy_e2e;
 mod envoy_gateway;

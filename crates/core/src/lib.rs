@@ -20,6 +20,7 @@
 pub mod clock;
 pub mod config;
 pub mod engine;
+pub mod lease;
 pub mod limiter;
 pub mod metrics;
 pub mod policy;

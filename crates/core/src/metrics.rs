@@ -5,6 +5,7 @@
 //! `detailed_metric` rules, bounded in number and length.
 
 mod build_info;
+mod concurrency;
 mod families;
 mod label;
 mod rules;
@@ -21,6 +22,7 @@ use prometheus::{
 };
 
 pub use build_info::long_version;
+pub(crate) use concurrency::ConcurrencyMetrics;
 pub use rules::OVERRIDE_RULE;
 pub(crate) use rules::{DetailedBudget, PolicyMetrics};
 pub use series::{Counts, HitOutcome};
@@ -43,6 +45,8 @@ pub struct Metrics {
     pub should_rate_limit_error: IntCounterVec,
     pub total_requests: IntCounterVec,
     pub response_time: HistogramVec,
+    /// The concurrency rules' series.
+    pub(crate) concurrency: ConcurrencyMetrics,
     /// Where `ratelimit_store_keys` and `ratelimit_store_evictions` are read at scrape time.
     store_stats: Arc<OnceLock<StatsSource>>,
 }
@@ -93,6 +97,7 @@ impl Metrics {
         )))
         .expect("metric registered once");
         Metrics {
+            concurrency: ConcurrencyMetrics::new(&r),
             global_shadow_mode: counter(
                 &r,
                 "ratelimit_service_global_shadow_mode",

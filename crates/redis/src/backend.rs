@@ -11,10 +11,13 @@ use tokio::sync::oneshot;
 
 use ratelimit_core::clock::{Nanos, monotonic};
 use ratelimit_core::config::Algorithm;
+use ratelimit_core::lease::LeaseAnswer;
 use ratelimit_core::limiter::State;
 use ratelimit_core::quota::fraction::{self, InstanceId};
 use ratelimit_core::store::TransactionKind;
-use ratelimit_core::store::{Backend, Charge, CounterId, StoreError, Transaction, Verdicts};
+use ratelimit_core::store::{
+    Backend, Charge, CounterId, LeaseCall, StoreError, Transaction, Verdicts,
+};
 use ratelimit_remote::RemoteMetrics;
 
 use crate::calls::Calls;
@@ -26,7 +29,7 @@ use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
-use crate::{attempts, io, refusal, spread};
+use crate::{attempts, io, lease, refusal, spread};
 
 /// A handle to the Redis store (cheap to clone).
 #[derive(Clone)]
@@ -366,5 +369,9 @@ impl Backend for RedisBackend {
 
     async fn peek(&self, key: &TextKey) -> Result<Option<State>, StoreError> {
         Ok(self.get_raw(key).await?.as_deref().and_then(decode))
+    }
+
+    async fn lease(&self, call: LeaseCall<'_, TextKey>) -> Result<LeaseAnswer, StoreError> {
+        lease::call(self.calls(), &call).await
     }
 }

@@ -56,6 +56,7 @@ mod demand;
 mod dispatch;
 mod io;
 mod key;
+mod lease;
 mod pending;
 mod queue;
 mod refusal;

@@ -14,7 +14,8 @@ use ratelimit_server::rules_dir::{SizeCaps, load_rules_dir};
 
 use crate::envoy_e2e::harness::{envoy_or_skip, repo_root};
 
-const CONFIGS: [&str; 6] = [
+const CONFIGS: [&str; 7] = [
+    "concurrency.yaml",
     "per-api-key.yaml",
     "per-ip-mtls.yaml",
     "per-ip.yaml",

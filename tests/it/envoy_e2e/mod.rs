@@ -2,6 +2,7 @@
 //! shipped `envoy/*.yaml` configs, ratelimit-server, and plain HTTP requests. Without Envoy they
 //! skip loudly, except under CI where they fail.
 
+mod concurrency;
 mod configs;
 mod failure;
 mod harness;

@@ -48,15 +48,23 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
                 v
             })
             .collect(),
+        RuleKind::Concurrency(_) => Vec::new(),
     };
-    json!({
+    let mut v = json!({
         "path": rule.path,
         "unlimited": matches!(rule.kind, RuleKind::Unlimited { .. }),
         "limits": limits,
         "shadow_mode": rule.shadow_mode,
         "quota_mode": rule.quota_mode,
         "detailed_metric": rule.detailed_metric,
-    })
+    });
+    if let RuleKind::Concurrency(c) = &rule.kind {
+        v["concurrency"] = json!({
+            "max_in_flight": c.max_in_flight,
+            "lease": format_duration(c.lease),
+        });
+    }
+    v
 }
 
 /// One line per limit: `<domain>.<path>: unit=MINUTE requests_per_unit=3, shadow_mode: false, …`.
@@ -74,6 +82,15 @@ pub(super) fn write_text(
                         out,
                         "{full}: unlimited, shadow_mode: {}, quota_mode: {}",
                         rule.shadow_mode, rule.quota_mode
+                    )?;
+                }
+                RuleKind::Concurrency(c) => {
+                    writeln!(
+                        out,
+                        "{full}: concurrency max_in_flight={} lease={}, shadow_mode: {}",
+                        c.max_in_flight,
+                        format_duration(c.lease),
+                        rule.shadow_mode
                     )?;
                 }
                 RuleKind::Limited(limits) => {

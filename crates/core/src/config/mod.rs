@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 pub use duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Algorithm, DomainConfig, Limit, MetaValue, RateLimitSpec, Unit};
-pub use model::{DescriptorConfig, Location};
+pub use model::{ConcurrencySpec, DescriptorConfig, Location};
 pub use text::decode;
 
 /// Adds `more`'s descriptors (from another file of the same domain) to `into`; a key and value

@@ -163,6 +163,15 @@ pub enum RateLimitSpec {
     Limited(Vec<Limit>),
 }
 
+/// What a descriptor entry's `concurrency` says: at most `max_in_flight` requests of one key at
+/// once, each holding its slot until its stream-done call gives it back or `lease` has passed
+/// (a lost release frees its slot then). See docs/algorithms.md, "concurrency".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConcurrencySpec {
+    pub max_in_flight: u32,
+    pub lease: Duration,
+}
+
 /// Where a node was written: file, 1-based line and column.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Location {
@@ -193,6 +202,8 @@ pub struct DescriptorConfig {
     /// `None` matches any value; a value with `*` is a wildcard pattern.
     pub value: Option<String>,
     pub rate_limit: Option<RateLimitSpec>,
+    /// `concurrency`: a limit on requests in flight instead of a rate (never with `rate_limit`).
+    pub concurrency: Option<ConcurrencySpec>,
     pub shadow_mode: bool,
     /// `quota_mode`: over its limit, this descriptor denies the request only when every quota
     /// descriptor of the request is over (the reference's rule).

@@ -9,9 +9,10 @@
 use super::{Engine, plan};
 use crate::clock::Nanos;
 use crate::config::{Algorithm, Limit};
+use crate::lease::{LeaseAction, Watch};
 use crate::limiter::{self, human};
 use crate::policy::{Outcome, Rule, RuleKind};
-use crate::store::{Backend, StoreError};
+use crate::store::{Backend, Entries, LeaseCall, StoreError, concurrency_counter};
 use crate::wire::explain::{Explained, ExplainedLimit, StoredState};
 
 impl<B: Backend> Engine<B> {
@@ -36,6 +37,11 @@ impl<B: Backend> Engine<B> {
             Outcome::NoLimitOnNode => return Ok(Explained::NoLimit),
             Outcome::Unmatched => return Ok(Explained::Unmatched),
         };
+        if let plan::Kind::Concurrency(slot) = &planned.kind {
+            return self
+                .explain_slots(domain, entries, rule, slot, planned.shadow_mode, now)
+                .await;
+        }
         let plan::Kind::Limited(limits) = &planned.kind else {
             return Ok(Explained::Unlimited {
                 rule: rule.path.clone(),
@@ -59,12 +65,58 @@ impl<B: Backend> Engine<B> {
     }
 }
 
+impl<B: Backend> Engine<B> {
+    /// A concurrency rule's slots for the key of `entries` (its first `slot.depth`), read with a
+    /// look that changes nothing but dropping ended leases.
+    async fn explain_slots(
+        &self,
+        domain: &str,
+        entries: &[(String, String)],
+        rule: &Rule,
+        slot: &plan::Slot,
+        shadow_mode: bool,
+        now: Nanos,
+    ) -> Result<Explained, StoreError> {
+        let own = &entries[..slot.depth.min(entries.len())];
+        let counted = Entries::from(own).sharing(&rule.shared);
+        let key = self.store.key(&concurrency_counter(domain, counted));
+        let series = self
+            .metrics
+            .as_ref()
+            .map(|m| m.concurrency.rule(domain, rule));
+        let watch: Option<Watch> = series.clone().map(|s| s as Watch);
+        let answer = self
+            .store
+            .lease(LeaseCall {
+                key: &key,
+                id: "",
+                action: LeaseAction::Peek,
+                params: slot.params,
+                now,
+                watch: watch.as_ref(),
+            })
+            .await?;
+        if let Some(series) = &series {
+            series.record(LeaseAction::Peek, &answer);
+        }
+        Ok(Explained::Concurrency {
+            rule: rule.path.clone(),
+            shadow_mode,
+            max_in_flight: slot.params.max_in_flight,
+            lease: human(slot.params.lease),
+            in_use: answer.in_use,
+            free: answer.free(&slot.params),
+            next_lease_end: answer.next_end.map(|end| human(end.saturating_sub(now))),
+        })
+    }
+}
+
 /// The rules file's limit at `slot` of `rule` (for what the plan does not carry: the multiplier,
 /// whether the algorithm is the server's default).
 fn configured(rule: &Rule, slot: usize) -> Option<&Limit> {
     match &rule.kind {
         RuleKind::Limited(limits) => limits.get(slot).map(|l| &l.limit),
-        RuleKind::Unlimited { .. } => None,
+        RuleKind::Unlimited { .. } | RuleKind::Concurrency(_) => None,
     }
 }
 

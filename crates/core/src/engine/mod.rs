@@ -6,6 +6,7 @@
 //! `/explain` through `Engine::explain`.
 
 mod attribution;
+mod concurrency;
 mod explain;
 mod metadata;
 mod observe;
@@ -19,10 +20,12 @@ mod turn;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use smallvec::SmallVec;
 
 pub use attribution::Attribution;
+pub use concurrency::{RELEASE_KEY, RELEASE_VALUE};
 pub use request::{InvalidRequest, RequestBounds};
 pub use response::HeaderNames;
 
@@ -214,7 +217,16 @@ impl<B: Backend> Engine<B> {
     ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
-        let plans = plan::plan(&live.policy, request, &self.settings)?;
+        let mut plans = plan::plan(&live.policy, request, &self.settings)?;
+        let metrics = self.metrics.as_deref();
+        let slots = match plans
+            .iter()
+            .any(|p| matches!(p.kind, plan::Kind::Concurrency(_)))
+        {
+            true => Some(concurrency::run(&self.store, metrics, request, &mut plans, now).await?),
+            false => None,
+        };
+        let blocked = slots.as_ref().is_some_and(|s| s.blocked);
         let mut charges: SmallVec<[Charge<B::Key>; 2]> = SmallVec::new();
         for (index, (descriptor, plan)) in request.descriptors.iter().zip(&plans).enumerate() {
             for limit in plan.limits() {
@@ -234,9 +246,29 @@ impl<B: Backend> Engine<B> {
                 });
             }
         }
-        let verdicts = self.store.apply(&charges, now).await?;
+        let verdicts = match blocked {
+            // Denied for concurrency: the rate limits are told, not charged.
+            true => concurrency::uncharged(&self.store, &charges, now).await?,
+            false => match self.store.apply(&charges, now).await {
+                Ok(verdicts) => verdicts,
+                Err(e) => {
+                    if let Some(slots) = &slots {
+                        concurrency::give_back(&self.store, metrics, request, &plans, slots, now)
+                            .await;
+                    }
+                    return Err(e.into());
+                }
+            },
+        };
         let tightest = response::tightest(&plans, &verdicts);
-        let mut response = response::build(&plans, &tightest, &self.settings);
+        let mut response = response::build(&plans, &tightest, &self.settings, now);
+        if let Some(slots) = slots.as_ref().filter(|s| !s.is_empty())
+            && response.overall_code == Code::OverLimit as i32
+        {
+            // Denied by a rate limit: the slots this request took go back at once (its
+            // stream-done call will find none).
+            concurrency::give_back(&self.store, metrics, request, &plans, slots, now).await;
+        }
         if self.settings.dynamic_metadata {
             response.dynamic_metadata = Some(metadata::build(request, &plans, &response.statuses));
         }
@@ -279,5 +311,7 @@ impl<B: Backend> Rules for Engine<B> {
     }
 }
 
+#[cfg(test)]
+mod concurrency_tests;
 #[cfg(test)]
 mod tests;

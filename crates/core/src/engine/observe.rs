@@ -6,8 +6,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 
 use super::EngineSettings;
 use super::outcome::outcome;
-use super::plan::{Plan, PlannedLimit};
-use crate::metrics::{Metrics, PolicyMetrics};
+use super::plan::{Kind, Plan, PlannedLimit, Role, Slot};
+use crate::metrics::{HitOutcome, Metrics, PolicyMetrics};
 use crate::store::Verdict;
 
 pub(super) fn record(
@@ -20,13 +20,24 @@ pub(super) fn record(
     settings: &EngineSettings,
 ) {
     for ((plan, tightest), descriptor) in plans.iter().zip(tightest).zip(&request.descriptors) {
-        let Some((limit, verdict)) = tightest else {
-            continue;
+        let (outcome, depth) = match (tightest, &plan.kind) {
+            (Some((limit, verdict)), _) => (
+                outcome(limit, verdict, plan.shadow_mode, settings.near_limit_ratio),
+                descriptor.entries.len(),
+            ),
+            (None, Kind::Concurrency(slot)) => {
+                match slot_outcome(slot, plan.shadow_mode, settings.near_limit_ratio) {
+                    // The request id is no part of the rule's label.
+                    Some(outcome) => (outcome, slot.depth),
+                    None => continue,
+                }
+            }
+            (None, _) => continue,
         };
-        let outcome = outcome(limit, verdict, plan.shadow_mode, settings.near_limit_ratio);
         let entries = descriptor
             .entries
             .iter()
+            .take(depth)
             .map(|e| (e.key.as_str(), e.value.as_str()));
         match plan.rule {
             Some(rule) => {
@@ -48,4 +59,21 @@ pub(super) fn record(
     if settings.shadow_mode && over {
         metrics.global_shadow_mode.inc();
     }
+}
+
+/// How a concurrency descriptor's acquisition counts in its rule's hit series: over when denied,
+/// near when the slots it leaves in use pass `ratio` of the limit; releases are no hits.
+fn slot_outcome(slot: &Slot, shadow: bool, ratio: f64) -> Option<HitOutcome> {
+    let answer = slot.answer.filter(|_| slot.role == Role::Acquire)?;
+    Some(if !answer.allowed() {
+        if shadow {
+            HitOutcome::OverShadowed
+        } else {
+            HitOutcome::Over
+        }
+    } else if answer.in_use > (f64::from(slot.params.max_in_flight) * ratio).floor() as u32 {
+        HitOutcome::Near
+    } else {
+        HitOutcome::Within
+    })
 }

@@ -9,6 +9,7 @@ use smallvec::{SmallVec, smallvec};
 
 use super::{EngineSettings, InvalidRequest};
 use crate::config::Unit;
+use crate::lease::{LeaseAnswer, LeaseParams};
 use crate::limiter::{LimitDefaults, LimitParams};
 use crate::policy::{DomainRules, Outcome, Policy, Rule, RuleKind};
 use crate::store::{CounterId, Entries};
@@ -33,6 +34,30 @@ pub(super) enum Kind<'p> {
     NoLimit,
     Unlimited,
     Limited(PlannedLimits<'p>),
+    /// A concurrency rule's descriptor (see `concurrency`).
+    Concurrency(Slot),
+}
+
+/// What a request asks of a concurrency rule, told by the entries after the rule's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The rule's entries alone (`/explain`): look at the slots.
+    Look,
+    /// Then the request id: take a slot for it (the request-time call).
+    Acquire,
+    /// Then the request id and the release marker: give its slot back (the stream-done call).
+    Release,
+}
+
+/// A concurrency descriptor: its rule's numbers, what the request asks, and the store's answer
+/// once it has one.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Slot {
+    pub(crate) params: LeaseParams,
+    pub(crate) role: Role,
+    /// How many entries are the rule's own (the concurrency key's); the request id follows.
+    pub(crate) depth: usize,
+    pub(crate) answer: Option<LeaseAnswer>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -131,6 +156,12 @@ pub(super) fn plan<'p>(
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()));
         matched(domain, entries, &mut plan, defaults);
+        if let Kind::Concurrency(slot) = &mut plan.kind {
+            match super::concurrency::role(&descriptor.entries, slot.depth) {
+                Some(role) => slot.role = role,
+                None => plan.kind = Kind::NoLimit,
+            }
+        }
         plans.push(plan);
     }
     drop_replaced(&mut plans);
@@ -169,6 +200,15 @@ pub(super) fn matched<'p, 'e>(
                 })
                 .collect(),
         ),
+        RuleKind::Concurrency(spec) => {
+            plan.quota = false;
+            Kind::Concurrency(Slot {
+                params: LeaseParams::of(spec),
+                role: Role::Look,
+                depth: rule.depth(),
+                answer: None,
+            })
+        }
     };
     outcome
 }

@@ -77,10 +77,12 @@ pub(super) fn build(
     plans: &[Plan<'_>],
     tightest: &[Option<(&PlannedLimit<'_>, Verdict)>],
     settings: &EngineSettings,
+    now: Nanos,
 ) -> RateLimitResponse {
     let mut statuses = Vec::with_capacity(plans.len());
     for (plan, tightest) in plans.iter().zip(tightest) {
         let status = match (&plan.kind, tightest) {
+            (Kind::Concurrency(slot), _) => super::concurrency::status(slot, plan.shadow_mode, now),
             (Kind::Unlimited, _) => DescriptorStatus {
                 code: Code::Ok as i32,
                 limit_remaining: u32::MAX,

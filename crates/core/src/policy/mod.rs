@@ -10,7 +10,9 @@ use std::collections::HashMap;
 
 pub use pattern::Pattern;
 
-use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec};
+use crate::config::{
+    ConcurrencySpec, DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec,
+};
 use crate::limiter::{LimitDefaults, LimitParams};
 
 /// One limit of a rule. The rules say nothing of the server's defaults (`--default-algorithm`,
@@ -36,6 +38,10 @@ pub enum RuleKind {
     },
     /// All limits must pass; never empty.
     Limited(Vec<RuleLimit>),
+    /// `concurrency`: at most `max_in_flight` requests of a key at once. The descriptor a request
+    /// sends has the rule's entries, then the request id, then (for the stream-done call that
+    /// gives the slot back) the release marker.
+    Concurrency(ConcurrencySpec),
 }
 
 /// A descriptor entry that carries a `rate_limit` (or `rate_limits`).
@@ -63,11 +69,17 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// How many entries the rule's own path has (a concurrency rule's requests add theirs after).
+    pub fn depth(&self) -> usize {
+        self.segments.len()
+    }
+
     /// Names of the limits this rule replaces when matched.
     pub(crate) fn replaces(&self) -> impl Iterator<Item = &str> {
         let (unlimited, limited): (&[String], &[RuleLimit]) = match &self.kind {
             RuleKind::Unlimited { replaces, .. } => (replaces, &[]),
             RuleKind::Limited(limits) => (&[], limits),
+            RuleKind::Concurrency(_) => (&[], &[]),
         };
         unlimited
             .iter()
@@ -156,12 +168,17 @@ impl Level {
                 NodeValue::Wildcard(_) => by_key.wildcards.push(index),
                 NodeValue::Any => by_key.any = Some(index),
             }
-            let rule = config.rate_limit.as_ref().map(|spec| {
+            let kind = match (&config.rate_limit, &config.concurrency) {
+                (Some(spec), _) => Some(compile(spec)),
+                (None, Some(spec)) => Some(RuleKind::Concurrency(*spec)),
+                (None, None) => None,
+            };
+            let rule = kind.map(|kind| {
                 *next_id += 1;
                 Rule {
                     id: *next_id - 1,
                     path: path.clone(),
-                    kind: compile(spec),
+                    kind,
                     shadow_mode: config.shadow_mode,
                     quota_mode: config.quota_mode,
                     detailed_metric: config.detailed_metric,
@@ -278,6 +295,21 @@ impl DomainRules {
         let mut level = &self.root;
         let mut matched: Option<&'p Node> = None;
         for (index, (key, value)) in entries.into_iter().enumerate() {
+            if let Some(Node {
+                rule:
+                    Some(
+                        rule @ Rule {
+                            kind: RuleKind::Concurrency(_),
+                            ..
+                        },
+                    ),
+                ..
+            }) = matched
+            {
+                // The entries after a concurrency rule's are the request's id and release marker:
+                // the engine reads them (a concurrency node has no children).
+                return Outcome::Rule(rule);
+            }
             if matched.is_some() && level.nodes.is_empty() {
                 trace(Step::TooLong { index });
                 return Outcome::Unmatched;

@@ -26,6 +26,7 @@ fn d(
         key: key.into(),
         value: value.map(Into::into),
         rate_limit: rpu.map(limit),
+        concurrency: None,
         shadow_mode: false,
         quota_mode: false,
         detailed_metric: false,
@@ -51,6 +52,7 @@ fn rpu_for(p: &Policy, entries: &[(&str, &str)]) -> Option<u32> {
     match &rule.kind {
         RuleKind::Limited(l) => Some(l[0].limit.requests_per_unit),
         RuleKind::Unlimited { .. } => Some(u32::MAX),
+        RuleKind::Concurrency(c) => Some(c.max_in_flight),
     }
 }
 

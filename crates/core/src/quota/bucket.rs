@@ -127,6 +127,8 @@ pub fn map_bucket(
                 None => Governed::AllowAll(Unruled::NoRule),
             }
         }
+        // A concurrency limit has no pool to share: Envoy's quota filter cannot hold a slot.
+        RuleKind::Concurrency(_) => Governed::AllowAll(Unruled::NoRule),
     };
     Mapping {
         descriptor,

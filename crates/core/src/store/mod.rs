@@ -10,6 +10,7 @@
 //! backend (`server::start` in the app crate).
 
 mod counter;
+mod lease_call;
 pub mod memory;
 mod transaction;
 
@@ -21,9 +22,11 @@ use futures_util::FutureExt;
 use smallvec::SmallVec;
 
 pub use counter::{CounterId, Entries};
+pub use lease_call::{LeaseCall, concurrency_counter};
 pub use transaction::{Transaction, TransactionKind, TransactionOutcome, decide};
 
 use crate::clock::Nanos;
+use crate::lease::LeaseAnswer;
 use crate::limiter::{LimitParams, Outlook, State};
 
 /// One limit to check and charge for one descriptor of a request. Plain data by design: every
@@ -119,6 +122,21 @@ pub trait Backend: Send + Sync + 'static {
         key: &Self::Key,
     ) -> impl Future<Output = Result<Option<State>, StoreError>> + Send;
 
+    /// Runs one call on a concurrency key's leases, atomically (see `crate::lease` for the
+    /// rules). A backend that keeps no leases answers `Unavailable`.
+    fn lease(
+        &self,
+        call: LeaseCall<'_, Self::Key>,
+    ) -> impl Future<Output = Result<LeaseAnswer, StoreError>> + Send {
+        let _ = call;
+        async {
+            Err(StoreError::Unavailable(format!(
+                "the {} store keeps no concurrency leases",
+                Self::NAME
+            )))
+        }
+    }
+
     /// Counts for `/metrics`.
     fn stats(&self) -> StoreStats {
         StoreStats::default()
@@ -194,6 +212,11 @@ impl<B: Backend> Store<B> {
             Ok(runtime) => drop(runtime.spawn(refund)),
             Err(_) => tracing::warn!("leaky-bucket refund dropped: no async runtime"),
         }
+    }
+
+    /// Runs one call on a concurrency key's leases.
+    pub async fn lease(&self, call: LeaseCall<'_, B::Key>) -> Result<LeaseAnswer, StoreError> {
+        self.backend.lease(call).await
     }
 
     /// The stored state of a counter, charging nothing (for `/explain`).

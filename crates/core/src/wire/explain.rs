@@ -42,6 +42,21 @@ pub enum Explained {
         shadow_mode: bool,
         limits: Vec<ExplainedLimit>,
     },
+    /// The descriptor matches a concurrency rule: its slots now. (A descriptor of the rule's
+    /// entries; a request id and release marker after them are read as the request's.)
+    Concurrency {
+        rule: String,
+        shadow_mode: bool,
+        max_in_flight: u32,
+        /// How long a lease lasts unreleased, in words (`5m`).
+        lease: String,
+        /// Slots held now (leases not yet ended).
+        in_use: u32,
+        /// Slots free now.
+        free: u32,
+        /// Time until the soonest lease ends, in words (`null` when none is held).
+        next_lease_end: Option<String>,
+    },
 }
 
 /// One limit of the matched rule: its numbers, and its counter now.

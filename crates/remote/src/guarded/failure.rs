@@ -1,12 +1,16 @@
 //! The answers while the remote backend cannot decide, by the operator's failure mode: the local
 //! memory backend (after the outage's hand-over, `hand_over`), allow or deny every charge
-//! ([`fixed`]), or an error.
+//! ([`fixed`]), or an error. Concurrency leases alike: the local mode keeps them in the local
+//! memory backend (this instance's own slots, up to the full limit, released only through this
+//! instance; leases held in the remote store are not seen and end there by their lease), allow
+//! and deny take and give back nothing.
 
 use std::sync::atomic::Ordering;
 
 use ratelimit_core::clock::Nanos;
+use ratelimit_core::lease::{LeaseAction, LeaseAnswer, LeaseOutcome};
 use ratelimit_core::limiter::{self, Outlook};
-use ratelimit_core::store::{Charge, StoreError, Transaction, Verdict, Verdicts};
+use ratelimit_core::store::{Charge, LeaseCall, StoreError, Transaction, Verdict, Verdicts};
 
 use super::{BREAKER_MAX, Guarded, KeyOf};
 use crate::mode::{FailureMode, LocalShare};
@@ -35,6 +39,46 @@ impl<C: Connect> Guarded<C> {
             FailureMode::Allow => Ok(fixed(tx.charges, tx.now, true)),
             FailureMode::Deny => Ok(fixed(tx.charges, tx.now, false)),
             FailureMode::Error => {
+                let name = &self.shared.name;
+                Err(StoreError::Unavailable(format!(
+                    "{} is unreachable ({}_FAILURE_MODE=error)",
+                    name.title, name.upper
+                )))
+            }
+        }
+    }
+
+    /// The answer to a lease call while the remote backend cannot decide.
+    pub(super) fn lease_fallback(
+        &self,
+        call: &LeaseCall<'_, KeyOf<C>>,
+    ) -> Result<LeaseAnswer, StoreError> {
+        let mode = self.shared.mode;
+        if call.action == LeaseAction::Acquire {
+            self.shared
+                .metrics
+                .failure_mode_decisions
+                .with_label_values(&[mode.name()])
+                .inc();
+        }
+        let fixed = |outcome| LeaseAnswer {
+            outcome,
+            in_use: 0,
+            expired: 0,
+            next_end: None,
+        };
+        match (mode, call.action) {
+            (FailureMode::Local, _) => Ok(self.shared.local.lease_now(call)),
+            // Let through without a slot to keep: nothing to give back, nothing counted in use.
+            (FailureMode::Allow, LeaseAction::Acquire) => Ok(fixed(LeaseOutcome::Renewed)),
+            (FailureMode::Deny, LeaseAction::Acquire) => Ok(fixed(LeaseOutcome::Denied)),
+            (FailureMode::Allow | FailureMode::Deny, LeaseAction::Release) => {
+                Ok(fixed(LeaseOutcome::Unknown))
+            }
+            (FailureMode::Allow | FailureMode::Deny, LeaseAction::Peek) => {
+                Ok(fixed(LeaseOutcome::Peeked))
+            }
+            (FailureMode::Error, _) => {
                 let name = &self.shared.name;
                 Err(StoreError::Unavailable(format!(
                     "{} is unreachable ({}_FAILURE_MODE=error)",

@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 use ratelimit_core::clock::{Nanos, monotonic};
+use ratelimit_core::lease::LeaseAnswer;
 use ratelimit_core::limiter::State;
 use ratelimit_core::quota::fraction::InstanceId;
 use ratelimit_core::store::memory::{MemoryBackend, MemoryKey};
 use ratelimit_core::store::{
-    Backend, CounterId, StoreError, StoreStats, Transaction, TransactionKind, Verdicts,
+    Backend, CounterId, LeaseCall, StoreError, StoreStats, Transaction, TransactionKind, Verdicts,
 };
 
 use crate::breaker::{Breaker, Change};
@@ -274,6 +275,15 @@ impl<C: Connect> Backend for Guarded<C> {
                 self.shared.name.title
             ))),
         }
+    }
+
+    async fn lease(&self, call: LeaseCall<'_, Self::Key>) -> Result<LeaseAnswer, StoreError> {
+        if let Some(remote) = self.shared.remote.load_full()
+            && let Answer::Answered(answer) = self.through(remote.lease(call.clone())).await
+        {
+            return answer;
+        }
+        self.lease_fallback(&call)
     }
 
     fn stats(&self) -> StoreStats {

@@ -5,8 +5,10 @@ use std::collections::HashMap;
 
 use super::Ctx;
 use super::fields::{self, IntError, Level};
-use super::rate_limit;
-use crate::config::model::{DescriptorConfig, MAX_DESCRIPTOR_DEPTH, MetaValue, RateLimitSpec};
+use super::{concurrency, rate_limit};
+use crate::config::model::{
+    ConcurrencySpec, DescriptorConfig, MAX_DESCRIPTOR_DEPTH, MetaValue, RateLimitSpec,
+};
 use crate::config::yaml::{Node, NodeKind, ScalarKind};
 
 /// A `descriptors` list (null or absent means empty) whose entries are at `depth` (1 for the
@@ -80,10 +82,12 @@ fn descriptor(
         return None;
     }
     fields.check_share_threshold(ctx);
+    fields.check_concurrency(ctx);
     Some(DescriptorConfig {
         key: fields.key?,
         value: fields.value,
         rate_limit: fields.rate_limit,
+        concurrency: fields.concurrency,
         shadow_mode: fields.shadow_mode,
         quota_mode: fields.quota_mode,
         detailed_metric: fields.detailed_metric,
@@ -106,6 +110,12 @@ struct DescriptorFields<'a> {
     rate_limit_key: Option<&'a Node>,
     rate_limit: Option<RateLimitSpec>,
     rate_limits_key: Option<&'a Node>,
+    concurrency_key: Option<&'a Node>,
+    concurrency: Option<ConcurrencySpec>,
+    /// The `quota_mode: true` key, where an error about it is placed.
+    quota_mode_key: Option<&'a Node>,
+    /// The `descriptors` key, where an error about it is placed.
+    descriptors_key: Option<&'a Node>,
     shadow_mode: bool,
     quota_mode: bool,
     detailed_metric: bool,
@@ -148,9 +158,16 @@ impl<'a> DescriptorFields<'a> {
                         f.rate_limit.get_or_insert(spec);
                     }
                 }
+                "concurrency" => {
+                    f.concurrency_key = Some(k);
+                    f.concurrency = concurrency::spec(ctx, v);
+                }
                 "shadow_mode" => f.shadow_mode = flag(ctx),
                 "detailed_metric" => f.detailed_metric = flag(ctx),
-                "quota_mode" => f.quota_mode = flag(ctx),
+                "quota_mode" => {
+                    f.quota_mode = flag(ctx);
+                    f.quota_mode_key = f.quota_mode.then_some(k);
+                }
                 "value_to_metric" => f.value_to_metric = flag(ctx),
                 "share_threshold" => {
                     if fields::boolean(ctx, "share_threshold", v) == Some(true) {
@@ -158,7 +175,10 @@ impl<'a> DescriptorFields<'a> {
                     }
                 }
                 "metadata" => f.metadata = metadata_map(ctx, v),
-                "descriptors" => f.descriptors = list(ctx, v, depth + 1),
+                "descriptors" => {
+                    f.descriptors_key = Some(k);
+                    f.descriptors = list(ctx, v, depth + 1);
+                }
                 other => fields::unexpected_field(ctx, Level::Descriptor, other, k),
             }
         }
@@ -176,6 +196,39 @@ impl<'a> DescriptorFields<'a> {
         }
         if !self.seen_key {
             ctx.error(&node.location, "descriptor is missing required field 'key'");
+        }
+    }
+
+    /// `concurrency` alone: no rate limit beside it, no `quota_mode`, and no nested descriptors
+    /// (the entries a request adds after a concurrency rule's are its request id and the release
+    /// marker, not rules).
+    fn check_concurrency(&self, ctx: &mut Ctx) {
+        let Some(at) = self.concurrency_key else {
+            return;
+        };
+        if self.rate_limit_key.or(self.rate_limits_key).is_some() {
+            ctx.error(
+                &at.location,
+                "'concurrency' cannot be given with 'rate_limit' or 'rate_limits' on one \
+                 descriptor (a rate and a concurrency limit on one key: put the rate on a \
+                 sibling descriptor that Envoy sends in its own rate_limits entry)",
+            );
+        }
+        if let Some(q) = self.quota_mode_key {
+            ctx.error(
+                &q.location,
+                "'quota_mode' does not apply to a 'concurrency' descriptor",
+            );
+        }
+        if let Some(d) = self
+            .descriptors_key
+            .filter(|_| !self.descriptors.is_empty())
+        {
+            ctx.error(
+                &d.location,
+                "a 'concurrency' descriptor cannot have nested 'descriptors': the entries after \
+                 it in a request are the request id and the release marker",
+            );
         }
     }
 

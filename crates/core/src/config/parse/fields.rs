@@ -17,6 +17,7 @@ pub(super) const DESCRIPTOR_FIELDS: &[&str] = &[
     "share_threshold",
     "metadata",
     "descriptors",
+    "concurrency",
 ];
 pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "unit",
@@ -30,6 +31,7 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "max_delay",
 ];
 pub(super) const REPLACES_FIELDS: &[&str] = &["name"];
+pub(super) const CONCURRENCY_FIELDS: &[&str] = &["max_in_flight", "lease"];
 
 /// A level of the rules format, for field checks and messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +41,7 @@ pub(super) enum Level {
     RateLimit,
     RateLimits,
     Replaces,
+    Concurrency,
 }
 
 impl Level {
@@ -48,6 +51,7 @@ impl Level {
             Level::Descriptor => DESCRIPTOR_FIELDS,
             Level::RateLimit | Level::RateLimits => RATE_LIMIT_FIELDS,
             Level::Replaces => REPLACES_FIELDS,
+            Level::Concurrency => CONCURRENCY_FIELDS,
         }
     }
 
@@ -59,6 +63,7 @@ impl Level {
             Level::RateLimit => "under rate_limit",
             Level::RateLimits => "under rate_limits",
             Level::Replaces => "in a replaces entry",
+            Level::Concurrency => "under concurrency",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Rules-file validation: walks one file's YAML node tree into a `DomainConfig`, collecting every
 //! error of the file with its line and column. Pure: text in, model or errors out.
 
+mod concurrency;
 mod descriptor;
 mod fields;
 mod rate_limit;

@@ -47,6 +47,15 @@ impl KeyBuilder {
     }
 }
 
+impl KeyBuilder {
+    /// A keyed 128-bit digest of `text` (a concurrency lease's request id).
+    pub(crate) fn digest(&self, text: &str) -> u128 {
+        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
+        write_str(&mut h, text);
+        h.finish128().as_u128()
+    }
+}
+
 /// Length-prefixed, so ("ab","c") and ("a","bc") never collide as they do in the reference's
 /// `key_value` joining.
 fn write_str(h: &mut SipHasher13, s: &str) {

@@ -13,13 +13,18 @@ use hashbrown::hash_table::Entry;
 use smallvec::SmallVec;
 
 mod key;
+mod leases;
 
 pub use key::{KeyBuilder, StoreKey};
 
 use super::transaction::{TransactionKind, decide_one};
-use super::{Backend, Charge, CounterId, StoreError, StoreStats, Transaction, Verdict, Verdicts};
+use super::{
+    Backend, Charge, CounterId, LeaseCall, StoreError, StoreStats, Transaction, Verdict, Verdicts,
+};
 use crate::clock::Nanos;
+use crate::lease::LeaseAnswer;
 use crate::limiter::State;
+use leases::LeaseTable;
 
 /// What the memory store needs of a key: its 128-bit identity.
 pub trait MemoryKey {
@@ -69,6 +74,8 @@ pub struct MemoryBackend {
     max_keys_per_shard: usize,
     evictions: AtomicU64,
     expired: AtomicU64,
+    /// Concurrency keys' leases (a table of their own).
+    leases: LeaseTable,
 }
 
 /// A key's state in a locked shard.
@@ -92,6 +99,7 @@ impl MemoryBackend {
             max_keys_per_shard: max_keys.div_ceil(SHARDS).max(1),
             evictions: AtomicU64::new(0),
             expired: AtomicU64::new(0),
+            leases: LeaseTable::new(max_keys),
         }
     }
 
@@ -215,8 +223,29 @@ impl MemoryBackend {
         }
     }
 
-    /// Drops every key whose state has expired (equals "no state"). Returns how many.
+    /// Runs one call on a concurrency key's leases: what `Backend::lease` does here,
+    /// synchronously. Takes any key that names a memory key (a remote backend's, for its local
+    /// failure mode). The request id is kept as its keyed hash (16 bytes whatever its length).
+    pub fn lease_now<K: MemoryKey>(&self, call: &LeaseCall<'_, K>) -> LeaseAnswer {
+        self.leases.call(
+            call.key.id().0,
+            self.keys.digest(call.id),
+            call.action,
+            &call.params,
+            call.now,
+            call.watch,
+        )
+    }
+
+    /// Concurrency keys holding leases.
+    pub fn lease_keys(&self) -> usize {
+        self.leases.keys()
+    }
+
+    /// Drops every key whose state has expired (equals "no state"), and every ended concurrency
+    /// lease. Returns how many keys it dropped.
     pub fn sweep(&self, now: Nanos) -> usize {
+        self.leases.sweep(now);
         let mut dropped = 0;
         for id in 0..SHARDS {
             let mut shard = self.lock(id);
@@ -251,6 +280,7 @@ impl MemoryBackend {
         for id in 0..SHARDS {
             self.lock(id).clear();
         }
+        self.leases.clear();
     }
 
     /// The stored state of a key, for `explain`.
@@ -282,6 +312,10 @@ impl Backend for MemoryBackend {
 
     async fn peek(&self, key: &StoreKey) -> Result<Option<State>, StoreError> {
         Ok(self.peek_now(*key))
+    }
+
+    async fn lease(&self, call: LeaseCall<'_, StoreKey>) -> Result<LeaseAnswer, StoreError> {
+        Ok(self.lease_now(&call))
     }
 
     fn stats(&self) -> StoreStats {

@@ -261,7 +261,7 @@ fn unknown_descriptor_field() {
         &[
             "unknown field 'shadow' on a descriptor (expected one of: key, value, rate_limit, \
              rate_limits, shadow_mode, quota_mode, detailed_metric, value_to_metric, \
-             share_threshold, metadata, descriptors)",
+             share_threshold, metadata, descriptors, concurrency)",
         ],
     );
 }

@@ -2,6 +2,7 @@
 //! duplicate domains across files, and hostile inputs. Error classes are in
 //! `errors.rs` and `rate_limit_errors.rs`.
 
+mod concurrency_errors;
 mod errors;
 mod rate_limit_errors;
 
@@ -120,6 +121,7 @@ fn full_example_is_parsed_field_by_field() {
                     ..limit(Unit::Day, 0)
                 },
             ])),
+            concurrency: None,
             shadow_mode: false,
             quota_mode: false,
             detailed_metric: false,
