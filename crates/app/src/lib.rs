@@ -45,6 +45,7 @@ pub use record::{
 pub use reference_env::{invoked_as_reference, translate as translate_reference_env};
 pub use server::{Server, StartError, run, start};
 pub use settings::{
-    BackendType, ConfigType, DefaultsArgs, RulesFilesArgs, ServeSettings, parse_algorithm,
+    BackendType, ConfigType, DefaultsArgs, RateLimitHeaders, RulesFilesArgs, ServeSettings,
+    parse_algorithm,
 };
 pub use status::{LoadReport, ServerStatus};

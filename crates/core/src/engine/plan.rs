@@ -22,7 +22,12 @@ pub(super) struct PlannedLimit<'p> {
     pub(crate) params: LimitParams,
     /// Position in the rule's limit list: part of the store key.
     pub(crate) slot: usize,
+    /// The quota policy it is advertised as in the IETF fields (None: not advertised).
+    pub(crate) policy: Option<&'p str>,
 }
+
+/// The policy name of a limit that a request sets itself (`descriptor.limit`, Envoy's override).
+pub(super) const OVERRIDE_POLICY: &str = "override";
 
 /// A rule's limits: inline up to two (most rules have one), so planning allocates nothing.
 pub(super) type PlannedLimits<'p> = SmallVec<[PlannedLimit<'p>; 2]>;
@@ -122,6 +127,7 @@ pub(super) fn plan<'p>(
                     charge_denied: defaults.charges_denied(defaults.algorithm),
                 },
                 slot: 0,
+                policy: Some(OVERRIDE_POLICY),
             }]);
             plans.push(plan);
             continue;
@@ -166,6 +172,7 @@ pub(super) fn matched<'p, 'e>(
                     unit: l.limit.unit,
                     params: l.params(defaults),
                     slot,
+                    policy: l.policy.as_deref(),
                 })
                 .collect(),
         ),

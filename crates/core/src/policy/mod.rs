@@ -10,7 +10,9 @@ use std::collections::HashMap;
 
 pub use pattern::Pattern;
 
-use crate::config::{DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec};
+use crate::config::{
+    DescriptorConfig, DomainConfig, Limit, Location, MetaValue, PolicyName, RateLimitSpec,
+};
 use crate::limiter::{LimitDefaults, LimitParams};
 
 /// One limit of a rule. The rules say nothing of the server's defaults (`--default-algorithm`,
@@ -18,6 +20,9 @@ use crate::limiter::{LimitDefaults, LimitParams};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleLimit {
     pub limit: Limit,
+    /// The quota policy it is advertised as in the IETF `RateLimit-Policy`/`RateLimit` fields
+    /// (printable ASCII, unquoted), or `None` for an internal limit (`advertise: false`).
+    pub policy: Option<String>,
 }
 
 impl RuleLimit {
@@ -161,7 +166,7 @@ impl Level {
                 Rule {
                     id: *next_id - 1,
                     path: path.clone(),
-                    kind: compile(spec),
+                    kind: compile(spec, &path),
                     shadow_mode: config.shadow_mode,
                     quota_mode: config.quota_mode,
                     detailed_metric: config.detailed_metric,
@@ -210,7 +215,7 @@ impl Level {
     }
 }
 
-fn compile(spec: &RateLimitSpec) -> RuleKind {
+fn compile(spec: &RateLimitSpec, path: &str) -> RuleKind {
     match spec {
         RateLimitSpec::Unlimited { name, replaces } => RuleKind::Unlimited {
             name: name.clone(),
@@ -219,12 +224,38 @@ fn compile(spec: &RateLimitSpec) -> RuleKind {
         RateLimitSpec::Limited(limits) => RuleKind::Limited(
             limits
                 .iter()
-                .map(|limit| RuleLimit {
+                .enumerate()
+                .map(|(slot, limit)| RuleLimit {
                     limit: limit.clone(),
+                    policy: policy_name(limit, path, slot, limits.len()),
                 })
                 .collect(),
         ),
     }
+}
+
+/// The name a limit is advertised under: `policy:` as written, else its `name`, else the rule's
+/// path (with `#<n>`, counted from 1, when the rule has several limits); bytes outside printable
+/// ASCII, which an sf-string cannot hold, are percent-encoded (as is `%`).
+fn policy_name(limit: &Limit, path: &str, slot: usize, limits: usize) -> Option<String> {
+    let derived = match &limit.policy {
+        PolicyName::Unadvertised => return None,
+        PolicyName::Named(name) => return Some(name.clone()),
+        PolicyName::Derived => match &limit.name {
+            Some(name) => name.clone(),
+            None if limits > 1 => format!("{path}#{}", slot + 1),
+            None => path.to_owned(),
+        },
+    };
+    let mut name = String::with_capacity(derived.len());
+    for b in derived.bytes() {
+        if b == b'%' || !(0x20..=0x7e).contains(&b) {
+            name.push_str(&format!("%{b:02X}"));
+        } else {
+            name.push(char::from(b));
+        }
+    }
+    Some(name)
 }
 
 /// Parses a descriptor written as `k=v,k2=v2` (the CLI's and `/explain`'s form) into entries. A

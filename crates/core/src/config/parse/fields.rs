@@ -28,6 +28,8 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "algorithm",
     "burst",
     "max_delay",
+    "policy",
+    "advertise",
 ];
 pub(super) const REPLACES_FIELDS: &[&str] = &["name"];
 
