@@ -293,11 +293,12 @@ impl ServeSettings {
     /// The headers answers carry: RATE_LIMIT_HEADERS, else what LIMIT_RESPONSE_HEADERS_ENABLED
     /// says.
     pub fn rate_limit_headers(&self) -> RateLimitHeaders {
-        self.rate_limit_headers.unwrap_or(if self.limit_response_headers_enabled {
-            RateLimitHeaders::Draft03
-        } else {
-            RateLimitHeaders::Off
-        })
+        self.rate_limit_headers
+            .unwrap_or(if self.limit_response_headers_enabled {
+                RateLimitHeaders::Draft03
+            } else {
+                RateLimitHeaders::Off
+            })
     }
 
     pub fn engine_settings(&self) -> EngineSettings {
@@ -429,7 +430,14 @@ mod tests {
         ));
         s.rate_limit_headers = Some(RateLimitHeaders::Ietf);
         assert_eq!(s.engine_settings().response_headers, ResponseHeaders::Ietf);
-        assert_eq!(parse_rate_limit_headers(" IETF"), Ok(RateLimitHeaders::Ietf));
-        assert!(parse_rate_limit_headers("draft-03").unwrap_err().contains("draft03"));
+        assert_eq!(
+            parse_rate_limit_headers(" IETF"),
+            Ok(RateLimitHeaders::Ietf)
+        );
+        assert!(
+            parse_rate_limit_headers("draft-03")
+                .unwrap_err()
+                .contains("draft03")
+        );
     }
 }

@@ -7,6 +7,7 @@ mod failure;
 mod harness;
 mod hot_reload;
 mod http;
+mod ietf_headers;
 mod jwt;
 mod limits;
 mod mtls;

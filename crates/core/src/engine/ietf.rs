@@ -188,7 +188,10 @@ mod tests {
     #[test]
     fn every_advertised_limit_is_a_policy_with_its_service_limit() {
         let plans = [
-            plan(vec![limit(Some("burst"), 10, 1), limit(Some("daily"), 1000, 86_400)]),
+            plan(vec![
+                limit(Some("burst"), 10, 1),
+                limit(Some("daily"), 1000, 86_400),
+            ]),
             plan(vec![limit(None, 5, 60)]),
         ];
         let verdicts = [

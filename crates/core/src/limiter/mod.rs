@@ -20,8 +20,8 @@ use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::{Algorithm, Limit};
 
 pub use describe::human;
-pub use retry::{NEVER, retry_after};
 pub(crate) use fixed_window::FixedWindowState;
+pub use retry::{NEVER, retry_after};
 pub(crate) use sliding_window::SlidingWindowState;
 pub(crate) use token_bucket::TatState;
 

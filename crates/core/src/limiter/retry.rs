@@ -77,9 +77,10 @@ fn tat_wait(
     if excess == 0 {
         return 0;
     }
-    let per_nano = state
-        .as_ref()
-        .map_or_else(|| scale(params), |s| written_scale(params, &TatState::from_state(s)));
+    let per_nano = state.as_ref().map_or_else(
+        || scale(params),
+        |s| written_scale(params, &TatState::from_state(s)),
+    );
     clamp(div_ceil(excess, per_nano))
 }
 
@@ -94,7 +95,9 @@ fn sliding_window(params: &LimitParams, state: Option<State>, now: Nanos, hits: 
     let period = params.period.max(1);
     let start = now - now % period;
     let (previous, current) = match state.as_ref().map(SlidingWindowState::from_state) {
-        Some(s) if Some(s.forgotten_at) == period.checked_mul(2).and_then(|d| start.checked_add(d)) => {
+        Some(s)
+            if Some(s.forgotten_at) == period.checked_mul(2).and_then(|d| start.checked_add(d)) =>
+        {
             (u64::from(s.previous), u64::from(s.current))
         }
         Some(s) if Some(s.forgotten_at) == start.checked_add(period) => (u64::from(s.current), 0),

@@ -215,9 +215,18 @@ fn a_limit_is_advertised_by_its_policy_its_name_or_its_rule_path() {
         name: Some("per user".into()),
         ..base.clone()
     };
-    assert_eq!(policy_name(&by_name, "k_v", 0, 2).as_deref(), Some("per user"));
-    assert_eq!(policy_name(&base, "api_key.path", 0, 1).as_deref(), Some("api_key.path"));
-    assert_eq!(policy_name(&base, "api_key", 1, 2).as_deref(), Some("api_key#2"));
+    assert_eq!(
+        policy_name(&by_name, "k_v", 0, 2).as_deref(),
+        Some("per user")
+    );
+    assert_eq!(
+        policy_name(&base, "api_key.path", 0, 1).as_deref(),
+        Some("api_key.path")
+    );
+    assert_eq!(
+        policy_name(&base, "api_key", 1, 2).as_deref(),
+        Some("api_key#2")
+    );
     // Rules may hold any UTF-8: what an sf-string cannot carry is percent-encoded.
     assert_eq!(
         policy_name(&base, "user_café 100%", 0, 1).as_deref(),

@@ -345,7 +345,10 @@ fn policy_must_be_a_printable_ascii_string() {
     assert_error(
         &rl(&["unit: second", "requests_per_unit: 5", "policy: \"café\""]),
         "7:15",
-        &["'policy' must be printable ASCII", "structured-field string"],
+        &[
+            "'policy' must be printable ASCII",
+            "structured-field string",
+        ],
     );
     assert_error(
         &rl(&["unit: second", "requests_per_unit: 5", "policy: 5"]),
