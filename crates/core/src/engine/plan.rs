@@ -49,6 +49,19 @@ pub(super) struct Plan<'p> {
     pub(crate) quota: bool,
     /// The matched rule (None for overrides and unmatched descriptors).
     pub(crate) rule: Option<&'p Rule>,
+    /// How the descriptor's lookup ended, for the counts of descriptors nothing matched.
+    pub(crate) lookup: Lookup,
+}
+
+/// How a descriptor's lookup in the rules ended, as far as the unmatched counts care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// A rule, a whitelisting entry, a request override, or nothing to look up (no entries).
+    Found,
+    /// The domain is known and no entry of the rules matched the descriptor.
+    NoRule,
+    /// The request's domain has no rules (the reference's `domain_not_found`).
+    UnknownDomain,
 }
 
 impl<'p> Plan<'p> {
@@ -60,6 +73,7 @@ impl<'p> Plan<'p> {
             shadow_mode: false,
             quota,
             rule: None,
+            lookup: Lookup::Found,
         }
     }
 
@@ -106,10 +120,15 @@ pub(super) fn plan<'p>(
             .map_or(request_hits, |h| h.value)
             .min(MAX_HITS);
         let mut plan = Plan::new(hits, settings.quota_mode);
-        let Some(domain) = domain.filter(|_| !descriptor.entries.is_empty()) else {
+        let Some(domain) = domain else {
+            plan.lookup = Lookup::UnknownDomain;
             plans.push(plan);
             continue;
         };
+        if descriptor.entries.is_empty() {
+            plans.push(plan);
+            continue;
+        }
         if let Some(limit) = &descriptor.limit {
             let unit =
                 override_unit(limit.unit).ok_or(InvalidRequest::OverrideWithoutUnit { index })?;
@@ -136,7 +155,9 @@ pub(super) fn plan<'p>(
             .entries
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()));
-        matched(domain, entries, &mut plan, defaults);
+        if let Outcome::Unmatched = matched(domain, entries, &mut plan, defaults) {
+            plan.lookup = Lookup::NoRule;
+        }
         plans.push(plan);
     }
     drop_replaced(&mut plans);
