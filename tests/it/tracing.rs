@@ -243,7 +243,11 @@ async fn a_call_that_names_its_trace_gets_a_child_span_in_it() {
     let b3_single = format!("{TRACE}-{PARENT}-1");
     let carriers: [&[(&str, &str)]; 4] = [
         &[("traceparent", &traceparent)],
-        &[("x-b3-traceid", TRACE), ("x-b3-spanid", PARENT), ("x-b3-sampled", "1")],
+        &[
+            ("x-b3-traceid", TRACE),
+            ("x-b3-spanid", PARENT),
+            ("x-b3-sampled", "1"),
+        ],
         &[("b3", &b3_single)],
         &[],
     ];

@@ -121,7 +121,10 @@ mod tests {
             ("x-b3-sampled", "1"),
         ])
         .unwrap();
-        assert_eq!(t64, TraceId::from_hex("0000000000000000a3ce929d0e0e4736").unwrap());
+        assert_eq!(
+            t64,
+            TraceId::from_hex("0000000000000000a3ce929d0e0e4736").unwrap()
+        );
     }
 
     #[test]
@@ -146,7 +149,10 @@ mod tests {
         ]);
         assert_eq!(b3.map(|(t, s, _)| (t, s)), Some((t, s)));
         for garbage in [
-            &[("traceparent", "00-00000000000000000000000000000000-00f067aa0ba902b7-01")][..],
+            &[(
+                "traceparent",
+                "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            )][..],
             &[("traceparent", "not a traceparent")],
             &[("b3", "nonsense")],
             &[("x-b3-traceid", TRACE)],

@@ -14,5 +14,6 @@ mod mtls;
 mod redis;
 mod replay;
 mod rlqs;
+mod tracing;
 mod user_jwt;
 mod xds_rules;
