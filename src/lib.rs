@@ -51,7 +51,8 @@ pub mod server {
 /// The server's settings (flags and environment).
 pub mod settings {
     pub use ratelimit_app::{
-        BackendType, ConfigType, DefaultsArgs, RulesFilesArgs, ServeSettings, parse_algorithm,
+        BackendType, ConfigType, DefaultsArgs, RateLimitHeaders, RulesFilesArgs, ServeSettings,
+        parse_algorithm,
     };
 }
 

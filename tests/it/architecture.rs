@@ -59,6 +59,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "app",
         &[
+            &["trace_context"],
             &["status", "health", "telemetry", "statsd"],
             &["record"],
             &["front"],

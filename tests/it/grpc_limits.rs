@@ -431,3 +431,75 @@ async fn rules_nested_32_levels_match_a_descriptor_of_32_entries() {
     let r = s.call(request("deep", &[&entries[..31]])).await;
     assert!(r.statuses[0].current_limit.is_none(), "31 entries: no rule");
 }
+
+const RETRY_RULES: &str = r#"
+domain: retry
+descriptors:
+  - key: algo
+    value: token
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: token_bucket, policy: token}
+  - key: algo
+    value: fixed
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
+  - key: algo
+    value: sliding
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: sliding_window, name: sliding-2}
+  - key: algo
+    value: leaky
+    rate_limit: {unit: minute, requests_per_unit: 2, algorithm: leaky_bucket, max_delay: 0s}
+  - key: algo
+    value: internal
+    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: fixed_window, advertise: false}
+"#;
+
+/// `--rate-limit-headers ietf` on the manual clock (10 s into a minute): each algorithm's
+/// Retry-After is the exact wait until the request would pass, and `t` of the denied policy too.
+#[tokio::test]
+async fn ietf_headers_say_when_each_algorithm_lets_the_request_through() {
+    let mut s = start_with(&[("retry.yaml", RETRY_RULES)], |st| {
+        st.rate_limit_headers = Some(ratelimit_server::settings::RateLimitHeaders::Ietf);
+    })
+    .await;
+    // (value, policy as advertised, hits that pass, then the wait in seconds)
+    let cases = [
+        ("token", "token", 2, 30),
+        ("fixed", "algo_fixed", 2, 50),
+        // The next window, once the 2 hits of this one weigh less than 1: 50 s + 30 s.
+        ("sliding", "sliding-2", 2, 80),
+        // No queue (max_delay 0): one hit per 30 s.
+        ("leaky", "algo_leaky", 1, 30),
+    ];
+    for (value, policy, passing, wait) in cases {
+        for left in (0..passing).rev() {
+            let r = s.call(request("retry", &[&[("algo", value)]])).await;
+            assert_eq!(code(r.overall_code), Code::Ok, "{value}");
+            let h = headers(&r);
+            assert_eq!(
+                h[0],
+                ("RateLimit-Policy", &*format!("\"{policy}\";q=2;w=60"))
+            );
+            assert_eq!(h[1].0, "RateLimit");
+            assert!(
+                h[1].1.starts_with(&format!("\"{policy}\";r={left};t=")),
+                "{h:?}"
+            );
+            assert_eq!(h.len(), 2, "no Retry-After on OK: {h:?}");
+        }
+        let r = s.call(request("retry", &[&[("algo", value)]])).await;
+        assert_eq!(code(r.overall_code), Code::OverLimit, "{value}");
+        assert_eq!(
+            headers(&r),
+            [
+                ("RateLimit-Policy", &*format!("\"{policy}\";q=2;w=60")),
+                ("RateLimit", &*format!("\"{policy}\";r=0;t={wait}")),
+                ("Retry-After", &*wait.to_string()),
+            ],
+            "{value}"
+        );
+    }
+    // An internal limit shows nothing, but its Retry-After is still given.
+    s.hit("retry", &[("algo", "internal")]).await;
+    let r = s.call(request("retry", &[&[("algo", "internal")]])).await;
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    assert_eq!(headers(&r), [("Retry-After", "50")]);
+}

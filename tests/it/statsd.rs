@@ -189,3 +189,96 @@ fn a_broken_mapping_file_stops_start_up_naming_the_mapping_and_field() {
         "{log}"
     );
 }
+
+/// Descriptors no rule matched, per domain with rules (`no_rule`), and the descriptors of calls to
+/// a domain with none (the reference's `domain_not_found`, one per descriptor), in /metrics and
+/// statsd; unknown domains past 100 fold into `domain="(other)"`. A whitelisted descriptor and a
+/// matched one are not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmatched_descriptors_and_unknown_domains_are_counted_per_domain() {
+    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = sink.local_addr().unwrap().port();
+    let rules = format!("{RULES}  - key: user\n    value: admin\n");
+    let mut t = common::start_with(&[("web.yaml", &rules)], |s| {
+        s.statsd.use_statsd = true;
+        s.statsd.statsd_host = "127.0.0.1".into();
+        s.statsd.statsd_port = port;
+        s.statsd.stats_flush_interval = Duration::from_millis(20);
+    })
+    .await;
+    // Matched; whitelisted; ending on an entry without a limit (as whitelisted: the rules name
+    // it); then two that no rule matches: an unknown key, a descriptor longer than its branch.
+    let descriptors: &[&[(&str, &str)]] = &[
+        &[("user", "a")],
+        &[("user", "admin")],
+        &[("plan", "free")],
+        &[("team", "x")],
+        &[("user", "a"), ("path", "/x")],
+    ];
+    t.call(common::request("web", descriptors)).await;
+    // Two calls to a domain with no rules: 3 descriptors.
+    t.call(common::request("nope", &[&[("a", "1")], &[("b", "2")]]))
+        .await;
+    t.call(common::request("nope", &[&[("a", "1")]])).await;
+    for i in 0..105 {
+        t.call(common::request(&format!("typo-{i}"), &[&[("a", "1")]]))
+            .await;
+    }
+    let page = common::metrics::scrape(&t.http("/metrics")).await;
+    let no_rule = "ratelimit_service_rate_limit_no_rule";
+    let not_found = "ratelimit_service_rate_limit_domain_not_found";
+    assert_eq!(
+        common::metrics::labelled(&page, no_rule, r#"domain="web""#),
+        2
+    );
+    assert_eq!(common::metrics::sum(&page, no_rule), 2.0, "{page}");
+    assert_eq!(
+        common::metrics::labelled(&page, not_found, r#"domain="nope""#),
+        3
+    );
+    assert_eq!(
+        common::metrics::labelled(&page, not_found, r#"domain="typo-0""#),
+        1
+    );
+    // "nope" took one of the 100 own series: typo-0..98 have theirs, the last 6 are folded.
+    assert_eq!(
+        common::metrics::labelled(&page, not_found, r#"domain="typo-98""#),
+        1
+    );
+    assert_eq!(
+        common::metrics::labelled(&page, not_found, r#"domain="typo-99""#),
+        0
+    );
+    assert_eq!(
+        common::metrics::labelled(&page, not_found, r#"domain="(other)""#),
+        6
+    );
+    let series = page
+        .lines()
+        .filter(|l| l.starts_with(&format!("{not_found}{{")))
+        .count();
+    assert_eq!(series, 101, "100 domains and (other)");
+    assert_eq!(common::metrics::sum(&page, not_found), 108.0);
+
+    let (mut conn, _) = tokio::time::timeout(Duration::from_secs(30), sink.accept())
+        .await
+        .expect("the server connects to the sink")
+        .unwrap();
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    let want = |text: &str| {
+        let t = totals(text);
+        t.get("ratelimit.service.rate_limit.web.no_rule") == Some(&2.0)
+            && t.get("ratelimit.service.rate_limit.nope.domain_not_found") == Some(&3.0)
+            && t.get("ratelimit.service.rate_limit.(other).domain_not_found") == Some(&6.0)
+    };
+    while !want(&text) {
+        let n = tokio::time::timeout(Duration::from_secs(30), conn.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("not all stats after 30 s:\n{text}"))
+            .unwrap();
+        assert!(n > 0, "the server closed the sink connection:\n{text}");
+        text.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+    }
+    t.server.shutdown().await;
+}

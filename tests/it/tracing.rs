@@ -1,6 +1,8 @@
 //! OpenTelemetry tracing: the real server exports a span per ShouldRateLimit over OTLP/gRPC to an
 //! in-process collector (opentelemetry-proto's TraceService), with the domain, descriptor count
-//! and overall code, the gRPC code of a refused call, and no descriptor values unless asked.
+//! and overall code, the gRPC code of a refused call, and no descriptor values unless asked; a
+//! call that carries a W3C `traceparent` or B3 headers gets a span in that trace, child of the
+//! span they name. The collector serves `envoy_e2e::tracing` too.
 
 use crate::common;
 
@@ -19,18 +21,22 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 /// One received span: its name, attributes as text, status code, and the resource's service name.
 #[derive(Debug, Clone)]
-struct Received {
-    name: String,
+pub(crate) struct Received {
+    pub(crate) name: String,
+    /// Ids in lower-case hex; `parent_span_id` empty for a root span.
+    pub(crate) trace_id: String,
+    pub(crate) span_id: String,
+    pub(crate) parent_span_id: String,
     attributes: HashMap<String, String>,
     error: bool,
-    service_name: String,
+    pub(crate) service_name: String,
     /// The resource's other attributes, as text.
     resource: HashMap<String, String>,
 }
 
 #[derive(Clone, Default)]
-struct Collector {
-    spans: Arc<Mutex<Vec<Received>>>,
+pub(crate) struct Collector {
+    pub(crate) spans: Arc<Mutex<Vec<Received>>>,
     api_keys: Arc<Mutex<Vec<String>>>,
 }
 
@@ -75,6 +81,9 @@ impl TraceService for Collector {
                 for span in &scope.spans {
                     spans.push(Received {
                         name: span.name.clone(),
+                        trace_id: hex(&span.trace_id),
+                        span_id: hex(&span.span_id),
+                        parent_span_id: hex(&span.parent_span_id),
                         attributes: span
                             .attributes
                             .iter()
@@ -91,7 +100,12 @@ impl TraceService for Collector {
     }
 }
 
-async fn collector() -> (Collector, String) {
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A collector on a free port, and its endpoint (`http://127.0.0.1:port`).
+pub(crate) async fn collector() -> (Collector, String) {
     let collector = Collector::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -210,4 +224,51 @@ async fn sampling_rate_zero_exports_nothing() {
     s.call(request("t", &[&[("user", "a")]])).await;
     s.server.shutdown().await;
     assert!(collector.spans.lock().unwrap().is_empty());
+}
+
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+/// A call's span joins the trace its metadata names: W3C `traceparent`, or B3 (several headers or
+/// the single `b3`), the parent being the span they name; without them it is a root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_names_its_trace_gets_a_child_span_in_it() {
+    let (collector, endpoint) = collector().await;
+    let mut s = start_with(&[("t.yaml", RULES)], move |settings| {
+        settings.tracing.tracing_enabled = true;
+        settings.tracing.otel_exporter_otlp_endpoint = endpoint;
+    })
+    .await;
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let b3_single = format!("{TRACE}-{PARENT}-1");
+    let carriers: [&[(&str, &str)]; 4] = [
+        &[("traceparent", &traceparent)],
+        &[
+            ("x-b3-traceid", TRACE),
+            ("x-b3-spanid", PARENT),
+            ("x-b3-sampled", "1"),
+        ],
+        &[("b3", &b3_single)],
+        &[],
+    ];
+    for carrier in carriers {
+        let mut call = tonic::Request::new(request("t", &[&[("user", "a")]]));
+        for (k, v) in carrier {
+            call.metadata_mut().insert(*k, v.parse().unwrap());
+        }
+        s.client.should_rate_limit(call).await.unwrap();
+    }
+    s.server.shutdown().await;
+    let spans = collector.spans.lock().unwrap().clone();
+    assert_eq!(spans.len(), 4, "{spans:#?}");
+    for (span, carrier) in spans[..3].iter().zip(["traceparent", "b3 headers", "b3"]) {
+        assert_eq!(
+            (span.trace_id.as_str(), span.parent_span_id.as_str()),
+            (TRACE, PARENT),
+            "{carrier}: {span:#?}"
+        );
+        assert_ne!(span.span_id, PARENT);
+    }
+    assert_ne!(spans[3].trace_id, TRACE, "{:#?}", spans[3]);
+    assert_eq!(spans[3].parent_span_id, "", "a root: {:#?}", spans[3]);
 }

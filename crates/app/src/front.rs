@@ -8,6 +8,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prometheus::{Histogram, IntCounter, IntCounterVec};
+use tonic::codegen::http;
 
 use crate::record::Recorder;
 use crate::telemetry::Tracing;
@@ -97,8 +98,18 @@ impl<B: Backend> FrontDoor<B> {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, EngineError> {
+        self.decide_in_trace(request, None).await
+    }
+
+    /// Decides `request`, whose span (when tracing) is a child of the one its `headers` name
+    /// (W3C `traceparent` or B3, as Envoy sends them with the call).
+    pub async fn decide_in_trace(
+        &self,
+        request: &RateLimitRequest,
+        headers: Option<&http::HeaderMap>,
+    ) -> Result<RateLimitResponse, EngineError> {
         let started = monotonic();
-        let mut span = self.tracing.as_ref().map(Tracing::start_call);
+        let mut span = self.tracing.as_ref().map(|t| t.start_call(headers));
         if let Some(span) = &mut span {
             span.request(
                 &request.domain,

@@ -1,8 +1,8 @@
 //! ratelimit-server's server: the listeners and what they serve, around the core's engine.
 //!
 //! Module map, lowest first (a module names only modules of lower layers):
-//! - `status` (draining, the last load), `health` (gRPC health), `telemetry`
-//!   (OpenTelemetry spans), `statsd` (the reference's statsd stats), `record` (`serve --record`: decisions to a file, off the hot path);
+//! - `status` (draining, the last load), `health` (gRPC health), `trace_context` (the caller's
+//!   span, from W3C or B3 headers), `telemetry` (OpenTelemetry spans), `statsd` (the reference's statsd stats), `record` (`serve --record`: decisions to a file, off the hot path);
 //! - `front`: the one front door to a decision (call metrics, span, recorder, engine);
 //! - faces: `service` (gRPC `ShouldRateLimit`), `rlqs` (gRPC `StreamRateLimitQuotas`, the Rate
 //!   Limit Quota Service), `http` (the admin port), `reload` (rules from files, validated then
@@ -33,6 +33,7 @@ mod settings;
 mod statsd;
 mod status;
 mod telemetry;
+mod trace_context;
 mod xds;
 
 pub use front::FrontDoor;
@@ -45,6 +46,7 @@ pub use record::{
 pub use reference_env::{invoked_as_reference, translate as translate_reference_env};
 pub use server::{Server, StartError, run, start};
 pub use settings::{
-    BackendType, ConfigType, DefaultsArgs, RulesFilesArgs, ServeSettings, parse_algorithm,
+    BackendType, ConfigType, DefaultsArgs, RateLimitHeaders, RulesFilesArgs, ServeSettings,
+    parse_algorithm,
 };
 pub use status::{LoadReport, ServerStatus};

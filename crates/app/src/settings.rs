@@ -12,7 +12,7 @@ pub(crate) use crate::statsd::StatsdArgs;
 pub use crate::xds::ConfigType;
 pub(crate) use crate::xds::XdsArgs;
 use ratelimit_core::config::{Algorithm, MAX_DELAY_LIMIT, format_duration, parse_duration};
-use ratelimit_core::engine::{EngineSettings, HeaderNames, RequestBounds};
+use ratelimit_core::engine::{EngineSettings, HeaderNames, RequestBounds, ResponseHeaders};
 use ratelimit_core::limiter::LimitDefaults;
 use ratelimit_core::rules_dir::SizeCaps;
 pub(crate) use transport_args::{TransportArgs, byte_size};
@@ -199,7 +199,15 @@ pub struct ServeSettings {
     /// Share of a limit past which hits count as near the limit (metrics).
     #[arg(long, env = "NEAR_LIMIT_RATIO", default_value_t = 0.8, value_parser = parse_ratio)]
     pub near_limit_ratio: f64,
-    /// Add RateLimit-Limit/Remaining/Reset headers to responses.
+    /// Rate-limit headers in answers: `off`, `draft03` (the reference's RateLimit-Limit/
+    /// Remaining/Reset of the tightest limit, named by LIMIT_*_HEADER) or `ietf`
+    /// (draft-ietf-httpapi-ratelimit-headers-11: RateLimit-Policy and RateLimit of every
+    /// advertised limit, Retry-After on OVER_LIMIT). Unset: `draft03` if
+    /// LIMIT_RESPONSE_HEADERS_ENABLED is true, else `off`.
+    #[arg(long, env = "RATE_LIMIT_HEADERS", value_parser = parse_rate_limit_headers)]
+    pub rate_limit_headers: Option<RateLimitHeaders>,
+    /// Add RateLimit-Limit/Remaining/Reset headers to responses (the reference's setting; the
+    /// same as RATE_LIMIT_HEADERS=draft03, which wins when both are set).
     #[arg(long, env = "LIMIT_RESPONSE_HEADERS_ENABLED", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub limit_response_headers_enabled: bool,
     #[arg(long, env = "LIMIT_LIMIT_HEADER", default_value = "RateLimit-Limit")]
@@ -282,17 +290,32 @@ impl ServeSettings {
         Wrapper::parse_from(["ratelimit-server"]).settings
     }
 
+    /// The headers answers carry: RATE_LIMIT_HEADERS, else what LIMIT_RESPONSE_HEADERS_ENABLED
+    /// says.
+    pub fn rate_limit_headers(&self) -> RateLimitHeaders {
+        self.rate_limit_headers
+            .unwrap_or(if self.limit_response_headers_enabled {
+                RateLimitHeaders::Draft03
+            } else {
+                RateLimitHeaders::Off
+            })
+    }
+
     pub fn engine_settings(&self) -> EngineSettings {
         EngineSettings {
             shadow_mode: self.shadow_mode,
             quota_mode: self.quota_mode,
             dynamic_metadata: self.response_dynamic_metadata,
             near_limit_ratio: self.near_limit_ratio,
-            response_headers: self.limit_response_headers_enabled.then(|| HeaderNames {
-                limit: self.limit_limit_header.clone(),
-                remaining: self.limit_remaining_header.clone(),
-                reset: self.limit_reset_header.clone(),
-            }),
+            response_headers: match self.rate_limit_headers() {
+                RateLimitHeaders::Off => ResponseHeaders::Off,
+                RateLimitHeaders::Draft03 => ResponseHeaders::Draft03(HeaderNames {
+                    limit: self.limit_limit_header.clone(),
+                    remaining: self.limit_remaining_header.clone(),
+                    reset: self.limit_reset_header.clone(),
+                }),
+                RateLimitHeaders::Ietf => ResponseHeaders::Ietf,
+            },
             defaults: self.defaults.limit_defaults(),
             bounds: RequestBounds {
                 max_descriptors: self.max_descriptors,
@@ -300,6 +323,25 @@ impl ServeSettings {
                 max_string_len: self.max_string_len,
             },
         }
+    }
+}
+
+/// `--rate-limit-headers`: which rate-limit headers answers carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimitHeaders {
+    Off,
+    Draft03,
+    Ietf,
+}
+
+fn parse_rate_limit_headers(text: &str) -> Result<RateLimitHeaders, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "off" => Ok(RateLimitHeaders::Off),
+        "draft03" => Ok(RateLimitHeaders::Draft03),
+        "ietf" => Ok(RateLimitHeaders::Ietf),
+        _ => Err(format!(
+            "'{text}' is not a header style (expected off, draft03 or ietf)"
+        )),
     }
 }
 
@@ -373,5 +415,29 @@ mod tests {
         let s = ServeSettings::for_tests(PathBuf::from("x"));
         assert_eq!(s.engine_settings().defaults, LimitDefaults::default());
         assert_eq!(s.rules_files.caps(), SizeCaps::default());
+    }
+
+    #[test]
+    fn rate_limit_headers_default_off_and_the_reference_setting_means_draft03() {
+        let mut s = ServeSettings::for_tests(PathBuf::from("x"));
+        assert_eq!(s.rate_limit_headers(), RateLimitHeaders::Off);
+        assert_eq!(s.engine_settings().response_headers, ResponseHeaders::Off);
+        s.limit_response_headers_enabled = true;
+        assert_eq!(s.rate_limit_headers(), RateLimitHeaders::Draft03);
+        assert!(matches!(
+            s.engine_settings().response_headers,
+            ResponseHeaders::Draft03(_)
+        ));
+        s.rate_limit_headers = Some(RateLimitHeaders::Ietf);
+        assert_eq!(s.engine_settings().response_headers, ResponseHeaders::Ietf);
+        assert_eq!(
+            parse_rate_limit_headers(" IETF"),
+            Ok(RateLimitHeaders::Ietf)
+        );
+        assert!(
+            parse_rate_limit_headers("draft-03")
+                .unwrap_err()
+                .contains("draft03")
+        );
     }
 }

@@ -1,5 +1,7 @@
 //! OpenTelemetry tracing (the reference's TRACING_ENABLED and OTEL_EXPORTER_OTLP_*): one span per
-//! ShouldRateLimit, exported over OTLP/gRPC by a batch processor, flushed on shutdown. Spans carry
+//! ShouldRateLimit, a child of the caller's span when the call names one (W3C `traceparent` or
+//! B3, read by `trace_context`), exported over OTLP/gRPC by a batch processor, flushed on
+//! shutdown. Spans carry
 //! the domain, the descriptor count and the overall code (and the gRPC code of a refused call);
 //! descriptor values only when asked (`record_values`), since they are often user identifiers.
 //! When tracing is off nothing here exists: the service holds `None` and builds no span.
@@ -9,6 +11,9 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use tonic::codegen::http::HeaderMap;
+
+use crate::trace_context::TraceContext;
 
 /// What the exporter and spans are made from (see `settings::TracingArgs`).
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +45,7 @@ pub struct Tracing {
     tracer: SdkTracer,
     provider: SdkTracerProvider,
     record_values: bool,
+    context: TraceContext,
 }
 
 impl Tracing {
@@ -89,12 +95,14 @@ impl Tracing {
             tracer: provider.tracer_with_scope(scope),
             provider,
             record_values: config.record_values,
+            context: TraceContext::default(),
         })
     }
 
-    /// Starts the span of one ShouldRateLimit call.
-    pub fn start_call(&self) -> CallSpan {
-        let span = self
+    /// Starts the span of one ShouldRateLimit call: a child of the span `headers` name (the
+    /// call's trace context), else the root of a new trace.
+    pub fn start_call(&self, headers: Option<&HeaderMap>) -> CallSpan {
+        let builder = self
             .tracer
             .span_builder("envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
             .with_kind(SpanKind::Server)
@@ -102,8 +110,11 @@ impl Tracing {
                 KeyValue::new("rpc.system", "grpc"),
                 KeyValue::new("rpc.service", "envoy.service.ratelimit.v3.RateLimitService"),
                 KeyValue::new("rpc.method", "ShouldRateLimit"),
-            ])
-            .start(&self.tracer);
+            ]);
+        let span = match headers.and_then(|h| self.context.parent(h)) {
+            Some(parent) => builder.start_with_context(&self.tracer, &parent),
+            None => builder.start(&self.tracer),
+        };
         CallSpan {
             span,
             record_values: self.record_values,

@@ -13,6 +13,7 @@ mod series;
 mod store_stats;
 #[cfg(test)]
 mod tests;
+mod unmatched;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -27,6 +28,7 @@ pub use rules::OVERRIDE_RULE;
 pub(crate) use rules::{DetailedBudget, PolicyMetrics};
 pub use series::{Counts, HitOutcome};
 pub(crate) use store_stats::StatsSource;
+pub use unmatched::{OTHER_DOMAINS, UNKNOWN_DOMAINS_CAP};
 
 use crate::policy::Policy;
 use crate::store::{Backend, Store};
@@ -49,6 +51,10 @@ pub struct Metrics {
     pub(crate) concurrency: ConcurrencyMetrics,
     /// Where `ratelimit_store_keys` and `ratelimit_store_evictions` are read at scrape time.
     store_stats: Arc<OnceLock<StatsSource>>,
+    /// Descriptors of a known domain that no rule matched, by domain.
+    no_rule: IntCounterVec,
+    /// Descriptors of calls to domains with no rules, by domain (bounded).
+    unknown_domains: unmatched::UnknownDomains,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -132,6 +138,21 @@ impl Metrics {
             ),
             response_time,
             store_stats,
+            no_rule: counter_vec(
+                &r,
+                "ratelimit_service_rate_limit_no_rule",
+                "Descriptors of a domain with rules that no rule matched (whitelisted ones are matched)",
+                &["domain"],
+            ),
+            unknown_domains: unmatched::UnknownDomains::new(
+                counter_vec(
+                    &r,
+                    "ratelimit_service_rate_limit_domain_not_found",
+                    "Descriptors of calls to a domain with no rules (past 100 such domains, under domain=\"(other)\")",
+                    &["domain"],
+                ),
+                UNKNOWN_DOMAINS_CAP,
+            ),
             registry: r,
             live,
             installing: Mutex::new(()),
@@ -146,9 +167,16 @@ impl Metrics {
             .installing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let table = Arc::new(PolicyMetrics::carry_over(&self.live.load(), policy));
+        let table = Arc::new(
+            PolicyMetrics::carry_over(&self.live.load(), policy).counting_no_rule(&self.no_rule),
+        );
         self.live.store(table.clone());
         table
+    }
+
+    /// Counts `descriptors` descriptors of a call to `domain`, which has no rules.
+    pub(crate) fn domain_not_found(&self, domain: &str, descriptors: u64) {
+        self.unknown_domains.count(domain, descriptors);
     }
 
     /// Reads the store's key and eviction counts (`Store::stats`) for every scrape from now on.

@@ -68,6 +68,8 @@ impl<K: RemoteKey> OverLimitCache<K> {
                     },
                     charged: false,
                     delay: 0,
+                    // A cached fixed window: the hits fit again when it ends.
+                    retry_after: e.until - now,
                 })
             })
             .collect()
@@ -163,6 +165,7 @@ mod tests {
             },
             charged: false,
             delay: 0,
+            retry_after: reset_after,
         }]
         .into_iter()
         .collect()

@@ -129,7 +129,7 @@ pub(super) async fn json<B: Backend>(
             );
         }
     };
-    match admin.front.decide(&request).await {
+    match admin.front.decide_in_trace(&request, Some(&headers)).await {
         Ok(response) => {
             let status = if response.overall_code == Code::OverLimit as i32 {
                 StatusCode::TOO_MANY_REQUESTS

@@ -174,7 +174,12 @@ impl<S: Backend> Shared<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        match self.front.decide(request.get_ref()).await {
+        let headers = request.metadata().as_ref();
+        match self
+            .front
+            .decide_in_trace(request.get_ref(), Some(headers))
+            .await
+        {
             Ok(response) => Ok(Response::new(response)),
             Err(e) => Err(Status::new(status_code(&e), e.to_string())),
         }

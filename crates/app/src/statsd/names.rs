@@ -1,22 +1,42 @@
 //! The reference's statsd stat names for our counters, read off a gathered registry: per rule
 //! `ratelimit.service.rate_limit.<domain>.<key>.total_hits` (`.over_limit`, `.near_limit`,
-//! `.within_limit`, `.shadow_mode`), and `ratelimit.service.config_load_success`, `_error`,
-//! `global_shadow_mode`. Pure: both the statsd sink and the mapped Prometheus exposition
-//! (`PROMETHEUS_MAPPER_YAML`) start from these.
+//! `.within_limit`, `.shadow_mode`), per domain `ratelimit.service.rate_limit.<domain>.
+//! domain_not_found` (and ours, in the same scheme, `.no_rule`), and
+//! `ratelimit.service.config_load_success`, `_error`, `global_shadow_mode`. Pure: both the statsd
+//! sink and the mapped Prometheus exposition (`PROMETHEUS_MAPPER_YAML`) start from these.
 
 use prometheus::proto::MetricFamily;
 
-/// A counter family's statsd name, and whether it is per rule (`<prefix>.<domain>.<rule>.<stat>`).
-fn statsd_name(family: &str) -> Option<(&'static str, bool)> {
+/// Which series of a family a stat is named after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Per {
+    /// `<prefix>.<domain>.<rule>.<stat>`.
+    Rule,
+    /// `<prefix>.<domain>.<stat>`.
+    Domain,
+    /// The stat's own name.
+    Server,
+}
+
+/// A counter family's statsd name, and what it is per.
+fn statsd_name(family: &str) -> Option<(&'static str, Per)> {
     Some(match family {
-        "ratelimit_service_rate_limit_total_hits" => ("total_hits", true),
-        "ratelimit_service_rate_limit_over_limit" => ("over_limit", true),
-        "ratelimit_service_rate_limit_near_limit" => ("near_limit", true),
-        "ratelimit_service_rate_limit_within_limit" => ("within_limit", true),
-        "ratelimit_service_rate_limit_shadow_mode" => ("shadow_mode", true),
-        "ratelimit_service_config_load_success" => ("ratelimit.service.config_load_success", false),
-        "ratelimit_service_config_load_error" => ("ratelimit.service.config_load_error", false),
-        "ratelimit_service_global_shadow_mode" => ("ratelimit.service.global_shadow_mode", false),
+        "ratelimit_service_rate_limit_total_hits" => ("total_hits", Per::Rule),
+        "ratelimit_service_rate_limit_over_limit" => ("over_limit", Per::Rule),
+        "ratelimit_service_rate_limit_near_limit" => ("near_limit", Per::Rule),
+        "ratelimit_service_rate_limit_within_limit" => ("within_limit", Per::Rule),
+        "ratelimit_service_rate_limit_shadow_mode" => ("shadow_mode", Per::Rule),
+        "ratelimit_service_rate_limit_domain_not_found" => ("domain_not_found", Per::Domain),
+        "ratelimit_service_rate_limit_no_rule" => ("no_rule", Per::Domain),
+        "ratelimit_service_config_load_success" => {
+            ("ratelimit.service.config_load_success", Per::Server)
+        }
+        "ratelimit_service_config_load_error" => {
+            ("ratelimit.service.config_load_error", Per::Server)
+        }
+        "ratelimit_service_global_shadow_mode" => {
+            ("ratelimit.service.global_shadow_mode", Per::Server)
+        }
         _ => return None,
     })
 }
@@ -36,7 +56,7 @@ pub(super) fn clean(part: &str) -> String {
 pub(crate) fn stats(families: &[MetricFamily]) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     for family in families {
-        let Some((stat, per_rule)) = statsd_name(family.name()) else {
+        let Some((stat, per)) = statsd_name(family.name()) else {
             continue;
         };
         for metric in family.get_metric() {
@@ -47,17 +67,24 @@ pub(crate) fn stats(families: &[MetricFamily]) -> Vec<(String, f64)> {
                     .find(|l| l.name() == name)
                     .map(|l| l.value().to_owned())
             };
-            let name = if per_rule {
-                let (Some(domain), Some(rule)) = (label("domain"), label("rule")) else {
-                    continue;
-                };
-                format!(
-                    "ratelimit.service.rate_limit.{}.{}.{stat}",
-                    clean(&domain),
-                    clean(&rule)
-                )
-            } else {
-                stat.to_owned()
+            let name = match per {
+                Per::Rule => {
+                    let (Some(domain), Some(rule)) = (label("domain"), label("rule")) else {
+                        continue;
+                    };
+                    format!(
+                        "ratelimit.service.rate_limit.{}.{}.{stat}",
+                        clean(&domain),
+                        clean(&rule)
+                    )
+                }
+                Per::Domain => {
+                    let Some(domain) = label("domain") else {
+                        continue;
+                    };
+                    format!("ratelimit.service.rate_limit.{}.{stat}", clean(&domain))
+                }
+                Per::Server => stat.to_owned(),
             };
             out.push((name, metric.get_counter().value()));
         }

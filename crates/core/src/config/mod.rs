@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 pub use duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 pub use error::{ConfigError, ConfigErrors};
-pub use model::{Algorithm, DomainConfig, Limit, MetaValue, RateLimitSpec, Unit};
+pub use model::{Algorithm, DomainConfig, Limit, MetaValue, PolicyName, RateLimitSpec, Unit};
 pub use model::{ConcurrencySpec, DescriptorConfig, Location};
 pub use text::decode;
 

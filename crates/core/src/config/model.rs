@@ -137,6 +137,29 @@ pub struct Limit {
     pub(crate) max_delay: Option<Duration>,
     /// Names of limits this one replaces when both match in one request.
     pub replaces: Vec<String>,
+    /// Our extension: how the limit shows in the IETF `RateLimit-Policy` and `RateLimit` response
+    /// fields (`--rate-limit-headers ietf`): `policy: <name>`, or `advertise: false`.
+    pub policy: PolicyName,
+}
+
+/// The name a limit's quota policy is advertised under in the IETF fields, or none.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum PolicyName {
+    /// Not written: the limit's `name`, else the rule's path.
+    #[default]
+    Derived,
+    /// `policy: <name>`: printable ASCII, checked when the rules are read.
+    Named(String),
+    /// `advertise: false`: an internal limit, never shown to clients.
+    Unadvertised,
+}
+
+impl PolicyName {
+    /// Whether `name` can be a policy name as written: non-empty printable ASCII (an sf-string
+    /// of RFC 8941 holds nothing else).
+    pub fn valid(name: &str) -> bool {
+        !name.is_empty() && name.bytes().all(|b| (0x20..=0x7e).contains(&b))
+    }
 }
 
 impl Limit {

@@ -8,6 +8,7 @@
 mod attribution;
 mod concurrency;
 mod explain;
+mod ietf;
 mod metadata;
 mod observe;
 mod outcome;
@@ -27,7 +28,7 @@ use smallvec::SmallVec;
 pub use attribution::Attribution;
 pub use concurrency::{RELEASE_KEY, RELEASE_VALUE};
 pub use request::{InvalidRequest, RequestBounds};
-pub use response::HeaderNames;
+pub use response::{HeaderNames, ResponseHeaders};
 
 use crate::clock::{Clock, Nanos};
 use crate::limiter::{LimitDefaults, State};
@@ -46,8 +47,8 @@ pub struct EngineSettings {
     pub dynamic_metadata: bool,
     /// `NEAR_LIMIT_RATIO`: the share of a limit past which a hit counts as near the limit.
     pub near_limit_ratio: f64,
-    /// `LIMIT_RESPONSE_HEADERS_ENABLED` and the header names.
-    pub response_headers: Option<HeaderNames>,
+    /// `--rate-limit-headers` (`LIMIT_RESPONSE_HEADERS_ENABLED` and the draft-03 header names).
+    pub response_headers: ResponseHeaders,
     /// Algorithm and leaky-bucket max delay for limits that do not say, and for request-supplied
     /// limit overrides.
     pub defaults: LimitDefaults,
@@ -61,7 +62,7 @@ impl Default for EngineSettings {
             quota_mode: false,
             dynamic_metadata: false,
             near_limit_ratio: 0.8,
-            response_headers: None,
+            response_headers: ResponseHeaders::Off,
             defaults: LimitDefaults::default(),
             bounds: RequestBounds::default(),
         }
@@ -261,7 +262,7 @@ impl<B: Backend> Engine<B> {
             },
         };
         let tightest = response::tightest(&plans, &verdicts);
-        let mut response = response::build(&plans, &tightest, &self.settings, now);
+        let mut response = response::build(&plans, &tightest, &verdicts, &self.settings, now);
         if let Some(slots) = slots.as_ref().filter(|s| !s.is_empty())
             && response.overall_code == Code::OverLimit as i32
         {

@@ -1,12 +1,14 @@
-//! Metrics of one decision: per-rule hit counters (within, near, over, shadow) and global shadow
-//! mode. The series of a rule are created on its first hit (see `metrics::PolicyMetrics`).
+//! Metrics of one decision: per-rule hit counters (within, near, over, shadow), global shadow
+//! mode, and the descriptors nothing matched (per known domain; calls to unknown domains, per
+//! descriptor as the reference counts them). The series of a rule are created on its first hit
+//! (see `metrics::PolicyMetrics`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use super::EngineSettings;
 use super::outcome::outcome;
-use super::plan::{Kind, Plan, PlannedLimit, Role, Slot};
+use super::plan::{Kind, Lookup, Plan, PlannedLimit, Role, Slot};
 use crate::metrics::{HitOutcome, Metrics, PolicyMetrics};
 use crate::store::Verdict;
 
@@ -19,6 +21,22 @@ pub(super) fn record(
     response: &RateLimitResponse,
     settings: &EngineSettings,
 ) {
+    let (mut no_rule, mut unknown_domain) = (0, 0);
+    for plan in plans {
+        match plan.lookup {
+            Lookup::Found => {}
+            Lookup::NoRule => no_rule += 1,
+            Lookup::UnknownDomain => unknown_domain += 1,
+        }
+    }
+    if no_rule > 0
+        && let Some(counter) = counters.no_rule(&request.domain)
+    {
+        counter.inc_by(no_rule);
+    }
+    if unknown_domain > 0 {
+        metrics.domain_not_found(&request.domain, unknown_domain);
+    }
     for ((plan, tightest), descriptor) in plans.iter().zip(tightest).zip(&request.descriptors) {
         let (outcome, depth) = match (tightest, &plan.kind) {
             (Some((limit, verdict)), _) => (

@@ -23,7 +23,12 @@ pub(super) struct PlannedLimit<'p> {
     pub(crate) params: LimitParams,
     /// Position in the rule's limit list: part of the store key.
     pub(crate) slot: usize,
+    /// The quota policy it is advertised as in the IETF fields (None: not advertised).
+    pub(crate) policy: Option<&'p str>,
 }
+
+/// The policy name of a limit that a request sets itself (`descriptor.limit`, Envoy's override).
+pub(super) const OVERRIDE_POLICY: &str = "override";
 
 /// A rule's limits: inline up to two (most rules have one), so planning allocates nothing.
 pub(super) type PlannedLimits<'p> = SmallVec<[PlannedLimit<'p>; 2]>;
@@ -69,6 +74,19 @@ pub(super) struct Plan<'p> {
     pub(crate) quota: bool,
     /// The matched rule (None for overrides and unmatched descriptors).
     pub(crate) rule: Option<&'p Rule>,
+    /// How the descriptor's lookup ended, for the counts of descriptors nothing matched.
+    pub(crate) lookup: Lookup,
+}
+
+/// How a descriptor's lookup in the rules ended, as far as the unmatched counts care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// A rule, a whitelisting entry, a request override, or nothing to look up (no entries).
+    Found,
+    /// The domain is known and no entry of the rules matched the descriptor.
+    NoRule,
+    /// The request's domain has no rules (the reference's `domain_not_found`).
+    UnknownDomain,
 }
 
 impl<'p> Plan<'p> {
@@ -80,6 +98,7 @@ impl<'p> Plan<'p> {
             shadow_mode: false,
             quota,
             rule: None,
+            lookup: Lookup::Found,
         }
     }
 
@@ -126,10 +145,15 @@ pub(super) fn plan<'p>(
             .map_or(request_hits, |h| h.value)
             .min(MAX_HITS);
         let mut plan = Plan::new(hits, settings.quota_mode);
-        let Some(domain) = domain.filter(|_| !descriptor.entries.is_empty()) else {
+        let Some(domain) = domain else {
+            plan.lookup = Lookup::UnknownDomain;
             plans.push(plan);
             continue;
         };
+        if descriptor.entries.is_empty() {
+            plans.push(plan);
+            continue;
+        }
         if let Some(limit) = &descriptor.limit {
             let unit =
                 override_unit(limit.unit).ok_or(InvalidRequest::OverrideWithoutUnit { index })?;
@@ -147,6 +171,7 @@ pub(super) fn plan<'p>(
                     charge_denied: defaults.charges_denied(defaults.algorithm),
                 },
                 slot: 0,
+                policy: Some(OVERRIDE_POLICY),
             }]);
             plans.push(plan);
             continue;
@@ -155,7 +180,9 @@ pub(super) fn plan<'p>(
             .entries
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()));
-        matched(domain, entries, &mut plan, defaults);
+        if let Outcome::Unmatched = matched(domain, entries, &mut plan, defaults) {
+            plan.lookup = Lookup::NoRule;
+        }
         if let Kind::Concurrency(slot) = &mut plan.kind {
             match super::concurrency::role(&descriptor.entries, slot.depth) {
                 Some(role) => slot.role = role,
@@ -197,6 +224,7 @@ pub(super) fn matched<'p, 'e>(
                     unit: l.limit.unit,
                     params: l.params(defaults),
                     slot,
+                    policy: l.policy.as_deref(),
                 })
                 .collect(),
         ),

@@ -1,5 +1,6 @@
 //! Builds the RateLimitResponse as envoyproxy/ratelimit does: one status per descriptor in order,
-//! the overall code, and the optional RateLimit-* headers taken from the tightest status.
+//! the overall code, and the optional headers: the reference's draft-03 RateLimit-* taken from the
+//! tightest status, or the IETF fields of every limit (`ietf`).
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
@@ -10,8 +11,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::google::protobuf::Duration;
 use smallvec::SmallVec;
 
-use super::EngineSettings;
 use super::plan::{Kind, Plan, PlannedLimit};
+use super::{EngineSettings, ietf};
 use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::config::Unit;
 use crate::store::Verdict;
@@ -22,6 +23,20 @@ pub struct HeaderNames {
     pub limit: String,
     pub remaining: String,
     pub reset: String,
+}
+
+/// Which rate-limit headers answers carry (`--rate-limit-headers`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ResponseHeaders {
+    /// None (the reference's default).
+    #[default]
+    Off,
+    /// The reference's draft-03 `RateLimit-Limit/Remaining/Reset` of the tightest limit, under
+    /// these names (`LIMIT_RESPONSE_HEADERS_ENABLED`).
+    Draft03(HeaderNames),
+    /// draft-ietf-httpapi-ratelimit-headers-11: `RateLimit-Policy`, `RateLimit`, and
+    /// `Retry-After` on OVER_LIMIT.
+    Ietf,
 }
 
 impl Default for HeaderNames {
@@ -73,9 +88,12 @@ pub(super) fn tightest<'a, 'p: 'a>(
         .collect()
 }
 
+/// The answer to a request planned as `plans`, whose charges got `verdicts` (one per planned
+/// limit, in plan order), `tightest` the tightest of each plan.
 pub(super) fn build(
     plans: &[Plan<'_>],
     tightest: &[Option<(&PlannedLimit<'_>, Verdict)>],
+    verdicts: &[Verdict],
     settings: &EngineSettings,
     now: Nanos,
 ) -> RateLimitResponse {
@@ -128,14 +146,14 @@ pub(super) fn build(
     } else {
         Code::Ok
     };
-    let response_headers_to_add = settings
-        .response_headers
-        .as_ref()
-        .map(|names| {
+    let response_headers_to_add = match &settings.response_headers {
+        ResponseHeaders::Off => Vec::new(),
+        ResponseHeaders::Draft03(names) => {
             let quota: Vec<bool> = plans.iter().map(|p| p.quota).collect();
             headers(&statuses, &quota, names)
-        })
-        .unwrap_or_default();
+        }
+        ResponseHeaders::Ietf => ietf::headers(plans, verdicts, overall == Code::OverLimit),
+    };
     RateLimitResponse {
         overall_code: overall as i32,
         statuses,

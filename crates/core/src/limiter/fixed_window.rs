@@ -67,6 +67,7 @@ pub(super) fn evaluate(
         after_charge: outlook(kept),
         without_charge: outlook(count),
         delay: 0,
+        retry_after: 0,
     }
 }
 

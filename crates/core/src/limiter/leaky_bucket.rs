@@ -66,6 +66,7 @@ pub(super) fn evaluate(
         },
         without_charge,
         delay: wait,
+        retry_after: 0,
     }
 }
 

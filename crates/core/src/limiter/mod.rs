@@ -6,6 +6,7 @@ mod fixed_window;
 mod leaky_bucket;
 #[cfg(test)]
 mod limit_change_tests;
+mod retry;
 #[cfg(test)]
 mod share_tests;
 mod sliding_window;
@@ -20,6 +21,7 @@ use crate::config::{Algorithm, Limit};
 
 pub use describe::human;
 pub(crate) use fixed_window::FixedWindowState;
+pub use retry::{NEVER, retry_after};
 pub(crate) use sliding_window::SlidingWindowState;
 pub(crate) use token_bucket::TatState;
 
@@ -141,6 +143,9 @@ pub struct Evaluation {
     /// How long the answer must wait if charged: the request's turn in a leaky bucket's queue.
     /// 0 for every other algorithm, and for anything not allowed.
     pub delay: Nanos,
+    /// When not allowed: how long until the same `hits` would fit, on the state as it stays
+    /// ([`retry_after`]; [`NEVER`] if no wait makes them fit). 0 when allowed.
+    pub retry_after: Nanos,
 }
 
 impl Evaluation {
@@ -153,18 +158,25 @@ impl Evaluation {
             after_charge: outlook,
             without_charge: outlook,
             delay: 0,
+            retry_after: 0,
         }
     }
 }
 
-/// Decides whether `hits` fit the limit at `now`, given the key's current state.
+/// Decides whether `hits` fit the limit at `now`, given the key's current state; when they do
+/// not, also how long until they would (on the state as it stays: with the denied hits when the
+/// limit counts them).
 pub fn evaluate(params: &LimitParams, state: Option<State>, now: Nanos, hits: u64) -> Evaluation {
-    match params.algorithm {
+    let mut evaluation = match params.algorithm {
         Algorithm::TokenBucket => token_bucket::evaluate(params, state, now, hits),
         Algorithm::FixedWindow => fixed_window::evaluate(params, state, now, hits),
         Algorithm::SlidingWindow => sliding_window::evaluate(params, state, now, hits),
         Algorithm::LeakyBucket => leaky_bucket::evaluate(params, state, now, hits),
+    };
+    if !evaluation.allowed {
+        evaluation.retry_after = retry_after(params, Some(evaluation.state_after), now, hits);
     }
+    evaluation
 }
 
 /// Gives back `hits` charged earlier whose answer was never delivered (the caller cancelled while

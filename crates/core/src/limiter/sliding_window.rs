@@ -127,6 +127,7 @@ pub(super) fn evaluate(
         after_charge: outlook(new_cur),
         without_charge: outlook(cur),
         delay: 0,
+        retry_after: 0,
     }
 }
 

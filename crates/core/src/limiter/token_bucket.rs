@@ -59,7 +59,7 @@ pub(super) fn scale(params: &LimitParams) -> u128 {
 
 /// The scale a state was written in: its writer's `requests_per_unit` (the current one if the
 /// state does not say).
-fn written_scale(params: &LimitParams, state: &TatState) -> u128 {
+pub(super) fn written_scale(params: &LimitParams, state: &TatState) -> u128 {
     match state.written_scale {
         0 => scale(params),
         written => u128::from(written),
@@ -132,6 +132,7 @@ pub(super) fn evaluate(
         },
         without_charge,
         delay: 0,
+        retry_after: 0,
     }
 }
 

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use prometheus::{IntCounter, IntCounterVec};
+
 use super::label;
 use super::series::{Counts, HitOutcome};
 use crate::policy::{Policy, Rule};
@@ -196,6 +198,10 @@ pub(crate) struct PolicyMetrics {
     rules: Vec<OnceLock<Arc<RuleSeries>>>,
     /// By domain: request-supplied limit overrides.
     overrides: HashMap<String, OnceLock<Arc<Counts>>>,
+    /// By domain: the descriptors no rule matched (`ratelimit_service_rate_limit_no_rule`),
+    /// resolved from `no_rule_counter` on the domain's first one.
+    no_rule: HashMap<String, OnceLock<IntCounter>>,
+    no_rule_counter: Option<IntCounterVec>,
     /// The filled rule slots, so exporting and carrying over need not walk every rule.
     hit: Mutex<Vec<Arc<RuleSeries>>>,
     budget: Arc<DetailedBudget>,
@@ -212,6 +218,8 @@ impl PolicyMetrics {
         PolicyMetrics {
             rules: Vec::new(),
             overrides: HashMap::new(),
+            no_rule: HashMap::new(),
+            no_rule_counter: None,
             hit: Mutex::new(Vec::new()),
             budget,
         }
@@ -257,9 +265,30 @@ impl PolicyMetrics {
         PolicyMetrics {
             rules,
             overrides,
+            no_rule: HashMap::new(),
+            no_rule_counter: None,
             hit: Mutex::new(hit),
             budget: old.budget.clone(),
         }
+    }
+
+    /// The table, counting the descriptors no rule matched in each of its domains in `counter`
+    /// (a domain's series is resolved on its first such descriptor, then a count is one atomic
+    /// add; the series lives in `counter`, so it carries over reloads).
+    pub(crate) fn counting_no_rule(mut self, counter: &IntCounterVec) -> Self {
+        self.no_rule = self
+            .overrides
+            .keys()
+            .map(|domain| (domain.clone(), OnceLock::new()))
+            .collect();
+        self.no_rule_counter = Some(counter.clone());
+        self
+    }
+
+    /// The counter of descriptors of `domain` that no rule matched.
+    pub(crate) fn no_rule(&self, domain: &str) -> Option<&IntCounter> {
+        let (slot, counter) = (self.no_rule.get(domain)?, self.no_rule_counter.as_ref()?);
+        Some(slot.get_or_init(|| counter.with_label_values(&[domain])))
     }
 
     /// The series of `rule` (of `domain`), created on its first hit.

@@ -11,7 +11,8 @@ use std::collections::HashMap;
 pub use pattern::Pattern;
 
 use crate::config::{
-    ConcurrencySpec, DescriptorConfig, DomainConfig, Limit, Location, MetaValue, RateLimitSpec,
+    ConcurrencySpec, DescriptorConfig, DomainConfig, Limit, Location, MetaValue, PolicyName,
+    RateLimitSpec,
 };
 use crate::limiter::{LimitDefaults, LimitParams};
 
@@ -20,6 +21,9 @@ use crate::limiter::{LimitDefaults, LimitParams};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleLimit {
     pub limit: Limit,
+    /// The quota policy it is advertised as in the IETF `RateLimit-Policy`/`RateLimit` fields
+    /// (printable ASCII, unquoted), or `None` for an internal limit (`advertise: false`).
+    pub policy: Option<String>,
 }
 
 impl RuleLimit {
@@ -169,7 +173,7 @@ impl Level {
                 NodeValue::Any => by_key.any = Some(index),
             }
             let kind = match (&config.rate_limit, &config.concurrency) {
-                (Some(spec), _) => Some(compile(spec)),
+                (Some(spec), _) => Some(compile(spec, &path)),
                 (None, Some(spec)) => Some(RuleKind::Concurrency(*spec)),
                 (None, None) => None,
             };
@@ -227,7 +231,7 @@ impl Level {
     }
 }
 
-fn compile(spec: &RateLimitSpec) -> RuleKind {
+fn compile(spec: &RateLimitSpec, path: &str) -> RuleKind {
     match spec {
         RateLimitSpec::Unlimited { name, replaces } => RuleKind::Unlimited {
             name: name.clone(),
@@ -236,12 +240,38 @@ fn compile(spec: &RateLimitSpec) -> RuleKind {
         RateLimitSpec::Limited(limits) => RuleKind::Limited(
             limits
                 .iter()
-                .map(|limit| RuleLimit {
+                .enumerate()
+                .map(|(slot, limit)| RuleLimit {
                     limit: limit.clone(),
+                    policy: policy_name(limit, path, slot, limits.len()),
                 })
                 .collect(),
         ),
     }
+}
+
+/// The name a limit is advertised under: `policy:` as written, else its `name`, else the rule's
+/// path (with `#<n>`, counted from 1, when the rule has several limits); bytes outside printable
+/// ASCII, which an sf-string cannot hold, are percent-encoded (as is `%`).
+fn policy_name(limit: &Limit, path: &str, slot: usize, limits: usize) -> Option<String> {
+    let derived = match &limit.policy {
+        PolicyName::Unadvertised => return None,
+        PolicyName::Named(name) => return Some(name.clone()),
+        PolicyName::Derived => match &limit.name {
+            Some(name) => name.clone(),
+            None if limits > 1 => format!("{path}#{}", slot + 1),
+            None => path.to_owned(),
+        },
+    };
+    let mut name = String::with_capacity(derived.len());
+    for b in derived.bytes() {
+        if b == b'%' || !(0x20..=0x7e).contains(&b) {
+            name.push_str(&format!("%{b:02X}"));
+        } else {
+            name.push(char::from(b));
+        }
+    }
+    Some(name)
 }
 
 /// Parses a descriptor written as `k=v,k2=v2` (the CLI's and `/explain`'s form) into entries. A

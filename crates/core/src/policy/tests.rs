@@ -1,7 +1,7 @@
 //! Matching tests on hand-built trees (the parser has its own tests).
 
 use super::*;
-use crate::config::{Algorithm, Unit};
+use crate::config::{Algorithm, PolicyName, Unit};
 
 fn limit(rpu: u32) -> RateLimitSpec {
     RateLimitSpec::Limited(vec![Limit {
@@ -13,6 +13,7 @@ fn limit(rpu: u32) -> RateLimitSpec {
         burst: None,
         max_delay: None,
         replaces: vec![],
+        policy: PolicyName::Derived,
     }])
 }
 
@@ -198,4 +199,44 @@ fn named_values_are_the_exact_ones_at_every_depth() {
     let mut named = p.domain("test").unwrap().named_values();
     named.sort();
     assert_eq!(named, [("client", "acme"), ("user", "bob")]);
+}
+
+#[test]
+fn a_limit_is_advertised_by_its_policy_its_name_or_its_rule_path() {
+    let base = match limit(5) {
+        RateLimitSpec::Limited(mut l) => l.remove(0),
+        RateLimitSpec::Unlimited { .. } => unreachable!(),
+    };
+    let named = Limit {
+        policy: PolicyName::Named("burst".into()),
+        name: Some("ignored".into()),
+        ..base.clone()
+    };
+    assert_eq!(policy_name(&named, "k_v", 0, 1).as_deref(), Some("burst"));
+    let by_name = Limit {
+        name: Some("per user".into()),
+        ..base.clone()
+    };
+    assert_eq!(
+        policy_name(&by_name, "k_v", 0, 2).as_deref(),
+        Some("per user")
+    );
+    assert_eq!(
+        policy_name(&base, "api_key.path", 0, 1).as_deref(),
+        Some("api_key.path")
+    );
+    assert_eq!(
+        policy_name(&base, "api_key", 1, 2).as_deref(),
+        Some("api_key#2")
+    );
+    // Rules may hold any UTF-8: what an sf-string cannot carry is percent-encoded.
+    assert_eq!(
+        policy_name(&base, "user_café 100%", 0, 1).as_deref(),
+        Some("user_caf%C3%A9 100%25")
+    );
+    let hidden = Limit {
+        policy: PolicyName::Unadvertised,
+        ..base
+    };
+    assert_eq!(policy_name(&hidden, "k", 0, 1), None);
 }

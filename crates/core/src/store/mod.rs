@@ -70,6 +70,9 @@ pub struct Verdict {
     pub charged: bool,
     /// How long the answer must wait for this charge's turn (leaky bucket; 0 when not charged).
     pub delay: Nanos,
+    /// When not allowed: how long until the same hits would fit (`limiter::retry_after`;
+    /// `limiter::NEVER` if never). 0 when allowed.
+    pub retry_after: Nanos,
 }
 
 /// One verdict per charge, in order. Inline up to two (most requests have one or two descriptors), so the common request allocates nothing.

@@ -141,6 +141,7 @@ fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
         },
         charged,
         delay: if charged { e.delay } else { 0 },
+        retry_after: if e.allowed { 0 } else { e.retry_after },
     }
 }
 
@@ -201,9 +202,9 @@ pub fn decide<K: PartialEq>(
             .zip(&stacked)
             .filter(|((charge, _), stacked)| **stacked && !charge.params.charge_denied)
         {
-            evaluation.without_charge =
-                limiter::evaluate(&charge.params, stored(&charge.key), now, charge.hits)
-                    .without_charge;
+            let alone = limiter::evaluate(&charge.params, stored(&charge.key), now, charge.hits);
+            evaluation.without_charge = alone.without_charge;
+            evaluation.retry_after = alone.retry_after;
         }
         pending.retain(|(i, _)| charges[*i].params.charge_denied);
     }

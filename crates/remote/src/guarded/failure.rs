@@ -117,6 +117,11 @@ fn fixed<K>(charges: &[Charge<K>], now: Nanos, allowed: bool) -> Verdicts {
                 },
                 charged: false,
                 delay: 0,
+                retry_after: if allowed {
+                    0
+                } else {
+                    BREAKER_MAX.as_nanos() as Nanos
+                },
             }
         })
         .collect()

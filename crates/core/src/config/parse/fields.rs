@@ -29,6 +29,8 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "algorithm",
     "burst",
     "max_delay",
+    "policy",
+    "advertise",
 ];
 pub(super) const REPLACES_FIELDS: &[&str] = &["name"];
 pub(super) const CONCURRENCY_FIELDS: &[&str] = &["max_in_flight", "lease"];

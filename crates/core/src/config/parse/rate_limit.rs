@@ -1,10 +1,11 @@
 //! The `rate_limit` map and the `rate_limits` list of a descriptor: unit, requests_per_unit,
-//! unlimited, name, replaces and our extensions (unit_multiplier, algorithm, burst, max_delay).
+//! unlimited, name, replaces and our extensions (unit_multiplier, algorithm, burst, max_delay,
+//! policy, advertise).
 
 use super::Ctx;
 use super::fields::{self, Level};
 use crate::config::duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
-use crate::config::model::{Algorithm, Limit, RateLimitSpec, Unit};
+use crate::config::model::{Algorithm, Limit, PolicyName, RateLimitSpec, Unit};
 use crate::config::yaml::{Node, NodeKind};
 
 /// The longest window accepted: 10 years of 365 days, in seconds.
@@ -54,6 +55,8 @@ struct Raw<'n> {
     algorithm: Option<(&'n Node, &'n Node)>,
     burst: Option<(&'n Node, &'n Node)>,
     max_delay: Option<(&'n Node, &'n Node)>,
+    policy: Option<(&'n Node, &'n Node)>,
+    advertise: Option<(&'n Node, &'n Node)>,
 }
 
 impl<'n> Raw<'n> {
@@ -74,6 +77,8 @@ impl<'n> Raw<'n> {
                 "algorithm" => raw.algorithm = Some((k, v)),
                 "burst" => raw.burst = Some((k, v)),
                 "max_delay" => raw.max_delay = Some((k, v)),
+                "policy" => raw.policy = Some((k, v)),
+                "advertise" => raw.advertise = Some((k, v)),
                 other => fields::unexpected_field(ctx, level, other, k),
             }
         }
@@ -136,9 +141,11 @@ fn spec(ctx: &mut Ctx, node: &Node, level: Level) -> Option<RateLimitSpec> {
     match intent {
         Intent::Unlimited => unlimited(ctx, &raw, name, replaces),
         Intent::Limited { report_missing } => {
+            let policy = policy(ctx, &raw);
             let mut limit = limited(ctx, node, &raw, level.place(), report_missing)?;
             limit.name = name;
             limit.replaces = replaces?;
+            limit.policy = policy?;
             Some(RateLimitSpec::Limited(vec![limit]))
         }
     }
@@ -164,6 +171,14 @@ fn unlimited(
         (raw.algorithm, "should not specify algorithm when unlimited"),
         (raw.burst, "should not specify burst when unlimited"),
         (raw.max_delay, "should not specify max_delay when unlimited"),
+        (
+            raw.policy,
+            "should not specify policy when unlimited (an unlimited rule has no quota to advertise)",
+        ),
+        (
+            raw.advertise,
+            "should not specify advertise when unlimited (an unlimited rule is never advertised)",
+        ),
     ];
     if let Some((k, _)) = raw.requests_per_unit {
         // The reference loads it (and ignores the number): so do we, but say so.
@@ -242,7 +257,48 @@ fn limited(
         burst,
         max_delay,
         replaces: Vec::new(),
+        policy: PolicyName::Derived,
     })
+}
+
+/// `policy: <name>` and `advertise: <bool>`: how the limit shows in the IETF fields. A name is an
+/// sf-string (printable ASCII); naming a limit that is not advertised is a contradiction.
+fn policy(ctx: &mut Ctx, raw: &Raw) -> Option<PolicyName> {
+    let advertise = match raw.advertise {
+        Some((_, v)) => fields::boolean(ctx, "advertise", v),
+        None => Some(true),
+    };
+    let named = match raw.policy {
+        Some((_, v)) => {
+            let name = fields::non_empty_string(ctx, "policy", v)?;
+            if !PolicyName::valid(&name) {
+                ctx.error(
+                    &v.location,
+                    format!(
+                        "'policy' must be printable ASCII (it is sent as a structured-field \
+                         string), found {name:?}"
+                    ),
+                );
+                return None;
+            }
+            Some(name)
+        }
+        None => None,
+    };
+    match (named, advertise?) {
+        (Some(_), false) => {
+            let (k, _) = raw.advertise?;
+            ctx.error(
+                &k.location,
+                "'policy' names the limit in the RateLimit fields, 'advertise: false' keeps it \
+                 out of them: write one or the other",
+            );
+            None
+        }
+        (Some(name), true) => Some(PolicyName::Named(name)),
+        (None, true) => Some(PolicyName::Derived),
+        (None, false) => Some(PolicyName::Unadvertised),
+    }
 }
 
 /// A `unit:` value.

@@ -9,7 +9,8 @@ mod rate_limit_errors;
 use std::path::PathBuf;
 
 use crate::config::{
-    Algorithm, ConfigErrors, DescriptorConfig, Limit, Location, RateLimitSpec, Unit, parse_files,
+    Algorithm, ConfigErrors, DescriptorConfig, Limit, Location, PolicyName, RateLimitSpec, Unit,
+    parse_files,
 };
 
 /// Parses one file named `r.yaml`; the errors as displayed.
@@ -79,6 +80,7 @@ fn limit(unit: Unit, requests_per_unit: u32) -> Limit {
         burst: None,
         max_delay: None,
         replaces: vec![],
+        policy: PolicyName::Derived,
     }
 }
 
@@ -384,5 +386,24 @@ fn merge_domain_config_joins_files_and_rejects_the_same_descriptor_twice() {
     assert_eq!(
         errors[0].to_string(),
         "a2.yaml:3:5: duplicate descriptor with key 'a' in domain 'd': already defined in a.yaml:3"
+    );
+}
+
+#[test]
+fn policy_names_a_limit_and_advertise_false_hides_it() {
+    let text = "domain: d\ndescriptors:\n  - key: a\n    rate_limits:\n      - {unit: second, requests_per_unit: 5, policy: \"burst \\\"1\\\"\"}\n      - {unit: day, requests_per_unit: 100, advertise: false}\n      - {unit: hour, requests_per_unit: 50, advertise: true}\n";
+    let configs = parse_files(&[(PathBuf::from("p.yaml"), text.to_string())])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let Some(RateLimitSpec::Limited(limits)) = &configs[0].descriptors[0].rate_limit else {
+        panic!("{configs:?}")
+    };
+    let policies: Vec<&PolicyName> = limits.iter().map(|l| &l.policy).collect();
+    assert_eq!(
+        policies,
+        [
+            &PolicyName::Named("burst \"1\"".into()),
+            &PolicyName::Unadvertised,
+            &PolicyName::Derived
+        ]
     );
 }

@@ -33,7 +33,7 @@ fn unknown_rate_limit_field() {
         &[
             "unknown field 'request_per_unit' under rate_limit (expected one of: unit, \
              requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, \
-             max_delay)",
+             max_delay, policy, advertise)",
         ],
     );
 }
@@ -337,5 +337,60 @@ fn max_delay_with_an_invalid_algorithm_reports_only_the_algorithm() {
         ]),
         "7:18",
         &["invalid algorithm 'leaky'"],
+    );
+}
+
+#[test]
+fn policy_must_be_a_printable_ascii_string() {
+    assert_error(
+        &rl(&["unit: second", "requests_per_unit: 5", "policy: \"café\""]),
+        "7:15",
+        &[
+            "'policy' must be printable ASCII",
+            "structured-field string",
+        ],
+    );
+    assert_error(
+        &rl(&["unit: second", "requests_per_unit: 5", "policy: 5"]),
+        "7:15",
+        &["'policy' must be a string"],
+    );
+    assert_error(
+        &rl(&["unit: second", "requests_per_unit: 5", "policy: \"\""]),
+        "7:15",
+        &["'policy' must not be empty"],
+    );
+}
+
+#[test]
+fn advertise_is_a_boolean_and_not_with_a_policy_name() {
+    assert_error(
+        &rl(&["unit: second", "requests_per_unit: 5", "advertise: no"]),
+        "7:18",
+        &["'advertise' must be a boolean"],
+    );
+    assert_error(
+        &rl(&[
+            "unit: second",
+            "requests_per_unit: 5",
+            "policy: burst",
+            "advertise: false",
+        ]),
+        "8:7",
+        &["write one or the other"],
+    );
+}
+
+#[test]
+fn policy_and_advertise_are_not_for_unlimited() {
+    assert_error(
+        &rl(&["unlimited: true", "policy: free"]),
+        "6:7",
+        &["should not specify policy when unlimited"],
+    );
+    assert_error(
+        &rl(&["unlimited: true", "advertise: false"]),
+        "6:7",
+        &["should not specify advertise when unlimited"],
     );
 }

@@ -1,0 +1,100 @@
+//! The counts of what no rule matched: `ratelimit_service_rate_limit_no_rule{domain}`, the
+//! descriptors of a known domain that no entry matched (one series per domain of the rules,
+//! resolved when a policy is installed), and `ratelimit_service_rate_limit_domain_not_found
+//! {domain}`, the descriptors of calls to a domain with no rules (the reference's stat). A domain
+//! with no rules is whatever a client sends, so its series are bounded: the first
+//! [`UNKNOWN_DOMAINS_CAP`] distinct domains get their own (the label bounded in length as a
+//! detailed one is), every later one counts under [`OTHER_DOMAINS`].
+
+use std::collections::HashSet;
+use std::sync::{PoisonError, RwLock};
+
+use prometheus::IntCounterVec;
+
+use super::label::bounded_label;
+
+/// Most unknown domains with a series of their own.
+pub const UNKNOWN_DOMAINS_CAP: usize = 100;
+/// The `domain` label of the unknown domains past the cap (a client sending this very domain is
+/// counted here too).
+pub const OTHER_DOMAINS: &str = "(other)";
+
+/// `domain_not_found`'s series and the unknown domains that have one.
+#[derive(Debug)]
+pub(crate) struct UnknownDomains {
+    counter: IntCounterVec,
+    labelled: RwLock<HashSet<String>>,
+    cap: usize,
+}
+
+impl UnknownDomains {
+    pub(crate) fn new(counter: IntCounterVec, cap: usize) -> Self {
+        UnknownDomains {
+            counter,
+            labelled: RwLock::new(HashSet::new()),
+            cap,
+        }
+    }
+
+    /// Counts `descriptors` descriptors of a call to `domain`, which has no rules.
+    pub(crate) fn count(&self, domain: &str, descriptors: u64) {
+        let label = self.label(domain);
+        self.counter
+            .with_label_values(&[&label])
+            .inc_by(descriptors);
+    }
+
+    /// `domain`'s label: its own (bounded) while it has one or there is room, else
+    /// [`OTHER_DOMAINS`].
+    fn label(&self, domain: &str) -> String {
+        let label = bounded_label([(domain, None)]);
+        if label == OTHER_DOMAINS {
+            return label;
+        }
+        let known = |set: &HashSet<String>| set.contains(&label);
+        if known(&self.labelled.read().unwrap_or_else(PoisonError::into_inner)) {
+            return label;
+        }
+        let mut set = self
+            .labelled
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if known(&set) || set.len() < self.cap {
+            set.insert(label.clone());
+            label
+        } else {
+            OTHER_DOMAINS.to_owned()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::Opts;
+    use prometheus::core::Collector;
+
+    #[test]
+    fn past_the_cap_unknown_domains_fold_into_one_series() {
+        let counter = IntCounterVec::new(Opts::new("c", "h"), &["domain"]).unwrap();
+        let unknown = UnknownDomains::new(counter.clone(), 2);
+        for domain in ["a", "b", "c", "a", "d", "b"] {
+            unknown.count(domain, 2);
+        }
+        let value = |d: &str| counter.with_label_values(&[d]).get();
+        assert_eq!((value("a"), value("b")), (4, 4));
+        assert_eq!(value(OTHER_DOMAINS), 4, "c and d");
+        assert_eq!(value("c"), 0);
+        // A long domain gets a bounded label of its own.
+        let unknown = UnknownDomains::new(counter.clone(), 10);
+        let long = "x".repeat(10_000);
+        unknown.count(&long, 1);
+        let labels = counter.collect()[0]
+            .get_metric()
+            .iter()
+            .map(|m| m.get_label()[0].value().len())
+            .max()
+            .unwrap();
+        assert!(labels < 300, "{labels}");
+    }
+}
