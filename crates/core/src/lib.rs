@@ -8,6 +8,7 @@
 //! - pure: [`config`] (rules files → validated model), [`policy`] (matching tree), [`limiter`]
 //!   (algorithms as functions of state, now and hits), [`wire`] (the JSON form of requests, the
 //!   record line, RFC 3339, the `/explain` answer), [`redact`] (passwords out of messages);
+//! - [`overrides`]: limits set at run time for one descriptor (the quota API), pure;
 //! - state: [`store`] (the seam every backend implements, the transaction, the memory backend;
 //!   a remote one's guard is the crate `ratelimit-remote`);
 //! - decisions: [`engine`] (one ShouldRateLimit, transport-free), [`metrics`] (every Prometheus
@@ -22,6 +23,7 @@ pub mod config;
 pub mod engine;
 pub mod limiter;
 pub mod metrics;
+pub mod overrides;
 pub mod policy;
 pub mod quota;
 pub mod redact;

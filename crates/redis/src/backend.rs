@@ -117,8 +117,13 @@ impl RedisBackend {
         self.inner.writer.conflicts()
     }
 
-    fn calls(&self) -> &Arc<Calls> {
+    pub(crate) fn calls(&self) -> &Arc<Calls> {
         self.inner.writer.calls()
+    }
+
+    /// How this store names its keys.
+    pub(crate) fn keys(&self) -> &TextKeyBuilder {
+        &self.inner.keys
     }
 
     /// A key's raw value (for `/explain`).
@@ -366,5 +371,9 @@ impl Backend for RedisBackend {
 
     async fn peek(&self, key: &TextKey) -> Result<Option<State>, StoreError> {
         Ok(self.get_raw(key).await?.as_deref().and_then(decode))
+    }
+
+    async fn reset(&self, key: &TextKey) -> Result<bool, StoreError> {
+        self.delete(key).await
     }
 }
