@@ -6,10 +6,12 @@
 //! commands, bounded by `REDIS_TIMEOUT`, not counted as the counters' calls.
 
 use ratelimit_core::config::Algorithm;
+use ratelimit_core::limiter::State;
 use ratelimit_core::overrides::Override;
 use ratelimit_core::store::StoreError;
 
 use crate::backend::RedisBackend;
+use crate::cas::decode;
 use crate::key::{ParsedKey, TextKey};
 
 /// One counter key found by a scan.
@@ -21,6 +23,8 @@ pub struct ScannedCounter {
     pub slot: usize,
     pub algorithm: Algorithm,
     pub period: u64,
+    /// Its state when read (`None`: gone between the scan and the read).
+    pub state: Option<State>,
 }
 
 /// One step of a scan: Redis's next cursor (0: the walk is over) and what it found.
@@ -33,7 +37,8 @@ pub struct ScanStep {
 impl RedisBackend {
     /// One `SCAN` step from `cursor` over the counter keys of `domain` whose entries start with
     /// `start` (see `TextKeyBuilder::counters_pattern`), asking Redis to look at about `count`
-    /// keys. Not on a Redis Cluster (each master has its own keyspace to walk).
+    /// keys, and the states of those found (one `MGET`). Not on a Redis Cluster (each master has
+    /// its own keyspace to walk).
     pub async fn scan_counters(
         &self,
         domain: &str,
@@ -55,9 +60,22 @@ impl RedisBackend {
         let (next, found): (u64, Vec<String>) = calls
             .quiet(async move { scan.query_async(&mut c).await })
             .await?;
+        let values: Vec<Option<Vec<u8>>> = if found.is_empty() {
+            Vec::new()
+        } else {
+            let mut mget = ::redis::cmd("MGET");
+            for key in &found {
+                mget.arg(key);
+            }
+            let mut c = calls.conn();
+            calls
+                .quiet(async move { mget.query_async(&mut c).await })
+                .await?
+        };
         let counters = found
             .into_iter()
-            .filter_map(|key| {
+            .zip(values)
+            .filter_map(|(key, value)| {
                 let ParsedKey {
                     entries,
                     slot,
@@ -71,6 +89,7 @@ impl RedisBackend {
                     slot,
                     algorithm,
                     period,
+                    state: value.as_deref().and_then(decode),
                 })
             })
             .collect();
