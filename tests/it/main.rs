@@ -43,6 +43,7 @@ mod hostile_inputs;
 mod http_admin;
 mod kubernetes;
 mod query_cli;
+mod quota_api;
 mod recording;
 mod redis_cluster;
 mod redis_cluster_failover;
