@@ -16,6 +16,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
         "core",
         &[
             &["clock", "testing", "redact"],
+            &["calendar"],
             &["config", "wire"],
             &["limiter"],
             &["policy", "rules_dir"],
@@ -74,6 +75,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
 /// Pure (crate, module): no runtime, I/O or threads (the clock module is the one reader of wall
 /// time).
 const PURE: &[(&str, &str)] = &[
+    ("core", "calendar"),
     ("core", "config"),
     ("core", "limiter"),
     ("core", "policy"),
@@ -116,6 +118,7 @@ const CLOCK_READS: &[&str] = &["Instant::now", "SystemTime::now"];
 /// Modules that must not read the wall clock themselves (`clock` is the one reader). The
 /// transport and the Redis connections still read it (through `clock::monotonic`) for timeouts.
 const CLOCK_FREE: &[(&str, &str)] = &[
+    ("core", "calendar"),
     ("core", "config"),
     ("core", "limiter"),
     ("core", "policy"),

@@ -43,6 +43,12 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
                     "burst": l.effective_burst(),
                     "replaces": l.replaces,
                 });
+                if let Some(calendar) = &l.calendar {
+                    v["calendar"] = json!({
+                        "unit": calendar.unit.name(),
+                        "time_zone": calendar.time_zone,
+                    });
+                }
                 if params.algorithm == ratelimit_core::config::Algorithm::LeakyBucket {
                     v["max_delay"] = json!(format_duration(std::time::Duration::from_nanos(
                         params.max_delay

@@ -94,6 +94,7 @@ impl<B: Backend> Engine<B> {
                 algorithm: Some(limit.params.algorithm),
                 burst: None,
                 max_delay: None,
+                calendar: None,
                 replaces: Vec::new(),
             };
             limits.push(explain_limit(limit, &configured, state, now));
@@ -132,7 +133,7 @@ fn explain_limit(
         requests_per_unit: limit.requests_per_unit,
         unit: limit.unit.name().into(),
         unit_multiplier: configured.unit_multiplier,
-        window: human(params.period),
+        window: params.window(),
         burst: params.burst,
         effective: params.describe(),
         remaining: outlook.remaining,

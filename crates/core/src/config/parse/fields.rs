@@ -28,6 +28,7 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "algorithm",
     "burst",
     "max_delay",
+    "calendar",
 ];
 pub(super) const REPLACES_FIELDS: &[&str] = &["name"];
 

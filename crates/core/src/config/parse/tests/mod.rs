@@ -77,6 +77,7 @@ fn limit(unit: Unit, requests_per_unit: u32) -> Limit {
         algorithm: None,
         burst: None,
         max_delay: None,
+        calendar: None,
         replaces: vec![],
     }
 }
@@ -382,5 +383,19 @@ fn merge_domain_config_joins_files_and_rejects_the_same_descriptor_twice() {
     assert_eq!(
         errors[0].to_string(),
         "a2.yaml:3:5: duplicate descriptor with key 'a' in domain 'd': already defined in a.yaml:3"
+    );
+}
+
+#[test]
+fn a_calendar_window_names_its_unit_in_a_time_zone() {
+    let text = "domain: billing\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: month\n      requests_per_unit: 1000\n      algorithm: fixed_window\n      calendar: {time_zone: Europe/Berlin}\n";
+    let configs = parse_files(&[(PathBuf::from("r.yaml"), text.to_string())]).unwrap();
+    let Some(RateLimitSpec::Limited(limits)) = &configs[0].descriptors[0].rate_limit else {
+        panic!("a limit");
+    };
+    let calendar = limits[0].calendar.as_ref().expect("a calendar window");
+    assert_eq!(
+        (calendar.unit.name(), calendar.time_zone.as_str()),
+        ("month", "Europe/Berlin")
     );
 }
