@@ -226,9 +226,7 @@ fn print_live(server: &str, live: &Explanation) {
             let under = rule
                 .as_deref()
                 .map_or(String::new(), |r| format!(" (over rule '{r}')"));
-            println!(
-                "  live on {server}: an override{under}, for {expires_in_seconds}s more"
-            );
+            println!("  live on {server}: an override{under}, for {expires_in_seconds}s more");
             for l in limits {
                 print_live_limit(l);
             }

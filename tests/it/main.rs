@@ -25,6 +25,7 @@ mod requests;
 mod rules;
 
 mod architecture;
+mod calendar_windows;
 mod check_cli;
 mod container_image;
 mod envoy_e2e;

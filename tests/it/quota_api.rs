@@ -34,7 +34,12 @@ fn with_token(settings: &mut ratelimit_server::settings::ServeSettings) {
 }
 
 /// A call to the quota API with the token; (status, JSON body).
-async fn call(s: &TestServer, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+async fn call(
+    s: &TestServer,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     call_as(s, method, path, body, Some(TOKEN)).await
 }
 
@@ -55,7 +60,10 @@ async fn call_as(
     let response = request.send().await.expect("the admin port answers");
     let status = response.status();
     let text = response.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 fn entries(tenant: &str) -> Value {
@@ -84,7 +92,12 @@ async fn the_quota_api_is_off_without_a_token_file_and_refuses_calls_without_the
     assert_eq!(status, StatusCode::NOT_FOUND, "no token file: no API");
 
     let on = start_with(&[("api.yaml", RULES)], with_token).await;
-    for token in [None, Some("wrong"), Some("s3cret-toke"), Some("s3cret-token-")] {
+    for token in [
+        None,
+        Some("wrong"),
+        Some("s3cret-toke"),
+        Some("s3cret-token-"),
+    ] {
         let (status, body) = call_as(&on, Method::GET, "/v1/overrides", None, token).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{token:?}");
         assert!(body["error"].as_str().unwrap().contains("Bearer"), "{body}");
@@ -100,10 +113,18 @@ async fn the_quota_api_is_off_without_a_token_file_and_refuses_calls_without_the
     }
     let (status, body) = call(&on, Method::GET, "/v1/overrides", None).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body, json!({"overrides": []}), "the refused PUTs changed nothing");
+    assert_eq!(
+        body,
+        json!({"overrides": []}),
+        "the refused PUTs changed nothing"
+    );
     let page = scrape(&on.http("/metrics")).await;
     assert_eq!(
-        labelled(&page, "ratelimit_quota_api_refused_total", "reason=\"unauthorized\""),
+        labelled(
+            &page,
+            "ratelimit_quota_api_refused_total",
+            "reason=\"unauthorized\""
+        ),
         8
     );
 }
@@ -116,23 +137,52 @@ async fn an_override_applies_without_a_reload_keeps_across_one_and_expires() {
     assert_eq!(s.hit("api", &a).await, (Code::Ok, 0));
     assert_eq!(s.hit("api", &a).await.0, Code::OverLimit);
 
-    let (status, body) = call(&s, Method::PUT, "/v1/overrides", Some(override_body("a", 5, 120))).await;
+    let (status, body) = call(
+        &s,
+        Method::PUT,
+        "/v1/overrides",
+        Some(override_body("a", 5, 120)),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["descriptor"], "tenant=a");
     assert_eq!(body["expires_in_seconds"], 120);
     // Same unit and algorithm as the rule's limit: the same counter, so the 2 used stay used.
     assert_eq!(s.hit("api", &a).await, (Code::Ok, 2));
-    assert_eq!(s.hit("api", &[("tenant", "b")]).await, (Code::Ok, 1), "other tenants keep the rule");
+    assert_eq!(
+        s.hit("api", &[("tenant", "b")]).await,
+        (Code::Ok, 1),
+        "other tenants keep the rule"
+    );
     assert_eq!(explain_outcome(&s, "a").await, "override");
-    let (_, state) = call(&s, Method::GET, "/v1/counters/state?domain=api&descriptor=tenant=a", None).await;
+    let (_, state) = call(
+        &s,
+        Method::GET,
+        "/v1/counters/state?domain=api&descriptor=tenant=a",
+        None,
+    )
+    .await;
     assert_eq!(state["outcome"], "override");
     assert_eq!(state["limits"][0]["requests_per_unit"], 5);
     assert_eq!(state["limits"][0]["remaining"], 2);
-    let rlconfig: Value = reqwest::get(s.http("/rlconfig")).await.unwrap().json().await.unwrap();
+    let rlconfig: Value = reqwest::get(s.http("/rlconfig"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(rlconfig["overrides"][0]["descriptor"], "tenant=a");
     assert_eq!(rlconfig["overrides"][0]["requests_per_unit"], 5);
-    let text = reqwest::get(s.http("/rlconfig?format=text")).await.unwrap().text().await.unwrap();
-    assert!(text.contains("override api tenant=a: unit=MINUTE requests_per_unit=5"), "{text}");
+    let text = reqwest::get(s.http("/rlconfig?format=text"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("override api tenant=a: unit=MINUTE requests_per_unit=5"),
+        "{text}"
+    );
 
     // A reload keeps it.
     const LOADS: &str = "ratelimit_service_config_load_success";
@@ -145,8 +195,16 @@ async fn an_override_applies_without_a_reload_keeps_across_one_and_expires() {
         async move { count(&scrape(&url).await, LOADS) > loads }
     })
     .await;
-    assert_eq!(s.hit("api", &a).await, (Code::Ok, 1), "the override still counts on its 5");
-    assert_eq!(s.hit("api", &[("tenant", "b")]).await, (Code::Ok, 1), "the reloaded rule: 3");
+    assert_eq!(
+        s.hit("api", &a).await,
+        (Code::Ok, 1),
+        "the override still counts on its 5"
+    );
+    assert_eq!(
+        s.hit("api", &[("tenant", "b")]).await,
+        (Code::Ok, 1),
+        "the reloaded rule: 3"
+    );
 
     // It expires on the server's clock.
     s.advance(121);
@@ -158,9 +216,19 @@ async fn an_override_applies_without_a_reload_keeps_across_one_and_expires() {
 #[tokio::test]
 async fn an_override_is_removed_and_bad_input_is_refused_with_nothing_changed() {
     let mut s = start_with(&[("api.yaml", RULES)], with_token).await;
-    let (status, _) = call(&s, Method::PUT, "/v1/overrides", Some(override_body("a", 0, 60))).await;
+    let (status, _) = call(
+        &s,
+        Method::PUT,
+        "/v1/overrides",
+        Some(override_body("a", 0, 60)),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(s.hit("api", &[("tenant", "a")]).await.0, Code::OverLimit, "0 denies every request");
+    assert_eq!(
+        s.hit("api", &[("tenant", "a")]).await.0,
+        Code::OverLimit,
+        "0 denies every request"
+    );
 
     let bad = [
         json!({"domain": "api", "entries": [], "limit": {"unit": "minute", "requests_per_unit": 5}, "ttl_seconds": 60}),
@@ -194,23 +262,42 @@ async fn an_override_is_removed_and_bad_input_is_refused_with_nothing_changed() 
         .unwrap();
     assert_eq!(huge.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let (_, listed) = call(&s, Method::GET, "/v1/overrides", None).await;
-    assert_eq!(listed["overrides"].as_array().unwrap().len(), 1, "nothing changed: {listed}");
+    assert_eq!(
+        listed["overrides"].as_array().unwrap().len(),
+        1,
+        "nothing changed: {listed}"
+    );
     assert_eq!(listed["overrides"][0]["limit"]["requests_per_unit"], 0);
 
     let remove = json!({"domain": "api", "entries": entries("a")});
     let (status, _) = call(&s, Method::DELETE, "/v1/overrides", Some(remove.clone())).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(s.hit("api", &[("tenant", "a")]).await, (Code::Ok, 1), "the rule again");
+    assert_eq!(
+        s.hit("api", &[("tenant", "a")]).await,
+        (Code::Ok, 1),
+        "the rule again"
+    );
     let (status, body) = call(&s, Method::DELETE, "/v1/overrides", Some(remove)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 
     let page = scrape(&s.http("/metrics")).await;
     let changes = |action: &str| {
-        labelled(&page, "ratelimit_quota_api_changes_total", &format!("action=\"{action}\""))
+        labelled(
+            &page,
+            "ratelimit_quota_api_changes_total",
+            &format!("action=\"{action}\""),
+        )
     };
-    assert_eq!((changes("override_set"), changes("override_delete")), (1, 1));
     assert_eq!(
-        labelled(&page, "ratelimit_quota_api_refused_total", "reason=\"invalid\""),
+        (changes("override_set"), changes("override_delete")),
+        (1, 1)
+    );
+    assert_eq!(
+        labelled(
+            &page,
+            "ratelimit_quota_api_refused_total",
+            "reason=\"invalid\""
+        ),
         8
     );
 }
@@ -231,7 +318,11 @@ async fn walk(s: &TestServer, prefix: &str, limit: usize) -> (Vec<String>, usize
         pages += 1;
         let counters = page["counters"].as_array().unwrap();
         assert!(counters.len() <= limit, "{page}");
-        found.extend(counters.iter().map(|c| c["descriptor"].as_str().unwrap().to_owned()));
+        found.extend(
+            counters
+                .iter()
+                .map(|c| c["descriptor"].as_str().unwrap().to_owned()),
+        );
         match page["next_cursor"].as_str() {
             Some(c) => cursor = Some(c.to_owned()),
             None => break,
@@ -263,24 +354,54 @@ async fn list_and_reset(s: &mut TestServer, other: Option<&TestServer>) {
     assert!(pages >= 4, "{pages} pages of at most 3");
     let (all, _) = walk(s, "", 1000).await;
     assert_eq!(all.len(), 26);
-    let (_, page) = call(s, Method::GET, "/v1/counters?domain=api&prefix=tenant=t7&limit=5", None).await;
+    let (_, page) = call(
+        s,
+        Method::GET,
+        "/v1/counters?domain=api&prefix=tenant=t7&limit=5",
+        None,
+    )
+    .await;
     let t7 = &page["counters"][0];
     assert_eq!(t7["remaining"], 1);
     assert_eq!(t7["limit"]["requests_per_unit"], 2);
     assert_eq!(t7["algorithm"], "fixed_window");
 
     assert_eq!(s.hit("api", &[("tenant", "t7")]).await, (Code::Ok, 0));
-    let (status, body) = call(s, Method::POST, "/v1/reset", Some(json!({"domain": "api", "entries": entries("t7")}))).await;
+    let (status, body) = call(
+        s,
+        Method::POST,
+        "/v1/reset",
+        Some(json!({"domain": "api", "entries": entries("t7")})),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert_eq!((body["counters"].as_u64(), body["cleared"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (body["counters"].as_u64(), body["cleared"].as_u64()),
+        (Some(1), Some(1))
+    );
     match other {
         None => assert_eq!(s.hit("api", &[("tenant", "t7")]).await, (Code::Ok, 1)),
         Some(other) => {
-            let (_, state) = call(other, Method::GET, "/v1/counters/state?domain=api&descriptor=tenant=t7", None).await;
-            assert_eq!(state["limits"][0]["remaining"], 2, "the other instance sees the reset: {state}");
+            let (_, state) = call(
+                other,
+                Method::GET,
+                "/v1/counters/state?domain=api&descriptor=tenant=t7",
+                None,
+            )
+            .await;
+            assert_eq!(
+                state["limits"][0]["remaining"], 2,
+                "the other instance sees the reset: {state}"
+            );
         }
     }
-    let (status, _) = call(s, Method::POST, "/v1/reset", Some(json!({"domain": "nope", "entries": entries("t7")}))).await;
+    let (status, _) = call(
+        s,
+        Method::POST,
+        "/v1/reset",
+        Some(json!({"domain": "nope", "entries": entries("t7")})),
+    )
+    .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = call(s, Method::GET, "/v1/counters?domain=api&cursor=zz", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -324,13 +445,24 @@ async fn two_instances_on_one_redis_share_overrides_and_resets_and_list_with_sca
     };
     let mut a = on_redis(&redis).await;
     let b = on_redis(&redis).await;
-    let (status, body) = call(&a, Method::PUT, "/v1/overrides", Some(override_body("gold", 50, 3600))).await;
+    let (status, body) = call(
+        &a,
+        Method::PUT,
+        "/v1/overrides",
+        Some(override_body("gold", 50, 3600)),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     seen_within("the override set on a applies on b", &b, "gold", 50).await;
     let (_, listed) = call(&b, Method::GET, "/v1/overrides?domain=api", None).await;
     assert_eq!(listed["overrides"][0]["descriptor"], "tenant=gold");
     // Stored in Redis with its TTL.
-    let ttl: i64 = redis.cli(&["PTTL", "{quota:%overrides}|api|tenant=gold"]).unwrap().trim().parse().unwrap();
+    let ttl: i64 = redis
+        .cli(&["PTTL", "{quota:%overrides}|api|tenant=gold"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(ttl > 3_500_000 && ttl <= 3_600_000, "{ttl}");
 
     list_and_reset(&mut a, Some(&b)).await;
@@ -338,7 +470,10 @@ async fn two_instances_on_one_redis_share_overrides_and_resets_and_list_with_sca
         redis.info("commandstats").contains("cmdstat_scan"),
         "the walk used SCAN"
     );
-    assert!(!redis.info("commandstats").contains("cmdstat_keys"), "never KEYS");
+    assert!(
+        !redis.info("commandstats").contains("cmdstat_keys"),
+        "never KEYS"
+    );
 
     // Both restart: the override is still in force on both.
     a.server.shutdown().await;
@@ -349,7 +484,13 @@ async fn two_instances_on_one_redis_share_overrides_and_resets_and_list_with_sca
         seen_within("the override after a restart", s, "gold", 50).await;
     }
     // Removed on b: gone on a.
-    let (status, _) = call(&b, Method::DELETE, "/v1/overrides", Some(json!({"domain": "api", "entries": entries("gold")}))).await;
+    let (status, _) = call(
+        &b,
+        Method::DELETE,
+        "/v1/overrides",
+        Some(json!({"domain": "api", "entries": entries("gold")})),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     seen_within("the removal on b applies on a", &a, "gold", 2).await;
 }

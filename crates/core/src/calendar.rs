@@ -182,7 +182,11 @@ fn bounds(unit: CalendarUnit, zone: &TimeZone, now: Nanos) -> Option<(Nanos, Nan
         }
     };
     let instant = |d: Date| -> Option<Nanos> {
-        let ns = d.to_zoned_datetime(zone.clone()).ok()?.timestamp().as_nanosecond();
+        let ns = d
+            .to_zoned_datetime(zone.clone())
+            .ok()?
+            .timestamp()
+            .as_nanosecond();
         u64::try_from(ns).ok()
     };
     Some((instant(first)?, instant(next)?))
@@ -225,15 +229,24 @@ mod tests {
         assert_eq!(start, at("2025-12-31T23:00:00Z"));
         assert_eq!(end, at("2026-01-31T23:00:00Z"));
         let (start, end) = window(p, end);
-        assert_eq!((start, end), (at("2026-01-31T23:00:00Z"), at("2026-02-28T23:00:00Z")));
-        assert_eq!(next_end(p, at("2026-01-31T23:00:00Z")), at("2026-02-28T23:00:00Z"));
+        assert_eq!(
+            (start, end),
+            (at("2026-01-31T23:00:00Z"), at("2026-02-28T23:00:00Z"))
+        );
+        assert_eq!(
+            next_end(p, at("2026-01-31T23:00:00Z")),
+            at("2026-02-28T23:00:00Z")
+        );
     }
 
     #[test]
     fn a_leap_day_belongs_to_february_and_its_own_day() {
         let month = berlin(CalendarUnit::Month);
         let (start, end) = window(month, at("2028-02-29T12:00:00Z"));
-        assert_eq!((start, end), (at("2028-01-31T23:00:00Z"), at("2028-02-29T23:00:00Z")));
+        assert_eq!(
+            (start, end),
+            (at("2028-01-31T23:00:00Z"), at("2028-02-29T23:00:00Z"))
+        );
         assert_eq!((end - start) / S, 29 * 86_400);
         let day = berlin(CalendarUnit::Day);
         assert_eq!(
@@ -275,7 +288,10 @@ mod tests {
         assert_eq!(window(60 * S, 61 * S), (60 * S, 120 * S));
         assert_eq!(next_end(60 * S, 120 * S), 180 * S);
         assert!(!is_calendar(10 * 365 * 86_400 * S));
-        assert_eq!(describe(week).as_deref(), Some("calendar week in Europe/Berlin"));
+        assert_eq!(
+            describe(week).as_deref(),
+            Some("calendar week in Europe/Berlin")
+        );
         assert_eq!(describe(60 * S), None);
     }
 
@@ -284,8 +300,14 @@ mod tests {
         assert!(CalendarWindow::new(CalendarUnit::Day, "Europe/Berln").is_err());
         assert!(CalendarWindow::new(CalendarUnit::Day, "").is_err());
         let utc = CalendarWindow::new(CalendarUnit::Day, "UTC").unwrap();
-        assert_eq!(window(utc.period(), at("2026-05-05T05:00:00Z")).0, at("2026-05-05T00:00:00Z"));
+        assert_eq!(
+            window(utc.period(), at("2026-05-05T05:00:00Z")).0,
+            at("2026-05-05T00:00:00Z")
+        );
         // The packing is a pure function of the name and unit (the store key depends on it).
-        assert_eq!(berlin(CalendarUnit::Month), 0x8000_0000_0000_0000 | (u64::from(name_hash("Europe/Berlin")) << 8) | 3);
+        assert_eq!(
+            berlin(CalendarUnit::Month),
+            0x8000_0000_0000_0000 | (u64::from(name_hash("Europe/Berlin")) << 8) | 3
+        );
     }
 }

@@ -69,7 +69,9 @@ impl Override {
 
     /// Whole seconds left at `now`, rounded up (0 once expired).
     pub fn seconds_left(&self, now: Nanos) -> u64 {
-        self.expires_at.saturating_sub(now).div_ceil(NANOS_PER_SECOND)
+        self.expires_at
+            .saturating_sub(now)
+            .div_ceil(NANOS_PER_SECOND)
     }
 
     /// The descriptor as `/explain` writes it: `k=v,k2=v2`.
@@ -157,7 +159,10 @@ impl Overrides {
     }
 
     fn insert(&mut self, o: Override) {
-        let hash = hash_of(&o.domain, o.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let hash = hash_of(
+            &o.domain,
+            o.entries.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
         let bucket = self.by_hash.entry(hash).or_default();
         match bucket
             .iter_mut()
@@ -286,7 +291,8 @@ mod tests {
         let set = set.with(o("d", &[("k", "v")], 9, 200));
         assert_eq!(set.len(), 1);
         assert_eq!(
-            set.find("d", [("k", "v")], 150).map(|o| o.requests_per_unit),
+            set.find("d", [("k", "v")], 150)
+                .map(|o| o.requests_per_unit),
             Some(9)
         );
         let entries = vec![("k".to_owned(), "v".to_owned())];
@@ -318,10 +324,26 @@ mod tests {
     fn bad_requests_are_refused_with_a_reason() {
         let e = |k: &str| vec![(k.to_owned(), "v".to_owned())];
         assert!(check("d", &e("k"), Some(60), 10).is_ok());
-        assert!(check("", &e("k"), Some(60), 10).unwrap_err().contains("domain"));
-        assert!(check("d", &[], Some(60), 10).unwrap_err().contains("entries"));
-        assert!(check("d", &e(""), Some(60), 10).unwrap_err().contains("key"));
-        assert!(check("d", &e("k"), Some(0), 10).unwrap_err().contains("ttl"));
+        assert!(
+            check("", &e("k"), Some(60), 10)
+                .unwrap_err()
+                .contains("domain")
+        );
+        assert!(
+            check("d", &[], Some(60), 10)
+                .unwrap_err()
+                .contains("entries")
+        );
+        assert!(
+            check("d", &e(""), Some(60), 10)
+                .unwrap_err()
+                .contains("key")
+        );
+        assert!(
+            check("d", &e("k"), Some(0), 10)
+                .unwrap_err()
+                .contains("ttl")
+        );
         assert!(check("d", &e("k"), Some(u64::MAX), 10).is_err());
         assert!(check("d", &e("a-very-long-key"), None, 10).is_err());
         assert!(parse_unit("MINUTE").is_ok());

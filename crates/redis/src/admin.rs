@@ -54,7 +54,11 @@ impl RedisBackend {
         let keys = self.keys();
         let pattern = keys.counters_pattern(domain, start);
         let mut scan = ::redis::cmd("SCAN");
-        scan.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(count);
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(count);
         let calls = self.calls();
         let mut c = calls.conn();
         let (next, found): (u64, Vec<String>) = calls

@@ -246,7 +246,11 @@ impl TextKeyBuilder {
 
     /// A `SCAN … MATCH` pattern for the counter keys of `domain` whose entries start with
     /// `start`: whole entries, the last one's value (or, with no value, its key) a prefix.
-    pub(crate) fn counters_pattern(&self, domain: &str, start: &[(String, Option<String>)]) -> String {
+    pub(crate) fn counters_pattern(
+        &self,
+        domain: &str,
+        start: &[(String, Option<String>)],
+    ) -> String {
         let mut pattern = String::new();
         glob_escape(&mut pattern, &self.domain_head(domain));
         for (i, (k, v)) in start.iter().enumerate() {
@@ -311,7 +315,10 @@ impl TextKeyBuilder {
     pub(crate) fn override_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
         let body = self.quota_key(domain, entries);
         let rlqs = format!("{}%rlqs|", self.prefix);
-        let tail = body.as_str().strip_prefix(rlqs.as_str()).unwrap_or_default();
+        let tail = body
+            .as_str()
+            .strip_prefix(rlqs.as_str())
+            .unwrap_or_default();
         TextKey(format!("{}|{tail}", self.overrides_key().as_str()).into())
     }
 
@@ -378,7 +385,9 @@ mod tests {
         let b = TextKeyBuilder::new("r*l:");
         let p = params(Algorithm::FixedWindow, 60);
         let key = key_of(&b, "edge", [("tenant", "a|b"), ("user", "ü")], 1, &p);
-        let parsed = b.parse_counter("edge", key.as_str()).expect("a counter of edge");
+        let parsed = b
+            .parse_counter("edge", key.as_str())
+            .expect("a counter of edge");
         assert_eq!(
             parsed,
             ParsedKey {
@@ -394,7 +403,10 @@ mod tests {
         assert_eq!(b.parse_counter("edg", key.as_str()), None);
         assert_eq!(b.parse_counter("edge", "r*l:edge"), None);
         let long = key_of(&b, "edge", [("k", &*"v".repeat(400))], 0, &p);
-        assert_eq!(b.parse_counter("edge", long.as_str()).unwrap().entries, None);
+        assert_eq!(
+            b.parse_counter("edge", long.as_str()).unwrap().entries,
+            None
+        );
         let start = |parts: &[(&str, Option<&str>)]| -> Vec<(String, Option<String>)> {
             parts
                 .iter()

@@ -7,8 +7,8 @@ mod quota;
 mod rlconfig;
 mod stream;
 
-pub use ratelimit_core::wire::json::response_json;
 pub(crate) use quota::{QuotaApi, RedisShared, Shared, keep_overrides, keep_shared_overrides};
+pub use ratelimit_core::wire::json::response_json;
 pub(crate) use stream::Renders;
 
 use std::sync::Arc;

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AdminState;
-use ratelimit_core::config::format_duration;
 use ratelimit_core::clock::Nanos;
+use ratelimit_core::config::format_duration;
 use ratelimit_core::limiter::LimitDefaults;
 use ratelimit_core::overrides::{Override, Overrides};
 use ratelimit_core::policy::{Policy, Rule, RuleKind};

@@ -86,7 +86,15 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             let shared: Arc<dyn http::Shared> = Arc::new(http::RedisShared {
                 store: backend.clone(),
             });
-            start_on(settings, clock, metrics, backend, Some(exchange), Some(shared)).await
+            start_on(
+                settings,
+                clock,
+                metrics,
+                backend,
+                Some(exchange),
+                Some(shared),
+            )
+            .await
         }
     }
 }
@@ -158,10 +166,7 @@ async fn start_on<B: Backend>(
                 shared.clone(),
                 tasks.shutdown.clone(),
             )),
-            None => tasks.spawn(http::keep_overrides(
-                engine.clone(),
-                tasks.shutdown.clone(),
-            )),
+            None => tasks.spawn(http::keep_overrides(engine.clone(), tasks.shutdown.clone())),
         }
         api
     });

@@ -83,8 +83,13 @@ impl<B: Backend> Engine<B> {
         plan::override_limits(&mut planned, set, &self.settings.defaults);
         let mut limits = Vec::new();
         for limit in planned.limits() {
-            let counter =
-                plan::counter(domain, entries, planned.sharing(), limit.slot, &limit.params);
+            let counter = plan::counter(
+                domain,
+                entries,
+                planned.sharing(),
+                limit.slot,
+                &limit.params,
+            );
             let state = self.look(&counter).await?;
             let configured = Limit {
                 name: None,

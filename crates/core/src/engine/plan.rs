@@ -9,8 +9,8 @@ use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use smallvec::{SmallVec, smallvec};
 
 use super::{EngineSettings, InvalidRequest};
-use crate::config::Unit;
 use crate::clock::Nanos;
+use crate::config::Unit;
 use crate::limiter::{LimitDefaults, LimitParams};
 use crate::overrides::{Override, Overrides};
 use crate::policy::{DomainRules, Outcome, Policy, Rule, RuleKind};

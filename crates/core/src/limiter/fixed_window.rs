@@ -183,7 +183,10 @@ mod tests {
         let e = eval(&p, Some(e.state_after), february, 1);
         assert!(e.allowed, "a new month");
         assert_eq!(e.after_charge.remaining, 1);
-        assert_eq!(e.after_charge.reset_after, (1_772_319_600 - 1_769_900_400) * S);
+        assert_eq!(
+            e.after_charge.reset_after,
+            (1_772_319_600 - 1_769_900_400) * S
+        );
         // The day of the spring change lasts 23 hours.
         let day = CalendarWindow::new(CalendarUnit::Day, "Europe/Berlin").unwrap();
         let p = LimitParams {
@@ -192,7 +195,10 @@ mod tests {
         };
         let e = eval(&p, None, 1_774_738_800 * S, 1);
         assert_eq!(e.after_charge.reset_after, 23 * 3_600 * S);
-        assert_eq!(uncharge(&p, &e.state_after, 1_774_785_600 * S, 1), State::default());
+        assert_eq!(
+            uncharge(&p, &e.state_after, 1_774_785_600 * S, 1),
+            State::default()
+        );
     }
 
     proptest! {

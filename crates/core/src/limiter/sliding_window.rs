@@ -208,12 +208,22 @@ mod tests {
         let mut st = None;
         assert_eq!(drive(&p, &mut st, short_day, 20), 10);
         let e = eval(&p, st, short_day, 0);
-        assert_eq!(e.without_charge.reset_after, next_day + 24 * 3_600 * S - short_day);
+        assert_eq!(
+            e.without_charge.reset_after,
+            next_day + 24 * 3_600 * S - short_day
+        );
         assert_eq!(eval(&p, st, next_day, 0).without_charge.remaining, 0);
         // Half-way through the next (24-hour) day, half of the previous day's count still weighs.
-        assert_eq!(eval(&p, st, next_day + 12 * 3_600 * S, 0).without_charge.remaining, 5);
         assert_eq!(
-            eval(&p, st, next_day + 24 * 3_600 * S, 0).without_charge.remaining,
+            eval(&p, st, next_day + 12 * 3_600 * S, 0)
+                .without_charge
+                .remaining,
+            5
+        );
+        assert_eq!(
+            eval(&p, st, next_day + 24 * 3_600 * S, 0)
+                .without_charge
+                .remaining,
             10,
             "forgotten after the next day"
         );

@@ -182,9 +182,7 @@ async fn memory_page<B: Backend>(
         }
     }
     let more = rest.next().is_some();
-    let next = last
-        .filter(|_| more)
-        .map(|after| Cursor::Memory { after });
+    let next = last.filter(|_| more).map(|after| Cursor::Memory { after });
     Ok((page, next))
 }
 
@@ -254,7 +252,11 @@ async fn redis_page<B: Backend>(
 
 /// The store did not answer: 503.
 fn unavailable<B: Backend>(api: &QuotaApi<B>, e: &impl std::fmt::Display) -> Response {
-    api.refuse("unavailable", StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    api.refuse(
+        "unavailable",
+        StatusCode::SERVICE_UNAVAILABLE,
+        e.to_string(),
+    )
 }
 
 /// `GET /v1/counters/state`: the `/explain` answer for one descriptor.

@@ -27,7 +27,8 @@ impl Cursor {
     }
 
     pub(super) fn decode(text: &str) -> Result<Cursor, String> {
-        let bad = || "invalid cursor: pass back the next_cursor of the previous page as it is".to_owned();
+        let bad =
+            || "invalid cursor: pass back the next_cursor of the previous page as it is".to_owned();
         if !text.len().is_multiple_of(2) || !text.is_ascii() {
             return Err(bad());
         }

@@ -95,21 +95,28 @@ pub(super) fn prefix(text: &str) -> Result<Vec<(String, Option<String>)>, String
 }
 
 /// Whether entries `entries` (as counted) begin with `start` ([`prefix`]'s form).
-pub(super) fn starts_with(entries: &[(String, String)], start: &[(String, Option<String>)]) -> bool {
+pub(super) fn starts_with(
+    entries: &[(String, String)],
+    start: &[(String, Option<String>)],
+) -> bool {
     if start.len() > entries.len() {
         return false;
     }
     let last = start.len().saturating_sub(1);
-    start.iter().zip(entries).enumerate().all(|(i, ((k, v), (ek, ev)))| {
-        if i < last {
-            v.as_deref() == Some(ev.as_str()) && k == ek
-        } else {
-            match v {
-                Some(v) => k == ek && ev.starts_with(v.as_str()),
-                None => ek.starts_with(k.as_str()),
+    start
+        .iter()
+        .zip(entries)
+        .enumerate()
+        .all(|(i, ((k, v), (ek, ev)))| {
+            if i < last {
+                v.as_deref() == Some(ev.as_str()) && k == ek
+            } else {
+                match v {
+                    Some(v) => k == ek && ev.starts_with(v.as_str()),
+                    None => ek.starts_with(k.as_str()),
+                }
             }
-        }
-    })
+        })
 }
 
 #[cfg(test)]
@@ -126,10 +133,24 @@ mod tests {
     #[test]
     fn prefixes_match_whole_entries_then_a_cut_short_value_or_key() {
         let entries = e(&[("tenant", "acme"), ("user", "u1")]);
-        for yes in ["", "ten", "tenant", "tenant=", "tenant=ac", "tenant=acme,us", "tenant=acme,user=u1"] {
+        for yes in [
+            "",
+            "ten",
+            "tenant",
+            "tenant=",
+            "tenant=ac",
+            "tenant=acme,us",
+            "tenant=acme,user=u1",
+        ] {
             assert!(starts_with(&entries, &prefix(yes).unwrap()), "{yes}");
         }
-        for no in ["user", "tenant=b", "tenant=ac,user", "tenant=acme,user=u2", "tenant=acme,user=u1,x"] {
+        for no in [
+            "user",
+            "tenant=b",
+            "tenant=ac,user",
+            "tenant=acme,user=u2",
+            "tenant=acme,user=u1,x",
+        ] {
             assert!(!starts_with(&entries, &prefix(no).unwrap()), "{no}");
         }
         assert!(prefix("tenant,user=x").is_err());
@@ -155,7 +176,8 @@ mod tests {
             let checked = form.and_then(|f| f.entries(100));
             assert!(checked.is_err(), "{}", String::from_utf8_lossy(bad));
         }
-        let reset: DescriptorForm = read(br#"{"domain":"d","entries":[{"key":"k","value":"v"}]}"#).unwrap();
+        let reset: DescriptorForm =
+            read(br#"{"domain":"d","entries":[{"key":"k","value":"v"}]}"#).unwrap();
         assert_eq!(reset.entries(100).unwrap(), e(&[("k", "v")]));
     }
 }

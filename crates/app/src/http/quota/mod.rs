@@ -175,11 +175,17 @@ async fn authorize<B: Backend>(State(api): ApiState<B>, request: Request, next: 
 }
 
 /// A JSON body of at most [`MAX_BODY_BYTES`], or the refusal (415, 413, 400).
-async fn read_body<B>(api: &QuotaApi<B>, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Response>
+async fn read_body<B>(
+    api: &QuotaApi<B>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, Response>
 where
     B: Backend,
 {
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
     if !content_type.is_some_and(super::json::is_json_media_type) {
         return Err(api.refuse(
             "invalid",

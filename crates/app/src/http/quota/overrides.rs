@@ -75,9 +75,14 @@ pub(super) async fn set<B: Backend>(
     if let Some(shared) = &api.shared
         && let Err(e) = shared.put(set.clone(), form.ttl_seconds * 1000).await
     {
-        return api.refuse("unavailable", StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        return api.refuse(
+            "unavailable",
+            StatusCode::SERVICE_UNAVAILABLE,
+            e.to_string(),
+        );
     }
-    api.engine.change_overrides(|current| Some(current.with(set.clone())));
+    api.engine
+        .change_overrides(|current| Some(current.with(set.clone())));
     api.local_changes.fetch_add(1, Ordering::AcqRel);
     api.changed(
         "override_set",
@@ -135,7 +140,11 @@ pub(super) async fn remove<B: Backend>(
         match shared.delete(form.domain.clone(), entries.clone()).await {
             Ok(r) => removed = r,
             Err(e) => {
-                return api.refuse("unavailable", StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+                return api.refuse(
+                    "unavailable",
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    e.to_string(),
+                );
             }
         }
     }
@@ -147,15 +156,15 @@ pub(super) async fn remove<B: Backend>(
     if !removed {
         return error(
             StatusCode::NOT_FOUND,
-            format!(
-                "no override for '{descriptor}' in domain '{}'",
-                form.domain
-            ),
+            format!("no override for '{descriptor}' in domain '{}'", form.domain),
         );
     }
     api.changed(
         "override_delete",
-        &format!("override removed domain={} descriptor={descriptor}", form.domain),
+        &format!(
+            "override removed domain={} descriptor={descriptor}",
+            form.domain
+        ),
     );
     Json(json!({"domain": form.domain, "descriptor": descriptor, "removed": true})).into_response()
 }
@@ -182,7 +191,9 @@ pub(crate) async fn keep_overrides<B: Backend>(
             for name in names.all() {
                 let key = engine.store().key(&name.id());
                 let state = engine.store().state(&key).await;
-                if matches!(state, Ok(None)) || matches!(state, Ok(Some(s)) if s.expires_at() <= now) {
+                if matches!(state, Ok(None))
+                    || matches!(state, Ok(Some(s)) if s.expires_at() <= now)
+                {
                     names.forget(&name);
                 }
             }

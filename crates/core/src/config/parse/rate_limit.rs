@@ -3,8 +3,8 @@
 //! calendar).
 
 use super::Ctx;
-use crate::calendar::{CalendarUnit, CalendarWindow};
 use super::fields::{self, Level};
+use crate::calendar::{CalendarUnit, CalendarWindow};
 use crate::config::duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::config::model::{Algorithm, Limit, RateLimitSpec, Unit};
 use crate::config::yaml::{Node, NodeKind};

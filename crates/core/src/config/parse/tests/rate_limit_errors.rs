@@ -364,12 +364,22 @@ fn calendar_needs_a_calendar_unit_a_window_algorithm_and_no_multiplier() {
             "calendar: {time_zone: UTC}",
         ]),
         "8:7",
-        &["a calendar window is a day, week, month or year", "unit is hour"],
+        &[
+            "a calendar window is a day, week, month or year",
+            "unit is hour",
+        ],
     );
     assert_error(
-        &rl(&["unit: day", "requests_per_unit: 5", "calendar: {time_zone: UTC}"]),
+        &rl(&[
+            "unit: day",
+            "requests_per_unit: 5",
+            "calendar: {time_zone: UTC}",
+        ]),
         "7:7",
-        &["only valid with algorithm: fixed_window or sliding_window", "server default"],
+        &[
+            "only valid with algorithm: fixed_window or sliding_window",
+            "server default",
+        ],
     );
     assert_error(
         &rl(&[
@@ -379,7 +389,10 @@ fn calendar_needs_a_calendar_unit_a_window_algorithm_and_no_multiplier() {
             "calendar: {time_zone: UTC}",
         ]),
         "8:7",
-        &["only valid with algorithm: fixed_window or sliding_window", "token_bucket"],
+        &[
+            "only valid with algorithm: fixed_window or sliding_window",
+            "token_bucket",
+        ],
     );
     assert_error(
         &rl(&[
