@@ -192,6 +192,22 @@ fn bounds(unit: CalendarUnit, zone: &TimeZone, now: Nanos) -> Option<(Nanos, Nan
     Some((instant(first)?, instant(next)?))
 }
 
+/// A window's nominal length: a calendar window's unit as the reference counts it (a day 86,400 s,
+/// a week 7 days, a month 30 days, a year 365 days), any other window as it is. For what needs
+/// one rate rather than the calendar (an RLQS pool).
+pub fn nominal(period: Nanos) -> Nanos {
+    if !is_calendar(period) {
+        return period;
+    }
+    let days = match unpack(period).0 {
+        CalendarUnit::Day => 1,
+        CalendarUnit::Week => 7,
+        CalendarUnit::Month => 30,
+        CalendarUnit::Year => 365,
+    };
+    days * 86_400 * crate::clock::NANOS_PER_SECOND
+}
+
 /// A calendar window in words (`month in Europe/Berlin`), for `/explain`; `None` for another.
 pub fn describe(period: Nanos) -> Option<String> {
     if !is_calendar(period) {
@@ -293,6 +309,8 @@ mod tests {
             Some("calendar week in Europe/Berlin")
         );
         assert_eq!(describe(60 * S), None);
+        assert_eq!(nominal(week), 7 * 86_400 * S);
+        assert_eq!(nominal(60 * S), 60 * S);
     }
 
     #[test]
