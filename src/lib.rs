@@ -61,7 +61,8 @@ pub mod status {
     pub use ratelimit_app::{LoadReport, ServerStatus};
 }
 pub use ratelimit_core::{
-    clock, config, engine, lease, limiter, metrics, policy, quota, redact, rules_dir, wire,
+    calendar, clock, config, engine, lease, limiter, metrics, overrides, policy, quota, redact,
+    rules_dir, wire,
 };
 
 /// The remote-store layer: a remote backend behind a deadline, a breaker and a failure mode.

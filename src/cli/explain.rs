@@ -222,6 +222,20 @@ fn print_live(server: &str, live: &Explanation) {
                 print_live_limit(l);
             }
         }
+        Explained::Overridden {
+            rule,
+            limits,
+            expires_in_seconds,
+            ..
+        } => {
+            let under = rule
+                .as_deref()
+                .map_or(String::new(), |r| format!(" (over rule '{r}')"));
+            println!("  live on {server}: an override{under}, for {expires_in_seconds}s more");
+            for l in limits {
+                print_live_limit(l);
+            }
+        }
         Explained::Unlimited { rule, .. } => {
             println!("  live on {server}: rule '{rule}', unlimited")
         }

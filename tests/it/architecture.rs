@@ -16,10 +16,11 @@ const CRATES: &[(&str, &[&[&str]])] = &[
         "core",
         &[
             &["clock", "testing", "redact"],
+            &["calendar"],
             &["config", "wire"],
             &["limiter", "lease"],
             &["policy", "rules_dir"],
-            &["store", "quota"],
+            &["store", "quota", "overrides"],
             &["metrics"],
             &["engine"],
         ],
@@ -46,7 +47,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             &["writer", "demand", "lease"],
             &["attempts", "spread"],
             &["backend"],
-            &["connect"],
+            &["connect", "admin"],
         ],
     ),
     (
@@ -75,11 +76,13 @@ const CRATES: &[(&str, &[&[&str]])] = &[
 /// Pure (crate, module): no runtime, I/O or threads (the clock module is the one reader of wall
 /// time).
 const PURE: &[(&str, &str)] = &[
+    ("core", "calendar"),
     ("core", "config"),
     ("core", "limiter"),
     ("core", "lease"),
     ("core", "policy"),
     ("core", "quota"),
+    ("core", "overrides"),
     ("core", "redact"),
     ("core", "wire"),
     ("remote", "breaker"),
@@ -117,10 +120,12 @@ const CLOCK_READS: &[&str] = &["Instant::now", "SystemTime::now"];
 /// Modules that must not read the wall clock themselves (`clock` is the one reader). The
 /// transport and the Redis connections still read it (through `clock::monotonic`) for timeouts.
 const CLOCK_FREE: &[(&str, &str)] = &[
+    ("core", "calendar"),
     ("core", "config"),
     ("core", "limiter"),
     ("core", "policy"),
     ("core", "quota"),
+    ("core", "overrides"),
     ("core", "engine"),
     ("core", "redact"),
     ("core", "wire"),

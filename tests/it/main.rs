@@ -25,6 +25,7 @@ mod requests;
 mod rules;
 
 mod architecture;
+mod calendar_windows;
 mod check_cli;
 mod concurrency_store;
 mod container_image;
@@ -44,6 +45,7 @@ mod hostile_inputs;
 mod http_admin;
 mod kubernetes;
 mod query_cli;
+mod quota_api;
 mod recording;
 mod redis_cluster;
 mod redis_cluster_failover;

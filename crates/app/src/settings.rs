@@ -181,6 +181,11 @@ pub struct ServeSettings {
     /// under the names and labels it maps them to, instead of ours. Unset: ours.
     #[arg(long, env = "PROMETHEUS_MAPPER_YAML")]
     pub prometheus_mapper_yaml: Option<PathBuf>,
+    /// A file holding the quota API's bearer token (read once, at start; surrounding whitespace
+    /// ignored): with it the admin port serves `/v1/counters`, `/v1/reset` and `/v1/overrides`
+    /// to calls carrying `Authorization: Bearer <token>`; without it those paths are 404.
+    #[arg(long, env = "ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Serve the Rate Limit Quota Service (`StreamRateLimitQuotas`, for Envoy's rate_limit_quota
     /// filter) on the gRPC listener beside ShouldRateLimit.
     #[arg(long, env = "RLQS_ENABLED", action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]

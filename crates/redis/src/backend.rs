@@ -120,8 +120,13 @@ impl RedisBackend {
         self.inner.writer.conflicts()
     }
 
-    fn calls(&self) -> &Arc<Calls> {
+    pub(crate) fn calls(&self) -> &Arc<Calls> {
         self.inner.writer.calls()
+    }
+
+    /// How this store names its keys.
+    pub(crate) fn keys(&self) -> &TextKeyBuilder {
+        &self.inner.keys
     }
 
     /// A key's raw value (for `/explain`).
@@ -373,5 +378,9 @@ impl Backend for RedisBackend {
 
     async fn lease(&self, call: LeaseCall<'_, TextKey>) -> Result<LeaseAnswer, StoreError> {
         lease::call(self.calls(), &call).await
+    }
+
+    async fn reset(&self, key: &TextKey) -> Result<bool, StoreError> {
+        self.delete(key).await
     }
 }

@@ -39,6 +39,11 @@ pub(crate) const MAX_DOMAIN: usize = 64;
 pub struct TextKey(std::sync::Arc<str>);
 
 impl TextKey {
+    /// A key as Redis holds it (read back from a scan).
+    pub(crate) fn from_text(text: String) -> TextKey {
+        TextKey(text.into())
+    }
+
     /// The key as Redis holds it.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -94,6 +99,47 @@ fn encode(out: &mut String, s: &str) {
             let _ = write!(out, "%{b:02X}");
         }
     }
+}
+
+/// Appends `s` with the characters a Redis glob pattern gives a meaning escaped.
+fn glob_escape(out: &mut String, s: &str) {
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+}
+
+/// Undoes [`encode`]; `None` for text it could not have written.
+fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A counter key read back ([`TextKeyBuilder::parse_counter`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ParsedKey {
+    /// The entries as counted; `None` when the key holds their hash (a long descriptor).
+    pub(crate) entries: Option<Vec<(String, String)>>,
+    /// Which limit of the rule.
+    pub(crate) slot: usize,
+    /// The algorithm's stable code.
+    pub(crate) algorithm: u8,
+    /// The window, ns.
+    pub(crate) period: u64,
 }
 
 /// The longest head of `s` of at most `max` bytes (ASCII text, so any cut is a char boundary).
@@ -183,6 +229,104 @@ impl TextKeyBuilder {
         TextKey(key.into())
     }
 
+    /// What every counter key of `domain` starts with: the prefix and the encoded domain (its
+    /// head and hash when long), as [`TextKeyBuilder::key`] writes them.
+    fn domain_head(&self, domain: &str) -> String {
+        let mut key = self.prefix.clone();
+        let mut name = String::new();
+        encode(&mut name, domain);
+        if name.len() > MAX_DOMAIN {
+            let digest = hash128(name.as_bytes()) as u64;
+            let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
+        } else {
+            key.push_str(&name);
+        }
+        key
+    }
+
+    /// A `SCAN … MATCH` pattern for the counter keys of `domain` whose entries start with
+    /// `start`: whole entries, the last one's value (or, with no value, its key) a prefix.
+    pub(crate) fn counters_pattern(
+        &self,
+        domain: &str,
+        start: &[(String, Option<String>)],
+    ) -> String {
+        let mut pattern = String::new();
+        glob_escape(&mut pattern, &self.domain_head(domain));
+        for (i, (k, v)) in start.iter().enumerate() {
+            let mut part = String::from("|");
+            encode(&mut part, k);
+            if let Some(v) = v {
+                part.push('=');
+                encode(&mut part, v);
+            } else if i + 1 < start.len() {
+                part.push('=');
+            }
+            glob_escape(&mut pattern, &part);
+        }
+        pattern.push_str(if start.is_empty() { "|*" } else { "*" });
+        pattern
+    }
+
+    /// A counter key of `domain` read back: its entries (`None` when they were hashed, being
+    /// long), which limit of the rule, its algorithm code and window. `None` for a key that is
+    /// not one of `domain`'s counters.
+    pub(crate) fn parse_counter(&self, domain: &str, key: &str) -> Option<ParsedKey> {
+        let rest = key.strip_prefix(self.domain_head(domain).as_str())?;
+        let rest = rest.strip_prefix('|')?;
+        let (body, tail) = match rest.rsplit_once('|') {
+            Some((body, tail)) => (Some(body), tail),
+            None => (None, rest),
+        };
+        let mut parts = tail.splitn(3, '.');
+        let slot = parts.next()?.parse().ok()?;
+        let algorithm = parts.next()?.parse().ok()?;
+        let window = parts.next()?;
+        let period = match window.strip_suffix("ns") {
+            Some(ns) => ns.parse().ok()?,
+            None => window
+                .strip_suffix('s')?
+                .parse::<u64>()
+                .ok()?
+                .checked_mul(NANOS_PER_SECOND)?,
+        };
+        let entries = match body {
+            None => Some(Vec::new()),
+            Some(body) => body
+                .split('|')
+                .map(|entry| {
+                    let (k, v) = entry.split_once('=')?;
+                    Some((decode(k)?, decode(v)?))
+                })
+                .collect(),
+        };
+        Some(ParsedKey {
+            entries,
+            slot,
+            algorithm,
+            period,
+        })
+    }
+
+    /// The key of an override set through the quota API: `{<prefix>%overrides}|<domain>|<k>=<v>…`,
+    /// encoded and bounded as counter keys are. The hash tag keeps every override, and their
+    /// index ([`TextKeyBuilder::overrides_key`]), in one cluster slot, so they are read in one
+    /// call.
+    pub(crate) fn override_key(&self, domain: &str, entries: &[(String, String)]) -> TextKey {
+        let body = self.quota_key(domain, entries);
+        let rlqs = format!("{}%rlqs|", self.prefix);
+        let tail = body
+            .as_str()
+            .strip_prefix(rlqs.as_str())
+            .unwrap_or_default();
+        TextKey(format!("{}|{tail}", self.overrides_key().as_str()).into())
+    }
+
+    /// The set of the overrides' keys: `{<prefix>%overrides}`.
+    pub(crate) fn overrides_key(&self) -> TextKey {
+        TextKey(format!("{{{}%overrides}}", self.prefix).into())
+    }
+
     /// The key of the hash of RLQS instances alive (each one's last beat).
     pub(crate) fn instances_key(&self) -> TextKey {
         TextKey(format!("{}%instances", self.prefix).into())
@@ -234,6 +378,50 @@ mod tests {
         let key = b.quota_key(&"d".repeat(500), &long);
         assert!(key.as_str().len() <= MAX_KEY, "{}", key.as_str());
         assert_ne!(key, b.quota_key(&"d".repeat(500), &[]));
+    }
+
+    #[test]
+    fn counter_keys_read_back_and_match_their_domain_pattern() {
+        let b = TextKeyBuilder::new("r*l:");
+        let p = params(Algorithm::FixedWindow, 60);
+        let key = key_of(&b, "edge", [("tenant", "a|b"), ("user", "ü")], 1, &p);
+        let parsed = b
+            .parse_counter("edge", key.as_str())
+            .expect("a counter of edge");
+        assert_eq!(
+            parsed,
+            ParsedKey {
+                entries: Some(vec![
+                    ("tenant".into(), "a|b".into()),
+                    ("user".into(), "ü".into())
+                ]),
+                slot: 1,
+                algorithm: Algorithm::FixedWindow.code(),
+                period: 60 * NANOS_PER_SECOND,
+            }
+        );
+        assert_eq!(b.parse_counter("edg", key.as_str()), None);
+        assert_eq!(b.parse_counter("edge", "r*l:edge"), None);
+        let long = key_of(&b, "edge", [("k", &*"v".repeat(400))], 0, &p);
+        assert_eq!(
+            b.parse_counter("edge", long.as_str()).unwrap().entries,
+            None
+        );
+        let start = |parts: &[(&str, Option<&str>)]| -> Vec<(String, Option<String>)> {
+            parts
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+                .collect()
+        };
+        assert_eq!(b.counters_pattern("edge", &[]), "r\\*l:edge|*");
+        assert_eq!(
+            b.counters_pattern("edge", &start(&[("tenant", Some("a|")), ("us", None)])),
+            "r\\*l:edge|tenant=a%7C|us*"
+        );
+        assert_eq!(
+            b.override_key("edge", &[("k".into(), "v".into())]).as_str(),
+            "{r*l:%overrides}|edge|k=v"
+        );
     }
 
     #[test]

@@ -41,10 +41,12 @@
 //!   across slots.
 //! - `demand`: the RLQS demand exchange ([`DemandRound`]).
 //! - `backend`: [`RedisBackend`], the store; `connect`: [`RedisConnect`] and the store under
-//!   core's remote-store guard.
+//!   core's remote-store guard; `admin`: the quota API's calls (a scan of a domain's counters, a
+//!   reset, the overrides every instance reads).
 #![forbid(unsafe_code)]
 #![deny(unreachable_pub)]
 
+mod admin;
 mod attempts;
 mod backend;
 mod batch;
@@ -67,6 +69,7 @@ mod slot;
 mod spread;
 mod writer;
 
+pub use admin::{ScanStep, ScannedCounter};
 pub use backend::RedisBackend;
 pub use conn::RedisConfig;
 pub use connect::RedisConnect;

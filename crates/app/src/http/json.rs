@@ -25,7 +25,7 @@ use ratelimit_core::store::Backend;
 use ratelimit_core::wire::json::{self, response_json};
 
 /// Whether reading a body failed on its length bound.
-fn is_length_limit(error: &axum::Error) -> bool {
+pub(super) fn is_length_limit(error: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {
         if e.is::<http_body_util::LengthLimitError>() {
@@ -79,7 +79,7 @@ fn refuse_before_reading(headers: &HeaderMap) -> Option<Response> {
 }
 
 /// `application/json`, in any case, with or without parameters (`; charset=utf-8`).
-fn is_json_media_type(value: &str) -> bool {
+pub(super) fn is_json_media_type(value: &str) -> bool {
     let essence = value.split(';').next().unwrap_or_default().trim();
     essence.eq_ignore_ascii_case("application/json")
 }

@@ -1,11 +1,13 @@
-//! The HTTP admin port (axum): `/metrics`, `/healthcheck`, `/readyz`, `/rlconfig`, `/explain` and
-//! `POST /json`.
+//! The HTTP admin port (axum): `/metrics`, `/healthcheck`, `/readyz`, `/rlconfig`, `/explain`,
+//! `POST /json` and, with a token file, the quota API (`/v1/…`, `quota`).
 
 mod explain;
 mod json;
+mod quota;
 mod rlconfig;
 mod stream;
 
+pub(crate) use quota::{QuotaApi, RedisShared, Shared, keep_overrides, keep_shared_overrides};
 pub use ratelimit_core::wire::json::response_json;
 pub(crate) use stream::Renders;
 
@@ -40,6 +42,8 @@ pub struct Admin<B> {
     pub(crate) mapper: Option<Arc<Mapper>>,
     /// The slots for streamed answers (`/rlconfig`).
     pub(crate) renders: Renders,
+    /// The quota API (`/v1/…`), with `--admin-token-file`.
+    pub(crate) quota: Option<Arc<QuotaApi<B>>>,
 }
 
 impl<B> Admin<B> {
@@ -61,6 +65,7 @@ impl<B> Admin<B> {
             quotas: None,
             mapper: None,
             renders: Renders::default(),
+            quota: None,
         }
     }
 }
@@ -68,14 +73,19 @@ impl<B> Admin<B> {
 type AdminState<B> = State<Arc<Admin<B>>>;
 
 pub fn router<B: Backend>(admin: Arc<Admin<B>>) -> Router {
-    Router::new()
+    let quota = admin.quota.clone();
+    let router = Router::new()
         .route("/metrics", get(metrics::<B>))
         .route("/healthcheck", get(healthcheck::<B>))
         .route("/readyz", get(readyz::<B>))
         .route("/rlconfig", get(rlconfig::rlconfig::<B>))
         .route("/explain", get(explain::explain::<B>))
         .route("/json", post(json::json::<B>))
-        .with_state(admin)
+        .with_state(admin);
+    match quota {
+        Some(api) => router.merge(quota::router(api)),
+        None => router,
+    }
 }
 
 /// The debug listener (`DEBUG_ADDR`, the reference's `DEBUG_PORT`): an index and `/rlconfig`.

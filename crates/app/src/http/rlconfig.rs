@@ -1,5 +1,6 @@
 //! `GET /rlconfig`: the live rules as JSON (`?format=json`, the default) or, with `?format=text`,
-//! one line per limit as the reference prints them, plus the last rules load. Any other format is
+//! one line per limit as the reference prints them, plus the last rules load and the overrides
+//! in force (set through the quota API). Any other format is
 //! refused with 400. Both are written rule by rule into a streamed body ([`super::stream`]), so a
 //! rule set of any size costs a few pieces of memory and no async thread.
 
@@ -12,8 +13,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AdminState;
+use ratelimit_core::clock::Nanos;
 use ratelimit_core::config::format_duration;
 use ratelimit_core::limiter::LimitDefaults;
+use ratelimit_core::overrides::{Override, Overrides};
 use ratelimit_core::policy::{Policy, Rule, RuleKind};
 use ratelimit_core::store::Backend;
 
@@ -40,6 +43,12 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
                     "burst": l.effective_burst(),
                     "replaces": l.replaces,
                 });
+                if let Some(calendar) = &l.calendar {
+                    v["calendar"] = json!({
+                        "unit": calendar.unit.name(),
+                        "time_zone": calendar.time_zone,
+                    });
+                }
                 if params.algorithm == ratelimit_core::config::Algorithm::LeakyBucket {
                     v["max_delay"] = json!(format_duration(std::time::Duration::from_nanos(
                         params.max_delay
@@ -65,6 +74,34 @@ fn rule_json(rule: &Rule, defaults: &LimitDefaults) -> Value {
         });
     }
     v
+}
+
+/// An override as `/rlconfig` shows it.
+fn override_json(o: &Override, now: Nanos) -> Value {
+    json!({
+        "domain": o.domain,
+        "descriptor": o.descriptor(),
+        "unit": o.unit.0.name(),
+        "requests_per_unit": o.requests_per_unit,
+        "expires_in_seconds": o.seconds_left(now),
+    })
+}
+
+/// One line per override: `override <domain> <k=v,…>: unit=MINUTE requests_per_unit=3,
+/// expires_in_seconds: 60`.
+fn write_overrides_text(overrides: &Overrides, now: Nanos, out: &mut dyn Write) -> io::Result<()> {
+    for o in overrides.listed(None, now) {
+        writeln!(
+            out,
+            "override {} {}: unit={} requests_per_unit={}, expires_in_seconds: {}",
+            o.domain,
+            o.descriptor(),
+            o.unit.0.name().to_uppercase(),
+            o.requests_per_unit,
+            o.seconds_left(now)
+        )?;
+    }
+    Ok(())
 }
 
 /// One line per limit: `<domain>.<path>: unit=MINUTE requests_per_unit=3, shadow_mode: false, …`.
@@ -115,11 +152,12 @@ pub(super) fn write_text(
     Ok(())
 }
 
-/// The whole rules document, `{"domains": [{"domain", "rules": […]}…], "last_load"}`, one rule
+/// The whole rules document, `{"domains": [{"domain", "rules": […]}…], "overrides", "last_load"}`, one rule
 /// at a time (keys in the order `serde_json` gives a whole document).
 pub(super) fn write_json(
     policy: &Policy,
     defaults: &LimitDefaults,
+    (overrides, now): (&Overrides, Nanos),
     last_load: &Value,
     out: &mut dyn Write,
 ) -> io::Result<()> {
@@ -139,7 +177,14 @@ pub(super) fn write_json(
         }
         out.write_all(b"]}")?;
     }
-    out.write_all(b"],\"last_load\":")?;
+    out.write_all(b"],\"overrides\":")?;
+    let listed: Vec<Value> = overrides
+        .listed(None, now)
+        .into_iter()
+        .map(|o| override_json(o, now))
+        .collect();
+    serde_json::to_writer(&mut *out, &listed)?;
+    out.write_all(b",\"last_load\":")?;
     serde_json::to_writer(&mut *out, last_load)?;
     out.write_all(b"}")
 }
@@ -148,10 +193,13 @@ pub(super) fn write_json(
 async fn stream_text<B: Backend>(admin: &super::Admin<B>) -> Response {
     let policy = admin.engine.policy();
     let defaults = admin.engine.settings().defaults;
+    let overrides = admin.engine.overrides();
+    let now = admin.engine.now();
     admin
         .renders
         .stream("text/plain; charset=utf-8", move |out| {
-            write_text(&policy, &defaults, out)
+            write_text(&policy, &defaults, out)?;
+            write_overrides_text(&overrides, now, out)
         })
         .await
 }
@@ -179,10 +227,12 @@ pub(super) async fn rlconfig<B: Backend>(
     let policy = admin.engine.policy();
     let defaults = admin.engine.settings().defaults;
     let last_load = json!(admin.status.last_load());
+    let overrides = admin.engine.overrides();
+    let now = admin.engine.now();
     admin
         .renders
         .stream("application/json", move |out| {
-            write_json(&policy, &defaults, &last_load, out)
+            write_json(&policy, &defaults, (&overrides, now), &last_load, out)
         })
         .await
 }

@@ -26,6 +26,8 @@ pub enum StartError {
         path: String,
         source: std::io::Error,
     },
+    #[error("cannot use ADMIN_TOKEN_FILE {path}: {error}")]
+    AdminToken { path: String, error: String },
     #[error("invalid PROMETHEUS_MAPPER_YAML {path}: {error}")]
     Mapper { path: String, error: String },
     #[error("cannot listen on {addr}: {source}")]

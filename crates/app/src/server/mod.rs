@@ -57,7 +57,7 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
         BackendType::Memory => {
             store_metrics.store_up.set(1);
             let backend = MemoryBackend::new(settings.max_keys);
-            start_on(settings, clock, metrics, backend, None).await
+            start_on(settings, clock, metrics, backend, None, None).await
         }
         BackendType::Redis => {
             let config = settings.store.redis_config()?;
@@ -82,21 +82,38 @@ pub async fn start(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<Se
             let exchange: Arc<dyn rlqs::Exchange> = Arc::new(rlqs::RedisExchange {
                 store: backend.clone(),
             });
-            start_on(settings, clock, metrics, backend, Some(exchange)).await
+            // The quota API's overrides and counter walks, through the same connections.
+            let shared: Arc<dyn http::Shared> = Arc::new(http::RedisShared {
+                store: backend.clone(),
+            });
+            start_on(
+                settings,
+                clock,
+                metrics,
+                backend,
+                Some(exchange),
+                Some(shared),
+            )
+            .await
         }
     }
 }
 
-/// Starts serving on `backend`; RLQS buckets are shared through `exchange` when there is one.
+/// Starts serving on `backend`; RLQS buckets are shared through `exchange` when there is one,
+/// the quota API's overrides and counter walks through `shared`.
 async fn start_on<B: Backend>(
     settings: &ServeSettings,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
     backend: B,
     exchange: Option<Arc<dyn rlqs::Exchange>>,
+    shared: Option<Arc<dyn http::Shared>>,
 ) -> Result<Server, StartError> {
     let store = Store::new(backend);
-    let engine = engine_on(settings, &store, &clock, &metrics);
+    let token = admin_token(settings)?;
+    // A store with readable keys lists them itself; the memory store's are hashes.
+    let names = (token.is_some() && shared.is_none()).then_some(settings.max_keys);
+    let engine = engine_on(settings, &store, &clock, &metrics, names);
     let status = Arc::new(ServerStatus::new(LoadReport::default()));
     let reloader = rules_reloader(settings, engine.clone(), &metrics, &status, &clock);
     let (xds, summary) = first_rules(settings, &reloader, &status)?;
@@ -136,6 +153,23 @@ async fn start_on<B: Backend>(
     if let Some(table) = &quotas {
         spawn_rlqs_tasks(&mut tasks, table, exchange);
     }
+    let quota = token.map(|token| {
+        let api = Arc::new(http::QuotaApi::new(
+            engine.clone(),
+            token,
+            shared.clone(),
+            metrics.registry(),
+        ));
+        match &shared {
+            Some(shared) => tasks.spawn(http::keep_shared_overrides(
+                api.clone(),
+                shared.clone(),
+                tasks.shutdown.clone(),
+            )),
+            None => tasks.spawn(http::keep_overrides(engine.clone(), tasks.shutdown.clone())),
+        }
+        api
+    });
     let admin = Arc::new(Admin {
         engine: engine.clone(),
         front,
@@ -145,6 +179,7 @@ async fn start_on<B: Backend>(
         quotas: quotas.map(|table| table as Arc<dyn BucketLookup>),
         mapper,
         renders: Default::default(),
+        quota,
     });
     serve(&mut tasks, settings, listeners, tls, grpc_router, admin)?;
     spawn_background(&mut tasks, settings, store, clock, &metrics);
@@ -168,21 +203,47 @@ async fn start_on<B: Backend>(
     })
 }
 
-/// The engine on `store`, with no rules yet, its metrics read from the store at scrape time.
+/// The engine on `store`, with no rules yet, its metrics read from the store at scrape time;
+/// with `names`, noting up to that many counter names for the quota API's lists.
 fn engine_on<B: Backend>(
     settings: &ServeSettings,
     store: &Store<B>,
     clock: &Arc<dyn Clock>,
     metrics: &Arc<Metrics>,
+    names: Option<usize>,
 ) -> Arc<Engine<B>> {
     metrics.read_store_stats(store.clone());
-    let engine = Engine::new(
+    let mut engine = Engine::new(
         Policy::default(),
         store.clone(),
         clock.clone(),
         settings.engine_settings(),
     );
+    if let Some(cap) = names {
+        engine = engine.with_counter_names(cap);
+    }
     Arc::new(engine.with_metrics(metrics.clone()))
+}
+
+/// The quota API's token, from `--admin-token-file` (none: the API is off). An unreadable or
+/// empty file stops the start.
+fn admin_token(settings: &ServeSettings) -> Result<Option<Vec<u8>>, StartError> {
+    let Some(path) = &settings.admin_token_file else {
+        return Ok(None);
+    };
+    let fail = |error: String| StartError::AdminToken {
+        path: path.display().to_string(),
+        error,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(fail("the file is empty".into()));
+    }
+    if token.chars().any(char::is_whitespace) {
+        return Err(fail("the token holds whitespace".into()));
+    }
+    Ok(Some(token.as_bytes().to_vec()))
 }
 
 /// The xDS client task: subscribes, hands each response to the reloader, flips health.

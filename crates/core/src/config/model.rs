@@ -4,6 +4,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::calendar::CalendarWindow;
+
 /// A time unit of a limit, as in envoyproxy/ratelimit. Month is 30 days and year 365 days, as there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
@@ -135,6 +137,9 @@ pub struct Limit {
     /// Our extension, leaky bucket only: the longest a request may wait for its turn (default:
     /// the server's `--default-max-delay`).
     pub(crate) max_delay: Option<Duration>,
+    /// Our extension, fixed and sliding windows only: the window is a calendar `unit` in a time
+    /// zone (`calendar: {time_zone: Europe/Berlin}`) instead of a length from the epoch.
+    pub calendar: Option<CalendarWindow>,
     /// Names of limits this one replaces when both match in one request.
     pub replaces: Vec<String>,
     /// Our extension: how the limit shows in the IETF `RateLimit-Policy` and `RateLimit` response

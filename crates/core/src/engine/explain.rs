@@ -1,7 +1,7 @@
 //! What one descriptor meets on the live rules, charging nothing: the descriptor is planned as a
 //! decision plans it (`plan::matched`: the same match, the same limits and numbers, the same
 //! `plan::counter`, so a `share_threshold` rule shows its shared counter), and each planned limit's
-//! counter is read. The answer is the `/explain` JSON's typed form ([`wire::explain`]), which the
+//! counter is read. An override set through the quota API shows as such, with its limit. The answer is the `/explain` JSON's typed form ([`wire::explain`]), which the
 //! admin port serves and `explain --server` reads.
 //!
 //! [`wire::explain`]: crate::wire::explain
@@ -11,6 +11,7 @@ use crate::clock::Nanos;
 use crate::config::{Algorithm, Limit};
 use crate::lease::{LeaseAction, Watch};
 use crate::limiter::{self, human};
+use crate::overrides::Override;
 use crate::policy::{Outcome, Rule, RuleKind};
 use crate::store::{Backend, Entries, LeaseCall, StoreError, concurrency_counter};
 use crate::wire::explain::{Explained, ExplainedLimit, StoredState};
@@ -27,11 +28,15 @@ impl<B: Backend> Engine<B> {
         now: Nanos,
     ) -> Result<Explained, StoreError> {
         let policy = self.policy();
+        let overrides = self.overrides();
+        let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        if let Some(set) = overrides.find(domain, pairs.clone(), now) {
+            return self.explain_override(domain, entries, set, now).await;
+        }
         let Some(rules) = policy.domain(domain) else {
             return Ok(Explained::UnknownDomain);
         };
         let mut planned = plan::Plan::new(0, self.settings.quota_mode);
-        let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         let rule = match plan::matched(rules, pairs, &mut planned, &self.settings.defaults) {
             Outcome::Rule(rule) => rule,
             Outcome::NoLimitOnNode => return Ok(Explained::NoLimit),
@@ -109,6 +114,53 @@ impl<B: Backend> Engine<B> {
             next_lease_end: answer.next_end.map(|end| human(end.saturating_sub(now))),
         })
     }
+
+    /// [`Engine::explain`] of a descriptor an override applies to: planned as a decision plans
+    /// it (`plan::override_limits` over the rule it matches, if any), its counter read.
+    async fn explain_override(
+        &self,
+        domain: &str,
+        entries: &[(String, String)],
+        set: &Override,
+        now: Nanos,
+    ) -> Result<Explained, StoreError> {
+        let policy = self.policy();
+        let mut planned = plan::Plan::new(0, self.settings.quota_mode);
+        if let Some(rules) = policy.domain(domain) {
+            let pairs = entries.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+            plan::matched(rules, pairs, &mut planned, &self.settings.defaults);
+        }
+        plan::override_limits(&mut planned, set, &self.settings.defaults);
+        let mut limits = Vec::new();
+        for limit in planned.limits() {
+            let counter = plan::counter(
+                domain,
+                entries,
+                planned.sharing(),
+                limit.slot,
+                &limit.params,
+            );
+            let state = self.look(&counter).await?;
+            let configured = Limit {
+                name: None,
+                requests_per_unit: set.requests_per_unit,
+                unit: set.unit.0,
+                unit_multiplier: 1,
+                algorithm: Some(limit.params.algorithm),
+                burst: None,
+                max_delay: None,
+                calendar: None,
+                replaces: Vec::new(),
+            };
+            limits.push(explain_limit(limit, &configured, state, now));
+        }
+        Ok(Explained::Overridden {
+            rule: planned.rule.map(|r| r.path.clone()),
+            shadow_mode: planned.shadow_mode,
+            limits,
+            expires_in_seconds: set.seconds_left(now),
+        })
+    }
 }
 
 /// The rules file's limit at `slot` of `rule` (for what the plan does not carry: the multiplier,
@@ -136,7 +188,7 @@ fn explain_limit(
         requests_per_unit: limit.requests_per_unit,
         unit: limit.unit.name().into(),
         unit_multiplier: configured.unit_multiplier,
-        window: human(params.period),
+        window: params.window(),
         burst: params.burst,
         effective: params.describe(),
         remaining: outlook.remaining,

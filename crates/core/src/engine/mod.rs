@@ -7,6 +7,7 @@
 
 mod attribution;
 mod concurrency;
+mod counters;
 mod explain;
 mod ietf;
 mod metadata;
@@ -18,7 +19,7 @@ mod request;
 mod response;
 mod turn;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -33,8 +34,11 @@ pub use response::{HeaderNames, ResponseHeaders};
 use crate::clock::{Clock, Nanos};
 use crate::limiter::{LimitDefaults, State};
 use crate::metrics::{Metrics, PolicyMetrics};
+use crate::overrides::Overrides;
 use crate::policy::Policy;
-use crate::store::{Backend, Charge, CounterId, Store, StoreError};
+use crate::store::{Backend, Charge, CounterId, CounterNames, Store, StoreError};
+
+pub use counters::CounterLimit;
 
 /// Server-wide behaviour, from settings.
 #[derive(Debug, Clone)]
@@ -86,10 +90,12 @@ pub struct Decision {
     pub result: Result<RateLimitResponse, EngineError>,
 }
 
-/// The rules in force and their metric series, swapped together.
+/// The rules in force and their metric series, swapped together, and the overrides set at run
+/// time on top of them (kept across reloads; a decision looks them up only when there are some).
 struct Live {
     policy: Arc<Policy>,
     counters: Arc<PolicyMetrics>,
+    overrides: Arc<Overrides>,
 }
 
 /// Whether a decision holds its answer until a leaky bucket's turn (serving) or not (replay).
@@ -102,10 +108,15 @@ enum Turns {
 /// The rate limiter: live policy + store + clock (+ metrics).
 pub struct Engine<B> {
     live: ArcSwap<Live>,
+    /// Held while a new `Live` is made from the current one (a reload, an override change), so
+    /// that neither loses the other's change.
+    swapping: Mutex<()>,
     store: Store<B>,
     clock: Arc<dyn Clock>,
     settings: EngineSettings,
     metrics: Option<Arc<Metrics>>,
+    /// With the quota API on a store of hashed keys: the name of each key charged, for lists.
+    names: Option<Arc<CounterNames>>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -119,12 +130,27 @@ impl<B: Backend> Engine<B> {
             live: ArcSwap::from_pointee(Live {
                 policy: Arc::new(policy),
                 counters: Arc::default(),
+                overrides: Arc::default(),
             }),
+            swapping: Mutex::new(()),
             store,
             clock,
             settings,
             metrics: None,
+            names: None,
         }
+    }
+
+    /// Notes the name of every key a decision charges (at most `cap`), so that the quota API
+    /// can list a domain's counters on a store whose keys are hashes (memory).
+    pub fn with_counter_names(mut self, cap: usize) -> Self {
+        self.names = Some(Arc::new(CounterNames::new(cap)));
+        self
+    }
+
+    /// The names noted, with [`Engine::with_counter_names`].
+    pub fn counter_names(&self) -> Option<&Arc<CounterNames>> {
+        self.names.as_ref()
     }
 
     /// Records per-rule and global metrics into `metrics`.
@@ -141,16 +167,44 @@ impl<B: Backend> Engine<B> {
     }
 
     fn install(&self, policy: Arc<Policy>) {
+        let _swapping = self.swapping.lock().unwrap_or_else(PoisonError::into_inner);
         let counters = self
             .metrics
             .as_ref()
             .map(|m| m.install(&policy))
             .unwrap_or_default();
-        self.live.store(Arc::new(Live { policy, counters }));
+        let overrides = self.live.load().overrides.clone();
+        self.live.store(Arc::new(Live {
+            policy,
+            counters,
+            overrides,
+        }));
     }
 
     pub fn policy(&self) -> Arc<Policy> {
         self.live.load().policy.clone()
+    }
+
+    /// The overrides in force (live or expired: a decision checks each one's expiry).
+    pub fn overrides(&self) -> Arc<Overrides> {
+        self.live.load().overrides.clone()
+    }
+
+    /// Changes the overrides: `change` gets the set in force and returns the new one, or `None`
+    /// to keep it. Requests in flight finish on the set they started with. Returns whether it
+    /// changed.
+    pub fn change_overrides(&self, change: impl FnOnce(&Overrides) -> Option<Overrides>) -> bool {
+        let _swapping = self.swapping.lock().unwrap_or_else(PoisonError::into_inner);
+        let live = self.live.load_full();
+        let Some(overrides) = change(&live.overrides) else {
+            return false;
+        };
+        self.live.store(Arc::new(Live {
+            policy: live.policy.clone(),
+            counters: live.counters.clone(),
+            overrides: Arc::new(overrides),
+        }));
+        true
     }
 
     pub fn metrics(&self) -> Option<&Arc<Metrics>> {
@@ -218,7 +272,7 @@ impl<B: Backend> Engine<B> {
     ) -> Result<RateLimitResponse, EngineError> {
         self.settings.bounds.check(request)?;
         let live = self.live.load_full();
-        let mut plans = plan::plan(&live.policy, request, &self.settings)?;
+        let mut plans = plan::plan(&live.policy, &live.overrides, request, &self.settings, now)?;
         let metrics = self.metrics.as_deref();
         let slots = match plans
             .iter()
@@ -234,12 +288,16 @@ impl<B: Backend> Engine<B> {
                 let counter = plan::counter(
                     &request.domain,
                     &descriptor.entries[..],
-                    plan.rule,
+                    plan.sharing(),
                     limit.slot,
                     &limit.params,
                 );
+                let key = self.store.key(&counter);
+                if let Some(names) = &self.names {
+                    names.note(&counter);
+                }
                 charges.push(Charge {
-                    key: self.store.key(&counter),
+                    key,
                     params: limit.params,
                     hits: plan.hits,
                     enforced: !plan.shadow_mode,

@@ -1,5 +1,6 @@
 //! What each descriptor of a request will be checked against: the matched rule's limits (or the
-//! request's override), minus replaced ones, with the hits to charge.
+//! request's override, or an override set through the quota API, which wins over both), minus
+//! replaced ones, with the hits to charge.
 
 use std::collections::HashSet;
 
@@ -8,9 +9,11 @@ use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use smallvec::{SmallVec, smallvec};
 
 use super::{EngineSettings, InvalidRequest};
+use crate::clock::Nanos;
 use crate::config::Unit;
 use crate::lease::{LeaseAnswer, LeaseParams};
 use crate::limiter::{LimitDefaults, LimitParams};
+use crate::overrides::{Override, Overrides};
 use crate::policy::{DomainRules, Outcome, Policy, Rule, RuleKind};
 use crate::store::{CounterId, Entries};
 
@@ -72,10 +75,12 @@ pub(super) struct Plan<'p> {
     pub(crate) shadow_mode: bool,
     /// `quota_mode` (the rule's, or the server's `QUOTA_MODE`).
     pub(crate) quota: bool,
-    /// The matched rule (None for overrides and unmatched descriptors).
+    /// The matched rule (None for request overrides and unmatched descriptors).
     pub(crate) rule: Option<&'p Rule>,
     /// How the descriptor's lookup ended, for the counts of descriptors nothing matched.
     pub(crate) lookup: Lookup,
+    /// Whether an override set through the quota API replaced the rule's limits.
+    pub(crate) overridden: bool,
 }
 
 /// How a descriptor's lookup in the rules ended, as far as the unmatched counts care.
@@ -99,7 +104,14 @@ impl<'p> Plan<'p> {
             quota,
             rule: None,
             lookup: Lookup::Found,
+            overridden: false,
         }
+    }
+
+    /// The rule whose `share_threshold` patterns stand for values in the counter's key: none once
+    /// an override (set for exactly these entries) applies.
+    pub(crate) fn sharing(&self) -> Option<&'p Rule> {
+        self.rule.filter(|_| !self.overridden)
     }
 
     pub(crate) fn limits(&self) -> &[PlannedLimit<'p>] {
@@ -132,8 +144,10 @@ pub(super) type Plans<'p> = SmallVec<[Plan<'p>; 2]>;
 
 pub(super) fn plan<'p>(
     policy: &'p Policy,
+    overrides: &'p Overrides,
     request: &RateLimitRequest,
     settings: &EngineSettings,
+    now: Nanos,
 ) -> Result<Plans<'p>, InvalidRequest> {
     let defaults = &settings.defaults;
     let request_hits = u64::from(request.hits_addend.max(1));
@@ -145,6 +159,20 @@ pub(super) fn plan<'p>(
             .map_or(request_hits, |h| h.value)
             .min(MAX_HITS);
         let mut plan = Plan::new(hits, settings.quota_mode);
+        if !overrides.is_empty() && !descriptor.entries.is_empty() {
+            let entries = descriptor
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()));
+            if let Some(set) = overrides.find(&request.domain, entries.clone(), now) {
+                if let Some(domain) = domain {
+                    matched(domain, entries, &mut plan, defaults);
+                }
+                override_limits(&mut plan, set, defaults);
+                plans.push(plan);
+                continue;
+            }
+        }
         let Some(domain) = domain else {
             plan.lookup = Lookup::UnknownDomain;
             plans.push(plan);
@@ -239,6 +267,32 @@ pub(super) fn matched<'p, 'e>(
         }
     };
     outcome
+}
+
+/// Puts an override's limit in place of what the rules planned (`plan` keeps the matched rule, if
+/// any, for its shadow and quota mode and its metrics). It counts on the counter of the rule's
+/// first limit when that limit has the same algorithm and window (slot 0, same algorithm and
+/// period: the same key), so raising a tenant's limit keeps what it used; its algorithm is that
+/// limit's, else the server's default.
+pub(super) fn override_limits<'p>(plan: &mut Plan<'p>, set: &Override, defaults: &LimitDefaults) {
+    let first = plan.limits().first().map(|l| l.params);
+    let algorithm = first.map_or(defaults.algorithm, |p| p.algorithm);
+    let params = LimitParams {
+        algorithm,
+        requests_per_unit: set.requests_per_unit,
+        period: set.period(),
+        burst: set.requests_per_unit,
+        max_delay: first.map_or(defaults.max_delay, |p| p.max_delay),
+        charge_denied: defaults.charges_denied(algorithm),
+    };
+    plan.kind = Kind::Limited(smallvec![PlannedLimit {
+        name: "",
+        requests_per_unit: set.requests_per_unit,
+        unit: set.unit.0,
+        params,
+        slot: 0,
+    }]);
+    plan.overridden = true;
 }
 
 /// The counter `limit` of a descriptor (its `entries`, planned as `plan`) charges: the entries as

@@ -2,6 +2,7 @@
 //! says. Pure formatting, no clock.
 
 use super::{FixedWindowState, LimitParams, SlidingWindowState, State, TatState};
+use crate::calendar;
 use crate::clock::Nanos;
 use crate::config::{Algorithm, format_duration};
 
@@ -17,11 +18,14 @@ pub fn human(nanos: Nanos) -> String {
 impl LimitParams {
     /// The effective rate, burst and window, e.g. `refill 1 every 100ms, burst 10`.
     pub fn describe(&self) -> String {
-        let window = human(self.period);
+        let window = self.window();
         let interval = self.drain_interval().map_or("never".into(), human);
         match self.algorithm {
             Algorithm::TokenBucket => {
                 format!("refill 1 every {interval}, burst {}", self.burst)
+            }
+            Algorithm::FixedWindow if calendar::is_calendar(self.period) => {
+                format!("{} per {window}", self.requests_per_unit)
             }
             Algorithm::FixedWindow => format!(
                 "{} per epoch-aligned window of {window}",
@@ -37,6 +41,20 @@ impl LimitParams {
                 human(self.max_delay)
             ),
         }
+    }
+
+    /// The start of the window that ends at `end`.
+    fn window_start(&self, end: Nanos) -> Nanos {
+        if calendar::is_calendar(self.period) {
+            calendar::window(self.period, end.saturating_sub(1)).0
+        } else {
+            end.saturating_sub(self.period)
+        }
+    }
+
+    /// The window in words: `1m`, or `calendar month in Europe/Berlin`.
+    pub fn window(&self) -> String {
+        calendar::describe(self.period).unwrap_or_else(|| human(self.period))
     }
 
     /// What a key's stored state says at `now`, e.g. `12 hits in the window that started 3s ago`.
@@ -61,14 +79,18 @@ impl LimitParams {
                 format!(
                     "{} hit(s) in the window that started {} ago",
                     window.count,
-                    human(now.saturating_sub(window.end.saturating_sub(self.period)))
+                    human(now.saturating_sub(self.window_start(window.end)))
                 )
             }
             Algorithm::SlidingWindow => {
                 let windows = SlidingWindowState::from_state(s);
-                let current_start = windows
-                    .forgotten_at
-                    .saturating_sub(self.period.saturating_mul(2));
+                let current_start = if calendar::is_calendar(self.period) {
+                    calendar::window(self.period, now).0
+                } else {
+                    windows
+                        .forgotten_at
+                        .saturating_sub(self.period.saturating_mul(2))
+                };
                 format!(
                     "{} hit(s) in the window that started {} ago, {} in the one before",
                     windows.current,

@@ -1,7 +1,9 @@
 //! Fixed window: a counter per epoch-aligned window of `period`, as envoyproxy/ratelimit counts
-//! (window start = now − now mod period). Cheap, but admits up to 2× the limit across a window edge.
+//! (window start = now − now mod period), or per calendar window (`calendar::window`). Cheap, but
+//! admits up to 2× the limit across a window edge.
 
 use super::{Evaluation, LimitParams, Outlook, State};
+use crate::calendar::window;
 use crate::clock::Nanos;
 
 /// A fixed window's view of its [`State`]: the window counted in and its hits. A window with no
@@ -41,9 +43,7 @@ pub(super) fn evaluate(
     now: Nanos,
     hits: u64,
 ) -> Evaluation {
-    let period = params.period.max(1);
-    let start = now - now % period;
-    let end = start.saturating_add(period);
+    let (_, end) = window(params.period, now);
     let count = match state.as_ref().map(FixedWindowState::from_state) {
         Some(s) if s.end == end => s.count,
         _ => 0,
@@ -73,8 +73,7 @@ pub(super) fn evaluate(
 
 /// Takes back `hits` counted in the window of `now` (a state of another window is left as it is).
 pub(super) fn uncharge(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
-    let period = params.period.max(1);
-    let end = (now - now % period).saturating_add(period);
+    let (_, end) = window(params.period, now);
     let s = FixedWindowState::from_state(state);
     if s.end != end {
         return *state;
@@ -164,6 +163,42 @@ mod tests {
             empty.state_after.expires_at(),
             0,
             "an empty window is no state"
+        );
+    }
+
+    #[test]
+    fn a_calendar_month_in_berlin_resets_at_midnight_there_and_its_state_expires_then() {
+        use crate::calendar::{CalendarUnit, CalendarWindow};
+        let month = CalendarWindow::new(CalendarUnit::Month, "Europe/Berlin").unwrap();
+        let p = LimitParams {
+            period: month.period(),
+            ..params(2, 60)
+        };
+        let last_minute = 1_769_900_340 * S; // 2026-01-31T22:59:00Z, 23:59 in Berlin
+        let february = 1_769_900_400 * S; // 2026-02-01 00:00 in Berlin
+        let e = eval(&p, None, last_minute, 2);
+        assert!(e.allowed);
+        assert_eq!(e.after_charge.reset_after, 60 * S, "to the real boundary");
+        assert_eq!(e.state_after.expires_at(), february);
+        assert!(!eval(&p, Some(e.state_after), february - 1, 1).allowed);
+        let e = eval(&p, Some(e.state_after), february, 1);
+        assert!(e.allowed, "a new month");
+        assert_eq!(e.after_charge.remaining, 1);
+        assert_eq!(
+            e.after_charge.reset_after,
+            (1_772_319_600 - 1_769_900_400) * S
+        );
+        // The day of the spring change lasts 23 hours.
+        let day = CalendarWindow::new(CalendarUnit::Day, "Europe/Berlin").unwrap();
+        let p = LimitParams {
+            period: day.period(),
+            ..params(2, 60)
+        };
+        let e = eval(&p, None, 1_774_738_800 * S, 1);
+        assert_eq!(e.after_charge.reset_after, 23 * 3_600 * S);
+        assert_eq!(
+            uncharge(&p, &e.state_after, 1_774_785_600 * S, 1),
+            State::default()
         );
     }
 

@@ -60,7 +60,8 @@ impl LimitDefaults {
 pub struct LimitParams {
     pub algorithm: Algorithm,
     pub requests_per_unit: u32,
-    /// The window / refill period in nanoseconds (unit × multiplier).
+    /// The window / refill period in nanoseconds (unit × multiplier), or a calendar window
+    /// packed by `calendar::CalendarWindow::period` (fixed and sliding windows only).
     pub period: Nanos,
     /// Token bucket capacity; leaky bucket queue length.
     pub burst: u32,
@@ -79,7 +80,10 @@ impl LimitParams {
         LimitParams {
             algorithm,
             requests_per_unit: limit.requests_per_unit,
-            period: limit.period_seconds().saturating_mul(NANOS_PER_SECOND),
+            period: match &limit.calendar {
+                Some(calendar) => calendar.period(),
+                None => limit.period_seconds().saturating_mul(NANOS_PER_SECOND),
+            },
             burst: limit.effective_burst(),
             max_delay: limit.max_delay.map_or(defaults.max_delay, |d| {
                 d.as_nanos().min(u128::from(u64::MAX)) as u64

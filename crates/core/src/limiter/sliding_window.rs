@@ -1,4 +1,5 @@
-//! Sliding window as the two-window weighted counter: epoch-aligned windows of `period`, and the
+//! Sliding window as the two-window weighted counter: epoch-aligned windows of `period` (or
+//! calendar windows, `calendar::window`), and the
 //! estimate of the last `period` is the previous window's count × the share of it still inside the
 //! sliding window + the current window's count. Two counters of state; smooth at window edges.
 //!
@@ -18,6 +19,7 @@
 //! were spread evenly, so hits early in that window are forgotten later than a log would.
 
 use super::{Evaluation, LimitParams, Outlook, State, div};
+use crate::calendar;
 use crate::clock::Nanos;
 
 /// A sliding window's view of its [`State`].
@@ -54,17 +56,46 @@ impl SlidingWindowState {
     }
 }
 
-/// (window start, previous count, current count) as seen at `now`.
-fn counts(params: &LimitParams, state: Option<State>, now: Nanos) -> (Nanos, u64, u64) {
-    let period = params.period.max(1);
-    let start = now - now % period;
+/// The window around `now`: its start, its length, and when its counts are forgotten (the end of
+/// the next window). Epoch-aligned windows of `period`, or calendar windows (whose length is the
+/// current one's: a calendar month's previous month is weighed as if it were as long).
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    start: Nanos,
+    period: Nanos,
+    forgotten_at: Option<Nanos>,
+}
+
+fn current(period: Nanos, now: Nanos) -> Current {
+    if !calendar::is_calendar(period) {
+        let period = period.max(1);
+        let start = now - now % period;
+        return Current {
+            start,
+            period,
+            forgotten_at: forgotten_at(start, period),
+        };
+    }
+    let (start, end) = calendar::window(period, now);
+    Current {
+        start,
+        period: (end - start).max(1),
+        forgotten_at: Some(calendar::next_end(period, end)),
+    }
+}
+
+/// (the window, previous count, current count) as seen at `now`.
+fn counts(params: &LimitParams, state: Option<State>, now: Nanos) -> (Current, u64, u64) {
+    let window = current(params.period, now);
     let (prev, cur) = match state.as_ref().map(SlidingWindowState::from_state) {
-        Some(s) if Some(s.forgotten_at) == forgotten_at(start, period) => (s.previous, s.current),
+        Some(s) if Some(s.forgotten_at) == window.forgotten_at => (s.previous, s.current),
         // Written in the previous window: its current count is now the previous one.
-        Some(s) if Some(s.forgotten_at) == start.checked_add(period) => (s.current, 0),
+        Some(s) if Some(s.forgotten_at) == window.start.checked_add(window.period) => {
+            (s.current, 0)
+        }
         _ => (0, 0),
     };
-    (start, u64::from(prev), u64::from(cur))
+    (window, u64::from(prev), u64::from(cur))
 }
 
 /// A count as stored: counts never exceed a u32 `requests_per_unit`, this only keeps the cast
@@ -84,8 +115,9 @@ pub(super) fn evaluate(
     now: Nanos,
     hits: u64,
 ) -> Evaluation {
-    let period = params.period.max(1);
-    let (start, prev, cur) = counts(params, state, now);
+    let (window, prev, cur) = counts(params, state, now);
+    let (start, period) = (window.start, window.period);
+    let forgotten = window.forgotten_at.unwrap_or(u64::MAX);
     let elapsed = now - start;
     let limit = u128::from(params.requests_per_unit);
     let p = u128::from(period);
@@ -99,7 +131,7 @@ pub(super) fn evaluate(
     };
     let reset_after = |cur: u64| -> Nanos {
         if cur > 0 {
-            start + 2 * period - now
+            forgotten - now
         } else if prev > 0 {
             start + period - now
         } else {
@@ -119,7 +151,7 @@ pub(super) fn evaluate(
     Evaluation {
         allowed,
         state_after: SlidingWindowState {
-            forgotten_at: forgotten_at(start, period).unwrap_or(u64::MAX),
+            forgotten_at: forgotten,
             previous: saturated(prev),
             current: saturated(new_cur),
         }
@@ -133,10 +165,9 @@ pub(super) fn evaluate(
 
 /// Takes back `hits` counted in the current window at `now`.
 pub(super) fn uncharge(params: &LimitParams, state: &State, now: Nanos, hits: u64) -> State {
-    let period = params.period.max(1);
-    let (start, prev, cur) = counts(params, Some(*state), now);
+    let (window, prev, cur) = counts(params, Some(*state), now);
     SlidingWindowState {
-        forgotten_at: forgotten_at(start, period).unwrap_or(u64::MAX),
+        forgotten_at: window.forgotten_at.unwrap_or(u64::MAX),
         previous: saturated(prev),
         current: saturated(cur.saturating_sub(hits)),
     }
@@ -164,6 +195,40 @@ mod tests {
     }
 
     const T0: Nanos = 1_767_225_600 * S; // a minute boundary
+
+    #[test]
+    fn calendar_days_across_the_spring_change_weigh_the_previous_day() {
+        use crate::calendar::{CalendarUnit, CalendarWindow};
+        let day = CalendarWindow::new(CalendarUnit::Day, "Europe/Berlin").unwrap();
+        let p = LimitParams {
+            period: day.period(),
+            ..params(10, 60)
+        };
+        let short_day = 1_774_738_800 * S; // 2026-03-29 00:00 in Berlin: 23 hours long
+        let next_day = 1_774_821_600 * S; // 2026-03-30 00:00 in Berlin (UTC+2 now)
+        let mut st = None;
+        assert_eq!(drive(&p, &mut st, short_day, 20), 10);
+        let e = eval(&p, st, short_day, 0);
+        assert_eq!(
+            e.without_charge.reset_after,
+            next_day + 24 * 3_600 * S - short_day
+        );
+        assert_eq!(eval(&p, st, next_day, 0).without_charge.remaining, 0);
+        // Half-way through the next (24-hour) day, half of the previous day's count still weighs.
+        assert_eq!(
+            eval(&p, st, next_day + 12 * 3_600 * S, 0)
+                .without_charge
+                .remaining,
+            5
+        );
+        assert_eq!(
+            eval(&p, st, next_day + 24 * 3_600 * S, 0)
+                .without_charge
+                .remaining,
+            10,
+            "forgotten after the next day"
+        );
+    }
 
     #[test]
     fn counts_like_a_fixed_window_inside_the_first_window() {

@@ -12,6 +12,7 @@ fn limit(rpu: u32) -> RateLimitSpec {
         algorithm: Some(Algorithm::FixedWindow),
         burst: None,
         max_delay: None,
+        calendar: None,
         replaces: vec![],
         policy: PolicyName::Derived,
     }])

@@ -2,6 +2,7 @@
 //! `period_secs`) and a burst. Envoy's filter enforces only token buckets (and blanket rules),
 //! so every algorithm is honoured as one; see docs/algorithms.md.
 
+use crate::calendar;
 use crate::clock::NANOS_PER_SECOND;
 use crate::config::Algorithm;
 use crate::limiter::LimitParams;
@@ -30,7 +31,8 @@ impl Pool {
             .iter()
             .map(|p| Pool {
                 tokens: p.requests_per_unit,
-                period_secs: (p.period / NANOS_PER_SECOND).max(1),
+                // A calendar window counts here as its unit's nominal length.
+                period_secs: (calendar::nominal(p.period) / NANOS_PER_SECOND).max(1),
                 burst: match p.algorithm {
                     Algorithm::TokenBucket | Algorithm::LeakyBucket => p.burst,
                     Algorithm::FixedWindow | Algorithm::SlidingWindow => p.requests_per_unit,

@@ -12,6 +12,7 @@
 mod counter;
 mod lease_call;
 pub mod memory;
+mod names;
 mod transaction;
 
 use std::fmt::Debug;
@@ -23,6 +24,7 @@ use smallvec::SmallVec;
 
 pub use counter::{CounterId, Entries};
 pub use lease_call::{LeaseCall, concurrency_counter};
+pub use names::{CounterName, CounterNames};
 pub use transaction::{Transaction, TransactionKind, TransactionOutcome, decide};
 
 use crate::clock::Nanos;
@@ -140,6 +142,15 @@ pub trait Backend: Send + Sync + 'static {
         }
     }
 
+    /// Forgets a key's state (the quota API's reset): its counter starts afresh. Returns whether
+    /// it held one. A backend that cannot says so (`Unavailable`).
+    fn reset(&self, _key: &Self::Key) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        std::future::ready(Err(StoreError::Unavailable(format!(
+            "the {} store cannot reset a counter",
+            Self::NAME
+        ))))
+    }
+
     /// Counts for `/metrics`.
     fn stats(&self) -> StoreStats {
         StoreStats::default()
@@ -224,6 +235,16 @@ impl<B: Backend> Store<B> {
 
     /// The stored state of a counter, charging nothing (for `/explain`).
     pub(crate) async fn peek(&self, key: &B::Key) -> Result<Option<State>, StoreError> {
+        self.backend.peek(key).await
+    }
+
+    /// Forgets a counter's state (the quota API's reset); whether it held one.
+    pub async fn reset(&self, key: &B::Key) -> Result<bool, StoreError> {
+        self.backend.reset(key).await
+    }
+
+    /// The stored state of a key, charging nothing (the quota API's listing).
+    pub async fn state(&self, key: &B::Key) -> Result<Option<State>, StoreError> {
         self.backend.peek(key).await
     }
 

@@ -57,6 +57,18 @@ pub enum Explained {
         /// Time until the soonest lease ends, in words (`null` when none is held).
         next_lease_end: Option<String>,
     },
+    /// An override set through the quota API applies (`"outcome": "override"`): its one limit
+    /// in place of the rule's, until it expires.
+    #[serde(rename = "override")]
+    Overridden {
+        /// The rule the descriptor matches beneath it, if any (its shadow and quota mode apply).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<String>,
+        shadow_mode: bool,
+        limits: Vec<ExplainedLimit>,
+        /// Whole seconds until the override expires.
+        expires_in_seconds: u64,
+    },
 }
 
 /// One limit of the matched rule: its numbers, and its counter now.

@@ -286,6 +286,17 @@ impl<C: Connect> Backend for Guarded<C> {
         self.lease_fallback(&call)
     }
 
+    /// Resets the key in the shared store (through the breaker, as any call beside decisions),
+    /// and this instance's local copy of it (the local failure mode's).
+    async fn reset(&self, key: &Self::Key) -> Result<bool, StoreError> {
+        let shared_key = key.clone();
+        let reset = self
+            .call(|remote| async move { remote.reset(&shared_key).await })
+            .await;
+        self.shared.local.put(key.id(), None, 0);
+        reset
+    }
+
     fn stats(&self) -> StoreStats {
         StoreStats::default()
     }

@@ -31,6 +31,7 @@ pub(super) const RATE_LIMIT_FIELDS: &[&str] = &[
     "max_delay",
     "policy",
     "advertise",
+    "calendar",
 ];
 pub(super) const REPLACES_FIELDS: &[&str] = &["name"];
 pub(super) const CONCURRENCY_FIELDS: &[&str] = &["max_in_flight", "lease"];

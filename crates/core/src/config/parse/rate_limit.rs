@@ -1,9 +1,10 @@
 //! The `rate_limit` map and the `rate_limits` list of a descriptor: unit, requests_per_unit,
 //! unlimited, name, replaces and our extensions (unit_multiplier, algorithm, burst, max_delay,
-//! policy, advertise).
+//! policy, advertise, calendar).
 
 use super::Ctx;
 use super::fields::{self, Level};
+use crate::calendar::{CalendarUnit, CalendarWindow};
 use crate::config::duration::{MAX_DELAY_LIMIT, format_duration, parse_duration};
 use crate::config::model::{Algorithm, Limit, PolicyName, RateLimitSpec, Unit};
 use crate::config::yaml::{Node, NodeKind};
@@ -57,6 +58,7 @@ struct Raw<'n> {
     max_delay: Option<(&'n Node, &'n Node)>,
     policy: Option<(&'n Node, &'n Node)>,
     advertise: Option<(&'n Node, &'n Node)>,
+    calendar: Option<(&'n Node, &'n Node)>,
 }
 
 impl<'n> Raw<'n> {
@@ -79,6 +81,7 @@ impl<'n> Raw<'n> {
                 "max_delay" => raw.max_delay = Some((k, v)),
                 "policy" => raw.policy = Some((k, v)),
                 "advertise" => raw.advertise = Some((k, v)),
+                "calendar" => raw.calendar = Some((k, v)),
                 other => fields::unexpected_field(ctx, level, other, k),
             }
         }
@@ -179,6 +182,7 @@ fn unlimited(
             raw.advertise,
             "should not specify advertise when unlimited (an unlimited rule is never advertised)",
         ),
+        (raw.calendar, "should not specify calendar when unlimited"),
     ];
     if let Some((k, _)) = raw.requests_per_unit {
         // The reference loads it (and ignores the number): so do we, but say so.
@@ -244,9 +248,14 @@ fn limited(
         Some((k, v)) => max_delay(ctx, k, v, algorithm),
         None => Some(None),
     };
+    let calendar = match raw.calendar {
+        Some((k, v)) => calendar(ctx, k, v, unit, unit_multiplier, algorithm).map(Some),
+        None => Some(None),
+    };
     let (unit, unit_multiplier) = (unit?, unit_multiplier?);
     let (requests_per_unit, algorithm, burst, max_delay) =
         (requests_per_unit?, algorithm?, burst?, max_delay?);
+    let calendar = calendar?;
     check_window(ctx, node, raw, unit, unit_multiplier)?;
     Some(Limit {
         name: None,
@@ -256,6 +265,7 @@ fn limited(
         algorithm,
         burst,
         max_delay,
+        calendar,
         replaces: Vec::new(),
         policy: PolicyName::Derived,
     })
@@ -396,6 +406,89 @@ fn max_delay(
         return None;
     }
     Some(Some(parsed))
+}
+
+/// `calendar: {time_zone: <IANA name>}`: the limit's `unit` (day, week, month or year) as a
+/// calendar window in that zone. Only for fixed and sliding windows written out (a rules file
+/// means the same whatever the server's default algorithm), and with no `unit_multiplier`.
+/// `unit`, `unit_multiplier` and `algorithm` are `None` when invalid (already reported).
+fn calendar(
+    ctx: &mut Ctx,
+    key: &Node,
+    value: &Node,
+    unit: Option<Unit>,
+    unit_multiplier: Option<u32>,
+    algorithm: Option<Option<Algorithm>>,
+) -> Option<CalendarWindow> {
+    let entries = fields::mapping(ctx, "'calendar'", value)?;
+    let mut zone = None;
+    let mut ok = true;
+    for (k, v) in entries {
+        match fields::field_name(ctx, k) {
+            Some("time_zone") => zone = Some(v),
+            Some(other) => {
+                ctx.error(
+                    &k.location,
+                    format!("unknown field '{other}' under calendar (expected: time_zone)"),
+                );
+                ok = false;
+            }
+            None => ok = false,
+        }
+    }
+    let Some(zone) = zone.filter(|_| ok) else {
+        if !ok {
+            return None;
+        }
+        ctx.error(
+            &value.location,
+            "'calendar' needs 'time_zone' (an IANA name such as Europe/Berlin or UTC)",
+        );
+        return None;
+    };
+    let name = fields::string(ctx, "time_zone", zone)?;
+    let unit = match unit? {
+        Unit::Day => CalendarUnit::Day,
+        Unit::Week => CalendarUnit::Week,
+        Unit::Month => CalendarUnit::Month,
+        Unit::Year => CalendarUnit::Year,
+        other => {
+            ctx.error(
+                &key.location,
+                format!(
+                    "a calendar window is a day, week, month or year; this limit's unit is {other}"
+                ),
+            );
+            return None;
+        }
+    };
+    if unit_multiplier? != 1 {
+        ctx.error(
+            &key.location,
+            "'calendar' windows are one unit long: remove unit_multiplier",
+        );
+        return None;
+    }
+    match algorithm? {
+        Some(Algorithm::FixedWindow | Algorithm::SlidingWindow) => {}
+        other => {
+            ctx.error(
+                &key.location,
+                format!(
+                    "'calendar' is only valid with algorithm: fixed_window or sliding_window                      (this limit's algorithm is {})",
+                    other.map_or("the server default".into(), |a| a.to_string())
+                ),
+            );
+            return None;
+        }
+    }
+    match CalendarWindow::new(unit, &name) {
+        Ok(window) => ok.then_some(window),
+        Err(message) => {
+            ctx.error(&zone.location, message);
+            None
+        }
+    }
 }
 
 /// A `replaces` list of `{name: <limit name>}` maps.

@@ -318,6 +318,17 @@ impl Backend for MemoryBackend {
         Ok(self.lease_now(&call))
     }
 
+    async fn reset(&self, key: &StoreKey) -> Result<bool, StoreError> {
+        let mut shard = self.lock(Self::shard_of(*key));
+        Ok(match shard.find_entry(hash_of(key.0), |s| s.key == key.0) {
+            Ok(slot) => {
+                slot.remove();
+                true
+            }
+            Err(_) => false,
+        })
+    }
+
     fn stats(&self) -> StoreStats {
         MemoryBackend::stats(self)
     }

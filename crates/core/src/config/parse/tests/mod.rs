@@ -79,6 +79,7 @@ fn limit(unit: Unit, requests_per_unit: u32) -> Limit {
         algorithm: None,
         burst: None,
         max_delay: None,
+        calendar: None,
         replaces: vec![],
         policy: PolicyName::Derived,
     }
@@ -405,5 +406,19 @@ fn policy_names_a_limit_and_advertise_false_hides_it() {
             &PolicyName::Unadvertised,
             &PolicyName::Derived
         ]
+    );
+}
+
+#[test]
+fn a_calendar_window_names_its_unit_in_a_time_zone() {
+    let text = "domain: billing\ndescriptors:\n  - key: tenant\n    rate_limit:\n      unit: month\n      requests_per_unit: 1000\n      algorithm: fixed_window\n      calendar: {time_zone: Europe/Berlin}\n";
+    let configs = parse_files(&[(PathBuf::from("r.yaml"), text.to_string())]).unwrap();
+    let Some(RateLimitSpec::Limited(limits)) = &configs[0].descriptors[0].rate_limit else {
+        panic!("a limit");
+    };
+    let calendar = limits[0].calendar.as_ref().expect("a calendar window");
+    assert_eq!(
+        (calendar.unit.name(), calendar.time_zone.as_str()),
+        ("month", "Europe/Berlin")
     );
 }

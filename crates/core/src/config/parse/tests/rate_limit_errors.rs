@@ -33,7 +33,7 @@ fn unknown_rate_limit_field() {
         &[
             "unknown field 'request_per_unit' under rate_limit (expected one of: unit, \
              requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, \
-             max_delay, policy, advertise)",
+             max_delay, policy, advertise, calendar)",
         ],
     );
 }
@@ -392,5 +392,87 @@ fn policy_and_advertise_are_not_for_unlimited() {
         &rl(&["unlimited: true", "advertise: false"]),
         "6:7",
         &["should not specify advertise when unlimited"],
+    );
+}
+
+#[test]
+fn calendar_with_an_unknown_time_zone() {
+    assert_error(
+        &rl(&[
+            "unit: month",
+            "requests_per_unit: 5",
+            "algorithm: fixed_window",
+            "calendar: {time_zone: Europe/Berln}",
+        ]),
+        "8:29",
+        &["unknown time zone 'Europe/Berln'", "IANA name"],
+    );
+}
+
+#[test]
+fn calendar_needs_a_calendar_unit_a_window_algorithm_and_no_multiplier() {
+    assert_error(
+        &rl(&[
+            "unit: hour",
+            "requests_per_unit: 5",
+            "algorithm: fixed_window",
+            "calendar: {time_zone: UTC}",
+        ]),
+        "8:7",
+        &[
+            "a calendar window is a day, week, month or year",
+            "unit is hour",
+        ],
+    );
+    assert_error(
+        &rl(&[
+            "unit: day",
+            "requests_per_unit: 5",
+            "calendar: {time_zone: UTC}",
+        ]),
+        "7:7",
+        &[
+            "only valid with algorithm: fixed_window or sliding_window",
+            "server default",
+        ],
+    );
+    assert_error(
+        &rl(&[
+            "unit: day",
+            "requests_per_unit: 5",
+            "algorithm: token_bucket",
+            "calendar: {time_zone: UTC}",
+        ]),
+        "8:7",
+        &[
+            "only valid with algorithm: fixed_window or sliding_window",
+            "token_bucket",
+        ],
+    );
+    assert_error(
+        &rl(&[
+            "unit: day",
+            "unit_multiplier: 2",
+            "requests_per_unit: 5",
+            "algorithm: sliding_window",
+            "calendar: {time_zone: UTC}",
+        ]),
+        "9:7",
+        &["one unit long"],
+    );
+    assert_error(
+        &rl(&[
+            "unit: day",
+            "requests_per_unit: 5",
+            "algorithm: sliding_window",
+            "calendar: {zone: UTC}",
+        ]),
+        "8:18",
+        &["unknown field 'zone' under calendar"],
+    );
+    assert_error(
+        &rl(&["unlimited: true", "calendar: {time_zone: UTC}"]),
+        "6:7",
+        &["should not specify calendar when unlimited"],
     );
 }
