@@ -198,6 +198,7 @@ pub(super) async fn uncharged<B: Backend>(
             outlook: evaluation.without_charge,
             charged: false,
             delay: 0,
+            retry_after: evaluation.retry_after,
         });
     }
     Ok(verdicts)

@@ -8,7 +8,7 @@
 
 use super::{Engine, plan};
 use crate::clock::Nanos;
-use crate::config::{Algorithm, Limit};
+use crate::config::{Algorithm, Limit, PolicyName};
 use crate::lease::{LeaseAction, Watch};
 use crate::limiter::{self, human};
 use crate::overrides::Override;
@@ -150,6 +150,7 @@ impl<B: Backend> Engine<B> {
                 burst: None,
                 max_delay: None,
                 calendar: None,
+                policy: PolicyName::Named(plan::OVERRIDE_POLICY.to_owned()),
                 replaces: Vec::new(),
             };
             limits.push(explain_limit(limit, &configured, state, now));

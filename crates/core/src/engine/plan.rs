@@ -291,6 +291,7 @@ pub(super) fn override_limits<'p>(plan: &mut Plan<'p>, set: &Override, defaults:
         unit: set.unit.0,
         params,
         slot: 0,
+        policy: Some(OVERRIDE_POLICY),
     }]);
     plan.overridden = true;
 }
