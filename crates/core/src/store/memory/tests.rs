@@ -187,3 +187,62 @@ fn a_refund_gives_back_the_leaky_turn_only() {
     store.refund_sync(&[leaky(9, 1)], 0);
     assert!(store.peek_now(StoreKey(9)).is_none());
 }
+
+/// Counts what a sweep tells it.
+#[derive(Default)]
+struct Ended(std::sync::atomic::AtomicU32);
+
+impl crate::lease::LeaseWatch for Ended {
+    fn expired(&self, leases: u32) {
+        self.0.fetch_add(leases, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn the_sweep_drops_ended_leases_tells_their_rule_and_forgets_empty_keys() {
+    use crate::lease::{LeaseAction, LeaseOutcome, LeaseParams, Watch};
+    let store = MemoryBackend::new(1000);
+    let ended = Arc::new(Ended::default());
+    let watch: Watch = ended.clone();
+    let params = LeaseParams {
+        max_in_flight: 2,
+        lease: 10 * S,
+    };
+    let key = StoreKey(7 << 64 | 9);
+    let call = |id: &'static str, action, now| {
+        store.lease_now(&LeaseCall {
+            key: &key,
+            id,
+            action,
+            params,
+            now,
+            watch: Some(&watch),
+        })
+    };
+    assert_eq!(
+        call("a", LeaseAction::Acquire, S).outcome,
+        LeaseOutcome::Taken
+    );
+    assert_eq!(
+        call("b", LeaseAction::Acquire, 5 * S).outcome,
+        LeaseOutcome::Taken
+    );
+    assert_eq!(
+        call("c", LeaseAction::Acquire, 5 * S).outcome,
+        LeaseOutcome::Denied
+    );
+    assert_eq!(store.lease_keys(), 1);
+    store.sweep(11 * S);
+    assert_eq!(ended.0.load(Ordering::Relaxed), 1, "a ended at 11 s");
+    assert_eq!(store.lease_keys(), 1, "b still holds its slot");
+    store.sweep(15 * S);
+    assert_eq!(ended.0.load(Ordering::Relaxed), 2);
+    assert_eq!(store.lease_keys(), 0, "no lease left: the key is gone");
+    // A release that empties a key drops it at once.
+    call("d", LeaseAction::Acquire, 20 * S);
+    assert_eq!(
+        call("d", LeaseAction::Release, 21 * S).outcome,
+        LeaseOutcome::Released
+    );
+    assert_eq!(store.lease_keys(), 0);
+}
