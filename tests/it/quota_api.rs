@@ -24,11 +24,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 2, algorithm: fixed_window}
 ";
 
-/// Writes the token file into the server's directory-to-be and points the settings at it.
+/// Writes the token file into the server's rules directory (a dotfile: the rules reader skips
+/// it; removed with the directory) and points the settings at it.
 fn with_token(settings: &mut ratelimit_server::settings::ServeSettings) {
-    let dir = std::env::temp_dir().join(format!("quota-token-{}", crate::common::free_port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("token");
+    let path = settings.config.join(".admin-token");
     std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
     settings.admin_token_file = Some(path);
 }

@@ -149,14 +149,16 @@ pub(crate) fn router<B: Backend>(api: Arc<QuotaApi<B>>) -> Router {
         .with_state(api)
 }
 
-/// Lets a call through only with `Authorization: Bearer <token>` (compared in constant time).
+/// Lets a call through only with `Authorization: Bearer <token>` (the scheme in any case, the
+/// token compared in constant time).
 async fn authorize<B: Backend>(State(api): ApiState<B>, request: Request, next: Next) -> Response {
     let given = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
     let ok = given.is_some_and(|t| bool::from(t.as_bytes().ct_eq(&api.token)));
     if !ok {
         let mut refused = api.refuse(
