@@ -5,8 +5,9 @@
 //!   server's RSS and `ratelimit_rlqs_outbox_pending` every second, then again after they close.
 //! - `caps`: streams up to the server's bucket cap (and some past it) reporting in rounds (every
 //!   5 s, or once the server has read the last round), with ShouldRateLimit calls meanwhile (their
-//!   latency); then the server's CPU over 30 s with every stream open and silent, and again after
-//!   every stream closed.
+//!   latency); then the server's CPU over 30 s with every stream open and silent, ShouldRateLimit
+//!   latency over 20 s while those buckets tick (compare with `--streams 0`), and the CPU again
+//!   after every stream closed.
 //!
 //! ```sh
 //! cargo build --example rlqs_probe
@@ -343,6 +344,29 @@ async fn caps(args: &Args, streams: usize, buckets: usize, rounds: u64) {
     println!(
         "streams open and silent: cpu {:.1} % of a core over 30 s, buckets {}",
         100.0 * cpu_share(pid, Duration::from_secs(30)).await,
+        metric(args.admin, "ratelimit_rlqs_buckets").await,
+    );
+    // The same calls while every bucket is held and ticks (the streams silent): compared with a
+    // run of `--streams 0`, what the buckets cost a decision's latency.
+    let stop = Arc::new(AtomicBool::new(false));
+    let deciders: Vec<_> = (0..4)
+        .map(|_| tokio::spawn(decide(args.grpc, stop.clone())))
+        .collect();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut ticking = Histogram::<u64>::new(3).expect("valid histogram");
+    for decider in deciders {
+        if let Ok(h) = decider.await {
+            let _ = ticking.add(h);
+        }
+    }
+    println!(
+        "ShouldRateLimit over 20 s with the buckets held and ticking: {} calls, p50 {:.3} ms, \
+         p99 {:.3} ms, max {:.1} ms (buckets {})",
+        ticking.len(),
+        ticking.value_at_quantile(0.5) as f64 / 1000.0,
+        ticking.value_at_quantile(0.99) as f64 / 1000.0,
+        ticking.max() as f64 / 1000.0,
         metric(args.admin, "ratelimit_rlqs_buckets").await,
     );
     drop(reporters);

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use ratelimit_server::clock::monotonic;
 use tonic::codegen::http;
 
-use super::{Outcome, PATH, Shape, Traffic};
+use super::{Outcome, PATH, Shape, Traffic, cpu};
 
 /// A gRPC message frame: not compressed, its length, the message.
 pub fn frame(message: &[u8]) -> Bytes {
@@ -23,7 +23,7 @@ pub fn frame(message: &[u8]) -> Bytes {
     out.freeze()
 }
 
-async fn connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+pub async fn connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
     for _ in 0..100 {
         if let Ok(tcp) = tokio::net::TcpStream::connect(addr).await {
             let _ = tcp.set_nodelay(true);
@@ -37,7 +37,7 @@ async fn connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
 }
 
 /// One call: Ok if the answer's grpc-status is 0.
-async fn call(
+pub async fn call(
     send: h2::client::SendRequest<Bytes>,
     uri: &http::Uri,
     body: Bytes,
@@ -76,6 +76,7 @@ pub async fn drive(
     traffic: Arc<Traffic>,
     shape: Shape,
     duration: Duration,
+    watched: &cpu::Watched,
 ) -> Outcome {
     let Shape {
         connections,
@@ -121,5 +122,6 @@ pub async fn drive(
             })
         })
         .collect();
-    Outcome::of_workers(tasks, duration).await
+    let window = watched.window(warmup_end, end);
+    Outcome::of_workers(tasks, duration, window).await
 }

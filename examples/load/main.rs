@@ -20,6 +20,8 @@
 //! what the run's noise alone gives, the yardstick for "no measurable cost".
 
 mod codec;
+mod cpu;
+mod fixed;
 mod h2_client;
 mod noop;
 mod redis_side;
@@ -103,6 +105,14 @@ struct Args {
     /// After the load runs: hold this many counters in Redis and report its memory per counter.
     #[arg(long, default_value_t = 0)]
     redis_memory_keys: usize,
+    /// Drive the server already listening at this address with exactly `--calls` calls (the
+    /// first key mix and shape; bare HTTP/2 client), print the answers, and exit: a fixed load for
+    /// instruction counts (`scripts/cost-per-decision.sh callgrind`).
+    #[arg(long)]
+    drive: Option<SocketAddr>,
+    /// Calls for `--drive`.
+    #[arg(long, default_value_t = 20_000)]
+    calls: u64,
     /// Internal: serve `real` or `noop` on this address and wait.
     #[arg(long, hide = true)]
     serve: Option<String>,
@@ -331,6 +341,10 @@ struct Outcome {
     recorded: Option<(u64, u64)>,
     /// CPU seconds the server process(es) used over the run (warm-up included, as `answered`).
     server_cpu: f64,
+    /// Calls answered after the warm-up (those `throughput` counts).
+    measured: u64,
+    /// CPU the server(s) and redis-server used over the same window as `measured`.
+    window: cpu::Window,
 }
 
 async fn drive(
@@ -338,6 +352,7 @@ async fn drive(
     traffic: Arc<Traffic>,
     shape: Shape,
     duration: Duration,
+    watched: &cpu::Watched,
 ) -> Outcome {
     let Shape {
         connections,
@@ -405,7 +420,8 @@ async fn drive(
             })
         })
         .collect();
-    Outcome::of_workers(tasks, duration).await
+    let window = watched.window(warmup_end, end);
+    Outcome::of_workers(tasks, duration, window).await
 }
 
 /// One worker's tally: calls measured, errors, calls answered (warm-up included), latencies.
@@ -414,7 +430,11 @@ type Tally = (u64, u64, u64, Histogram<u64>);
 impl Outcome {
     /// The workers' tallies added up: throughput over `duration`; the server-side fields are
     /// filled in by the caller.
-    async fn of_workers(tasks: Vec<tokio::task::JoinHandle<Tally>>, duration: Duration) -> Outcome {
+    async fn of_workers(
+        tasks: Vec<tokio::task::JoinHandle<Tally>>,
+        duration: Duration,
+        window: tokio::task::JoinHandle<cpu::Window>,
+    ) -> Outcome {
         let mut latency =
             Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
         let (mut count, mut errors, mut answered) = (0, 0, 0);
@@ -435,7 +455,21 @@ impl Outcome {
             recorded: None,
             peak_rss_mib: 0.0,
             server_cpu: 0.0,
+            measured: count,
+            window: window.await.unwrap_or_default(),
         }
+    }
+
+    /// Server CPU µs per call answered after the warm-up.
+    fn server_us(&self) -> f64 {
+        self.window.server * 1e6 / self.measured.max(1) as f64
+    }
+
+    /// redis-server CPU µs per call answered after the warm-up (`None`: not measured).
+    fn redis_us(&self) -> Option<f64> {
+        self.window
+            .redis
+            .map(|r| r * 1e6 / self.measured.max(1) as f64)
     }
 }
 
@@ -463,6 +497,15 @@ async fn main() {
         .await;
         return;
     }
+    if let Some(addr) = args.drive {
+        let traffic = Arc::new(Traffic::new(&args.keys[0], args.value_bytes));
+        let (ok, failed) = fixed::drive(addr, traffic, args.shapes[0], args.calls).await;
+        println!("{ok} calls answered OK, {failed} failed");
+        if failed > 0 || ok != args.calls {
+            std::process::exit(1);
+        }
+        return;
+    }
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("load.yaml"), rules(args.per_key_limit)).expect("write rules");
     let duration = Duration::from_secs_f64(args.duration);
@@ -472,9 +515,9 @@ async fn main() {
         args.duration, args.rounds, args.client, args.per_key_limit
     );
     println!(
-        "| keys | connections x in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio | p999 ratio |"
+        "| keys | connections x in flight | server | req/s | p50 µs | p99 µs | p999 µs | errors | req/s ratio | p50 ratio | p999 ratio | server CPU µs per call |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut kinds = vec!["noop"];
     for backend in &args.backend {
         match backend.as_str() {
@@ -495,6 +538,7 @@ async fn main() {
     let mut redis_vs_memory = Vec::new();
     let mut record_vs_memory = Vec::new();
     let mut worst_record: Option<(String, f64, f64)> = None;
+    let mut cpu_rounds = Vec::new();
     let record_file = dir.path().join("record.jsonl");
     for mix in &args.keys {
         let traffic = Arc::new(Traffic::new(mix, args.value_bytes));
@@ -532,9 +576,19 @@ async fn main() {
                         admins.push(admin);
                     }
                     let cpu_before: f64 = servers.iter().map(ServerProcess::cpu_seconds).sum();
+                    let watched = cpu::Watched {
+                        servers: servers.iter().map(|s| s.0.id()).collect(),
+                        redis: redis
+                            .as_ref()
+                            .filter(|_| *kind == "redis")
+                            .and_then(redis_side::Redis::pid),
+                    };
                     let mut outcome = match args.client.as_str() {
-                        "h2" => h2_client::drive(&addrs, traffic.clone(), shape, duration).await,
-                        "tonic" => drive(&addrs, traffic.clone(), shape, duration).await,
+                        "h2" => {
+                            h2_client::drive(&addrs, traffic.clone(), shape, duration, &watched)
+                                .await
+                        }
+                        "tonic" => drive(&addrs, traffic.clone(), shape, duration, &watched).await,
                         other => panic!("unknown client {other} (tonic or h2)"),
                     };
                     outcome.server_cpu =
@@ -558,6 +612,7 @@ async fn main() {
                     runs[slot].push(outcome);
                 }
             }
+            cpu_rounds.extend(cpu_round_rows(mix, shape, &kinds, &runs));
             let results: Vec<(&str, Outcome)> = kinds
                 .iter()
                 .copied()
@@ -577,14 +632,9 @@ async fn main() {
                 }
             }
             for (kind, r) in &results {
-                let name = match *kind {
-                    "real" => "memory",
-                    "record" => "memory --record",
-                    "control" => "memory (control)",
-                    other => other,
-                };
+                let name = display_name(kind);
                 println!(
-                    "| {mix} | {shape} | {name} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} |",
+                    "| {mix} | {shape} | {name} | {:.0} | {:.1} | {:.1} | {:.1} | {} | {:.2} | {:.2} | {:.2} | {:.1} |",
                     r.throughput,
                     us(&r.latency, 0.5),
                     us(&r.latency, 0.99),
@@ -593,6 +643,7 @@ async fn main() {
                     r.throughput / base.throughput,
                     us(&r.latency, 0.5) / us(&base.latency, 0.5),
                     us(&r.latency, 0.999) / us(&base.latency, 0.999),
+                    r.server_us(),
                 );
                 if r.errors > 0 || r.throughput == 0.0 {
                     failed.push(format!("{mix} keys, {shape}, {name} server"));
@@ -631,7 +682,7 @@ async fn main() {
                     find("real").map_or("-".to_owned(), |memory| fmt(f(memory)))
                 };
                 redis_vs_memory.push(format!(
-                    "| {mix} | {shape} | {} | {} | {} | {:.2} | {:.3} |",
+                    "| {mix} | {shape} | {} | {} | {} | {:.2} | {:.3} | {:.1} | {} | {} |",
                     vs(&|m| redis.throughput / m.throughput, |v| format!("{v:.2}")),
                     vs(
                         &|m| us(&redis.latency, 0.5) / us(&m.latency, 0.5),
@@ -643,6 +694,11 @@ async fn main() {
                     ),
                     redis.round_trips.unwrap_or(0.0),
                     redis.attempts.unwrap_or(0.0),
+                    redis.server_us(),
+                    vs(&|m| redis.server_us() / m.server_us(), |v| format!("{v:.2}")),
+                    redis
+                        .redis_us()
+                        .map_or("-".to_owned(), |v| format!("{v:.1}")),
                 ));
             }
         }
@@ -651,11 +707,24 @@ async fn main() {
         println!(
             "\nRedis store, {} instance(s) sharing it:\n\n| keys | connections x in flight | \
              redis/memory req/s | redis/memory p50 | p50 difference µs | \
-             Redis round trips per decision | attempts (scripts) per decision |",
+             Redis round trips per decision | attempts (scripts) per decision | \
+             server CPU µs per decision | redis/memory server CPU | redis-server CPU µs per decision |",
             args.instances.max(1)
         );
-        println!("|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
         for line in &redis_vs_memory {
+            println!("{line}");
+        }
+    }
+    if !cpu_rounds.is_empty() {
+        println!(
+            "\nCPU per call answered after the warm-up, every round (the servers of a round ran \
+             one after the other; ratios within a round):\n\n| keys | connections x in flight | \
+             round | {} |",
+            cpu_round_header(&kinds)
+        );
+        println!("|---|---|---|{}", "---|".repeat(cpu_round_columns(&kinds)));
+        for line in &cpu_rounds {
             println!("{line}");
         }
     }
@@ -701,6 +770,72 @@ async fn main() {
     if !failed.is_empty() {
         eprintln!("load: errors or no answers in: {}", failed.join("; "));
         std::process::exit(1);
+    }
+}
+
+/// The per-round CPU table's columns: each server's CPU µs per call, then the ratios the issue
+/// asks for (memory / no-op, Redis / memory) and redis-server's µs per decision.
+fn cpu_round_header(kinds: &[&str]) -> String {
+    let mut columns: Vec<String> = kinds
+        .iter()
+        .map(|k| format!("{} µs", display_name(k)))
+        .collect();
+    if kinds.contains(&"real") {
+        columns.push("memory / noop".into());
+    }
+    if kinds.contains(&"redis") {
+        if kinds.contains(&"real") {
+            columns.push("redis / memory".into());
+        }
+        columns.push("redis-server µs per decision".into());
+    }
+    columns.join(" | ")
+}
+
+fn cpu_round_columns(kinds: &[&str]) -> usize {
+    cpu_round_header(kinds).split(" | ").count()
+}
+
+/// One row per round: each server's CPU µs per call and the ratios within the round.
+fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]) -> Vec<String> {
+    let rounds = runs.iter().map(Vec::len).min().unwrap_or(0);
+    let of = |kind: &str, round: usize| {
+        kinds
+            .iter()
+            .position(|k| *k == kind)
+            .map(|slot| &runs[slot][round])
+    };
+    (0..rounds)
+        .map(|round| {
+            let mut cells: Vec<String> = runs
+                .iter()
+                .map(|r| format!("{:.1}", r[round].server_us()))
+                .collect();
+            if let (Some(memory), Some(noop)) = (of("real", round), of("noop", round)) {
+                cells.push(format!("{:.2}", memory.server_us() / noop.server_us()));
+            }
+            if let Some(redis) = of("redis", round) {
+                if let Some(memory) = of("real", round) {
+                    cells.push(format!("{:.2}", redis.server_us() / memory.server_us()));
+                }
+                cells.push(
+                    redis
+                        .redis_us()
+                        .map_or("-".to_owned(), |v| format!("{v:.1}")),
+                );
+            }
+            format!("| {mix} | {shape} | {} | {} |", round + 1, cells.join(" | "))
+        })
+        .collect()
+}
+
+/// How the tables name a server kind.
+fn display_name(kind: &str) -> &str {
+    match kind {
+        "real" => "memory",
+        "record" => "memory --record",
+        "control" => "memory (control)",
+        other => other,
     }
 }
 

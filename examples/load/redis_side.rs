@@ -70,6 +70,11 @@ impl Redis {
         redis
     }
 
+    /// redis-server's process id, when this run started it.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     fn info(&self, section: &str) -> Option<String> {
         let mut c = self.client.get_connection().ok()?;
         redis::cmd("INFO").arg(section).query(&mut c).ok()

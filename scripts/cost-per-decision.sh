@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Issue 34's benchmark: CPU per decision of the server (memory and Redis stores) against an
+# independent no-op tonic server, and redis-server's CPU per decision; then the same server's
+# instructions per call under callgrind (exact; the number for before/after on a shared machine).
+#
+# usage: scripts/cost-per-decision.sh [load|callgrind|perf|all] (default: all)
+#   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
+#   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
+#   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
+#   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis
+#   CALLS=20000                          calls under callgrind / perf
+# Build first: cargo build --release --bin ratelimit-server --example load
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=${1:-all}
+BIN=${BIN:-target/release/ratelimit-server}
+LOAD=${LOAD:-target/release/examples/load}
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-3}
+SHAPES=${SHAPES:-1x16,4x64,8x64}
+KEYS=${KEYS:-100k-zipf,1}
+BACKENDS=${BACKENDS:-memory,redis}
+CALLS=${CALLS:-20000}
+for f in "$BIN" "$LOAD"; do
+  [ -x "$f" ] || { echo "missing $f: cargo build --release --bin ratelimit-server --example load" >&2; exit 2; }
+done
+
+# The load's rules (examples/load: a token bucket nobody reaches, so every decision writes).
+rules() {
+  mkdir -p "$1"
+  cat > "$1/load.yaml" <<'RULES'
+domain: load
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+RULES
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_healthy() {
+  for _ in $(seq 600); do curl -sf -o /dev/null "http://127.0.0.1:$1/healthcheck" && return 0; sleep 0.1; done
+  echo "the server never became healthy" >&2; return 1
+}
+
+load() {
+  echo "== CPU per call: no-op tonic server vs $BIN ($BACKENDS), $ROUNDS alternating rounds of ${DURATION}s"
+  "$LOAD" --client h2 --duration "$DURATION" --rounds "$ROUNDS" --keys "$KEYS" --shapes "$SHAPES" \
+    --backend "$BACKENDS" --server-bin "$BIN"
+}
+
+wait_port() {
+  for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+  echo "nothing listens on $1" >&2; return 1
+}
+
+# One server under callgrind: $1 = label (noop or server), $2 = calls; its counts in $dir/cg.$1.$2.
+callgrind_one() {
+  local label=$1 calls=$2 grpc http pid
+  grpc=$(free_port); http=$(free_port)
+  if [ "$label" = noop ]; then
+    valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$label.$calls" \
+      "$LOAD" --serve noop --addr 127.0.0.1:$grpc --admin-addr 127.0.0.1:$http --config "$dir/rules" \
+      > "$dir/$label.$calls.log" 2>&1 & pid=$!
+    wait_port $grpc
+  else
+    SHUTDOWN_DELAY=0s LOG_LEVEL=warn valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$label.$calls" \
+      "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http \
+      > "$dir/$label.$calls.log" 2>&1 & pid=$!
+    wait_healthy $http
+  fi
+  if [ "$calls" -gt 0 ]; then
+    "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys 100k-zipf --shapes 4x64 > /dev/null
+  fi
+  kill -TERM $pid; wait $pid || true
+}
+
+total() { callgrind_annotate "$1" | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'; }
+
+# Instructions per call of the whole request path (listener, HTTP/2, decode, engine, metrics,
+# encode, allocation): each server under callgrind, CALLS calls at 4x64 over 100k zipf keys, then
+# SIGTERM (callgrind writes its counts at exit); the same with no call subtracted (start-up and
+# shutdown). Then the functions whose own instructions per call differ most between the two.
+callgrind() {
+  dir=$(mktemp -d); rules "$dir/rules"
+  for label in noop server; do
+    callgrind_one $label 0
+    callgrind_one $label "$CALLS"
+    local base full
+    base=$(total "$dir/cg.$label.0"); full=$(total "$dir/cg.$label.$CALLS")
+    echo "== callgrind, $label: $(( (full - base) / CALLS )) instructions per call"
+    callgrind_annotate "$dir/cg.$label.$CALLS" > "$dir/self.$label.txt"
+  done
+  python3 - "$dir" "$CALLS" <<'PY'
+import re, sys
+d, calls = sys.argv[1], int(sys.argv[2])
+def self_costs(label):
+    costs = {}
+    for line in open(f"{d}/self.{label}.txt"):
+        m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(\S.*?)(?: \[.*\])?$", line)
+        if m and "PROGRAM TOTALS" not in line:
+            name = re.sub(r"^\S*?:", "", m.group(2), count=1)
+            costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", "")) / calls
+    return costs
+noop, ours = self_costs("noop"), self_costs("server")
+print(f"-- top functions of the server, own instructions per call (the no-op's beside):")
+for name, c in sorted(ours.items(), key=lambda kv: -kv[1])[:25]:
+    print(f"{c:9.0f} {noop.get(name, 0):9.0f}  {name[:110]}")
+print(f"-- largest differences, server minus no-op, instructions per call:")
+names = set(noop) | set(ours)
+for name in sorted(names, key=lambda n: -(ours.get(n, 0) - noop.get(n, 0)))[:30]:
+    print(f"{ours.get(name, 0) - noop.get(name, 0):+9.0f}  {name[:110]}")
+PY
+  echo "(callgrind output kept in $dir)"
+}
+
+# Where the server's CPU goes under load (sampling, all threads): perf over a 4x64 run.
+perf_profile() {
+  local dir; dir=$(mktemp -d); rules "$dir/rules"
+  local grpc http; grpc=$(free_port); http=$(free_port)
+  SHUTDOWN_DELAY=0s LOG_LEVEL=warn "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http \
+    > "$dir/serve.log" 2>&1 & local pid=$!
+  wait_healthy $http
+  "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys 100k-zipf --shapes 4x64 > /dev/null
+  perf record -q -e cpu-clock -F 4999 -g -p $pid -o "$dir/perf.data" -- sleep 30 &
+  local perf=$!
+  sleep 0.5
+  "$LOAD" --drive 127.0.0.1:$grpc --calls $((CALLS * 10)) --keys 100k-zipf --shapes 4x64
+  kill -INT $perf; wait $perf || true
+  kill -TERM $pid; wait $pid || true
+  perf report -i "$dir/perf.data" --no-children --sort symbol --stdio 2>/dev/null | grep -v '^#' | grep '%' | head -40
+  echo "(perf data kept in $dir)"
+}
+
+case $MODE in
+  load) load ;;
+  callgrind) callgrind ;;
+  perf) perf_profile ;;
+  all) load; callgrind ;;
+  *) echo "usage: $0 [load|callgrind|perf|all]" >&2; exit 2 ;;
+esac
