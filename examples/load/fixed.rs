@@ -13,7 +13,12 @@ use tonic::codegen::http;
 use super::{PATH, Shape, Traffic, h2_client};
 
 /// Sends `calls` calls to `addr` in `shape`; returns (answered OK, failed).
-pub async fn drive(addr: SocketAddr, traffic: Arc<Traffic>, shape: Shape, calls: u64) -> (u64, u64) {
+pub async fn drive(
+    addr: SocketAddr,
+    traffic: Arc<Traffic>,
+    shape: Shape,
+    calls: u64,
+) -> (u64, u64) {
     let uri: http::Uri = format!("http://{addr}{PATH}").parse().expect("uri");
     let mut senders = Vec::new();
     for _ in 0..shape.connections.min(shape.inflight).max(1) {

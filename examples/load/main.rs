@@ -695,7 +695,9 @@ async fn main() {
                     redis.round_trips.unwrap_or(0.0),
                     redis.attempts.unwrap_or(0.0),
                     redis.server_us(),
-                    vs(&|m| redis.server_us() / m.server_us(), |v| format!("{v:.2}")),
+                    vs(&|m| redis.server_us() / m.server_us(), |v| format!(
+                        "{v:.2}"
+                    )),
                     redis
                         .redis_us()
                         .map_or("-".to_owned(), |v| format!("{v:.1}")),
@@ -824,7 +826,11 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
                         .map_or("-".to_owned(), |v| format!("{v:.1}")),
                 );
             }
-            format!("| {mix} | {shape} | {} | {} |", round + 1, cells.join(" | "))
+            format!(
+                "| {mix} | {shape} | {} | {} |",
+                round + 1,
+                cells.join(" | ")
+            )
         })
         .collect()
 }
