@@ -1,37 +1,70 @@
 //! A request body with two bounds: all calls together buffer at most a fixed number of request
 //! bytes (a byte budget, returned when the body is dropped, which tonic does once the message is
 //! decoded), and a body that has not arrived in full within its timeout ends the call, so a client
-//! that stops sending mid-message holds nothing for long.
+//! that stops sending mid-message holds nothing for long. Both cost nothing while the body is
+//! already there (the common case: its one frame came with the headers): the budget is one atomic
+//! count, and the timer is set only when the body has to be waited for.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 use tonic::Status;
 use tonic::codegen::{Bytes, StdError};
 
+/// Request bytes all calls may hold buffered together. Bytes are taken without waiting (or
+/// refused) and given back when their body is dropped; nothing ever waits for them, so this is one
+/// atomic count (no wait list, no lock).
+#[derive(Debug)]
+pub(crate) struct ByteBudget {
+    left: AtomicUsize,
+}
+
+impl ByteBudget {
+    pub(crate) fn new(bytes: usize) -> Self {
+        ByteBudget {
+            left: AtomicUsize::new(bytes),
+        }
+    }
+
+    /// Takes `n` bytes, or none if fewer are left.
+    fn take(&self, n: usize) -> bool {
+        self.left
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(n)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.left.fetch_add(n, Ordering::AcqRel);
+    }
+}
+
 /// A request body bounded by the shared byte budget and by its own timeout.
 pub(crate) struct BoundedBody<B> {
     inner: B,
-    budget: Arc<Semaphore>,
-    held: Option<OwnedSemaphorePermit>,
-    deadline: Pin<Box<Sleep>>,
+    budget: Arc<ByteBudget>,
+    /// Bytes this body holds of the budget.
+    held: usize,
+    /// Set when the body first has to be waited for: it must then arrive within `timeout`.
+    deadline: Option<Pin<Box<Sleep>>>,
     timeout: Duration,
     ended: bool,
 }
 
 impl<B> BoundedBody<B> {
-    pub(crate) fn new(inner: B, budget: Arc<Semaphore>, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: B, budget: Arc<ByteBudget>, timeout: Duration) -> Self {
         BoundedBody {
             inner,
             budget,
-            held: None,
-            deadline: Box::pin(tokio::time::sleep(timeout)),
+            held: 0,
+            deadline: None,
             timeout,
             ended: false,
         }
@@ -39,22 +72,21 @@ impl<B> BoundedBody<B> {
 
     /// Takes `len` bytes from the budget, or says why not.
     fn reserve(&mut self, len: usize) -> Result<(), Status> {
-        let refused = || {
-            Status::resource_exhausted(
+        if !self.budget.take(len) {
+            return Err(Status::resource_exhausted(
                 "the server is buffering too many request bytes; retry shortly",
-            )
-        };
-        let permits = u32::try_from(len).map_err(|_| refused())?;
-        let permit = self
-            .budget
-            .clone()
-            .try_acquire_many_owned(permits)
-            .map_err(|_| refused())?;
-        match &mut self.held {
-            Some(held) => held.merge(permit),
-            None => self.held = Some(permit),
+            ));
         }
+        self.held += len;
         Ok(())
+    }
+}
+
+impl<B> Drop for BoundedBody<B> {
+    fn drop(&mut self) {
+        if self.held > 0 {
+            self.budget.give(self.held);
+        }
     }
 }
 
@@ -71,6 +103,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, StdError>>> {
         let this = self.get_mut();
+        let timeout = this.timeout;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref()
@@ -85,7 +118,12 @@ where
                 this.ended = true;
                 Poll::Ready(None)
             }
-            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+            Poll::Pending => match this
+                .deadline
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)))
+                .as_mut()
+                .poll(cx)
+            {
                 Poll::Ready(()) => Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
                     "the request did not arrive in full within {:?}",
                     this.timeout

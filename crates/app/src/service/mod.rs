@@ -8,12 +8,13 @@
 mod body;
 mod codec;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tokio::sync::Semaphore;
 use tonic::codegen::{BoxFuture, Context, Poll, Service, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Request, Response, Status};
@@ -21,7 +22,7 @@ use tonic::{Code, Request, Response, Status};
 use crate::front::{FrontDoor, RefusedCall, status_code};
 use ratelimit_core::store::Backend;
 
-pub(crate) use body::BoundedBody;
+pub(crate) use body::{BoundedBody, ByteBudget};
 pub(crate) use codec::RequestCodec;
 
 /// The gRPC path of the one method we serve.
@@ -54,8 +55,8 @@ impl Default for CallLimits {
 struct Shared<S> {
     front: Arc<FrontDoor<S>>,
     limits: CallLimits,
-    /// One permit per request byte buffered (see [`BoundedBody`]).
-    buffered: Arc<Semaphore>,
+    /// Request bytes buffered by all calls (see [`BoundedBody`]).
+    buffered: Arc<ByteBudget>,
 }
 
 /// The tonic service around a shared engine.
@@ -77,12 +78,11 @@ impl<S> NamedService for RateLimitGrpc<S> {
 
 impl<S: Backend> RateLimitGrpc<S> {
     pub(crate) fn new(front: Arc<FrontDoor<S>>, limits: CallLimits) -> Self {
-        let permits = limits.max_buffered_bytes.clamp(1, Semaphore::MAX_PERMITS);
         RateLimitGrpc {
             shared: Arc::new(Shared {
                 front,
                 limits,
-                buffered: Arc::new(Semaphore::new(permits)),
+                buffered: Arc::new(ByteBudget::new(limits.max_buffered_bytes.max(1))),
             }),
         }
     }
@@ -136,10 +136,11 @@ where
             let bounds = this.shared.front.engine().settings().bounds;
             let mut grpc = Grpc::new(RequestCodec::new(bounds))
                 .apply_max_message_size_config(Some(limits.max_request_bytes), None);
-            let handled = Arc::new(AtomicBool::new(false));
+            // The call's own state, borrowed (no reference count shared with other calls).
+            let handled = AtomicBool::new(false);
             let unary = Unary {
-                service: this.clone(),
-                handled: handled.clone(),
+                shared: &this.shared,
+                handled: &handled,
             };
             let response = grpc.unary(unary, request).await;
             if !handled.load(Ordering::Relaxed)
@@ -152,19 +153,21 @@ where
     }
 }
 
-/// The decoded call, handed to the engine.
-struct Unary<S> {
-    service: RateLimitGrpc<S>,
-    handled: Arc<AtomicBool>,
+/// The decoded call, handed to the engine. It borrows what it needs from the call's future
+/// (which owns the service and the flag), so a call clones no reference count for it.
+struct Unary<'a, S> {
+    shared: &'a Shared<S>,
+    handled: &'a AtomicBool,
 }
 
-impl<S: Backend> UnaryService<RateLimitRequest> for Unary<S> {
+impl<'a, S: Backend> UnaryService<RateLimitRequest> for Unary<'a, S> {
     type Response = RateLimitResponse;
-    type Future = BoxFuture<Response<RateLimitResponse>, Status>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<Response<RateLimitResponse>, Status>> + Send + 'a>>;
 
     fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
         self.handled.store(true, Ordering::Relaxed);
-        let shared = self.service.shared.clone();
+        let shared = self.shared;
         Box::pin(async move { shared.should_rate_limit(request).await })
     }
 }
