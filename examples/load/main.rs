@@ -807,32 +807,51 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
             .position(|k| *k == kind)
             .map(|slot| &runs[slot][round])
     };
-    (0..rounds)
+    let rows: Vec<Vec<f64>> = (0..rounds)
         .map(|round| {
-            let mut cells: Vec<String> = runs
-                .iter()
-                .map(|r| format!("{:.1}", r[round].server_us()))
-                .collect();
+            let mut cells: Vec<f64> = runs.iter().map(|r| r[round].server_us()).collect();
             if let (Some(memory), Some(noop)) = (of("real", round), of("noop", round)) {
-                cells.push(format!("{:.2}", memory.server_us() / noop.server_us()));
+                cells.push(memory.server_us() / noop.server_us());
             }
             if let Some(redis) = of("redis", round) {
                 if let Some(memory) = of("real", round) {
-                    cells.push(format!("{:.2}", redis.server_us() / memory.server_us()));
+                    cells.push(redis.server_us() / memory.server_us());
                 }
-                cells.push(
-                    redis
-                        .redis_us()
-                        .map_or("-".to_owned(), |v| format!("{v:.1}")),
-                );
+                cells.push(redis.redis_us().unwrap_or(f64::NAN));
             }
-            format!(
-                "| {mix} | {shape} | {} | {} |",
-                round + 1,
-                cells.join(" | ")
-            )
+            cells
         })
-        .collect()
+        .collect();
+    let line = |label: String, cells: &[f64]| {
+        let cells: Vec<String> = cells
+            .iter()
+            .map(|v| {
+                if *v >= 5.0 {
+                    format!("{v:.1}")
+                } else {
+                    format!("{v:.2}")
+                }
+            })
+            .collect();
+        format!("| {mix} | {shape} | {label} | {} |", cells.join(" | "))
+    };
+    let mut out: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .map(|(round, cells)| line((round + 1).to_string(), cells))
+        .collect();
+    if rows.len() > 1 {
+        // Each column's median over the rounds (for ratios: the median of the rounds' ratios).
+        let medians: Vec<f64> = (0..rows[0].len())
+            .map(|c| {
+                let mut column: Vec<f64> = rows.iter().map(|r| r[c]).collect();
+                column.sort_by(f64::total_cmp);
+                column[column.len() / 2]
+            })
+            .collect();
+        out.push(line("**median**".into(), &medians));
+    }
+    out
 }
 
 /// How the tables name a server kind.
