@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::cursor::Cursor;
 use super::forms::{self, DescriptorForm};
-use super::{ApiState, QuotaApi, error, read_body};
+use super::{ApiState, QuotaApi, error, read_form};
 use ratelimit_core::clock::Nanos;
 use ratelimit_core::config::Algorithm;
 use ratelimit_core::limiter::{self, State as CounterState, human};
@@ -293,17 +293,9 @@ pub(super) async fn reset<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match read_body(&api, &headers, body).await {
-        Ok(b) => b,
+    let (form, entries) = match read_form::<_, DescriptorForm>(&api, &headers, body).await {
+        Ok(read) => read,
         Err(refused) => return refused,
-    };
-    let form: DescriptorForm = match forms::read(&body) {
-        Ok(f) => f,
-        Err(m) => return api.refuse("invalid", StatusCode::BAD_REQUEST, m),
-    };
-    let entries = match form.entries(api.max_len()) {
-        Ok(e) => e,
-        Err(m) => return api.refuse("invalid", StatusCode::BAD_REQUEST, m),
     };
     let descriptor = describe(&entries);
     let now = api.engine.now();

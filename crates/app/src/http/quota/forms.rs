@@ -48,18 +48,23 @@ fn pairs(entries: &[EntryForm]) -> Vec<(String, String)> {
         .collect()
 }
 
-impl DescriptorForm {
-    /// The entries, checked (`max_len`: the server's `MAX_STRING_LEN`).
-    pub(super) fn entries(&self, max_len: usize) -> Result<Vec<(String, String)>, String> {
+/// A body that names a descriptor: its entries, checked (`max_len`: the server's
+/// `MAX_STRING_LEN`).
+pub(super) trait WithEntries {
+    fn entries(&self, max_len: usize) -> Result<Vec<(String, String)>, String>;
+}
+
+impl WithEntries for DescriptorForm {
+    fn entries(&self, max_len: usize) -> Result<Vec<(String, String)>, String> {
         let entries = pairs(&self.entries);
         overrides::check(&self.domain, &entries, None, max_len)?;
         Ok(entries)
     }
 }
 
-impl OverrideForm {
+impl WithEntries for OverrideForm {
     /// The entries, checked with the TTL.
-    pub(super) fn entries(&self, max_len: usize) -> Result<Vec<(String, String)>, String> {
+    fn entries(&self, max_len: usize) -> Result<Vec<(String, String)>, String> {
         let entries = pairs(&self.entries);
         overrides::check(&self.domain, &entries, Some(self.ttl_seconds), max_len)?;
         Ok(entries)

@@ -176,6 +176,26 @@ async fn authorize<B: Backend>(State(api): ApiState<B>, request: Request, next: 
     next.run(request).await
 }
 
+/// A JSON body read as the form `F`, and the descriptor's entries it names, checked; or the
+/// refusal (415, 413, 400).
+async fn read_form<B, F>(
+    api: &QuotaApi<B>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(F, Vec<(String, String)>), Response>
+where
+    B: Backend,
+    F: serde::de::DeserializeOwned + forms::WithEntries,
+{
+    let body = read_body(api, headers, body).await?;
+    let form: F =
+        forms::read(&body).map_err(|m| api.refuse("invalid", StatusCode::BAD_REQUEST, m))?;
+    let entries = form
+        .entries(api.max_len())
+        .map_err(|m| api.refuse("invalid", StatusCode::BAD_REQUEST, m))?;
+    Ok((form, entries))
+}
+
 /// A JSON body of at most [`MAX_BODY_BYTES`], or the refusal (415, 413, 400).
 async fn read_body<B>(
     api: &QuotaApi<B>,

@@ -19,9 +19,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::forms::{self, DescriptorForm, OverrideForm};
+use super::forms::{DescriptorForm, OverrideForm};
 use super::shared::{POLL_INTERVAL, Shared};
-use super::{ApiState, QuotaApi, error, read_body};
+use super::{ApiState, QuotaApi, error, read_form};
 use ratelimit_core::clock::{NANOS_PER_SECOND, Nanos};
 use ratelimit_core::engine::Engine;
 use ratelimit_core::overrides::{Override, Overrides};
@@ -52,17 +52,9 @@ pub(super) async fn set<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match read_body(&api, &headers, body).await {
-        Ok(b) => b,
+    let (form, entries) = match read_form::<_, OverrideForm>(&api, &headers, body).await {
+        Ok(read) => read,
         Err(refused) => return refused,
-    };
-    let form: OverrideForm = match forms::read(&body) {
-        Ok(f) => f,
-        Err(m) => return api.refuse("invalid", StatusCode::BAD_REQUEST, m),
-    };
-    let entries = match form.entries(api.max_len()) {
-        Ok(e) => e,
-        Err(m) => return api.refuse("invalid", StatusCode::BAD_REQUEST, m),
     };
     let now = api.engine.now();
     let set = Override {
@@ -123,17 +115,9 @@ pub(super) async fn remove<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let body = match read_body(&api, &headers, body).await {
-        Ok(b) => b,
+    let (form, entries) = match read_form::<_, DescriptorForm>(&api, &headers, body).await {
+        Ok(read) => read,
         Err(refused) => return refused,
-    };
-    let form: DescriptorForm = match forms::read(&body) {
-        Ok(f) => f,
-        Err(m) => return api.refuse("invalid", StatusCode::BAD_REQUEST, m),
-    };
-    let entries = match form.entries(api.max_len()) {
-        Ok(e) => e,
-        Err(m) => return api.refuse("invalid", StatusCode::BAD_REQUEST, m),
     };
     let mut removed = false;
     if let Some(shared) = &api.shared {
