@@ -158,20 +158,9 @@ impl std::fmt::Display for Shape {
 struct ServerProcess(Child);
 
 impl ServerProcess {
-    /// User + system CPU seconds the process has used so far (`/proc/PID/stat`, fields 14 and
-    /// 15, in USER_HZ ticks of 1/100 s); 0 where there is no /proc.
+    /// User + system CPU seconds the process has used so far ([`cpu::cpu_seconds`]).
     fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap_or_default();
-        // After the command name (in parentheses, may hold spaces), utime is the 12th field.
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let ticks: f64 = after
-            .split_whitespace()
-            .skip(11)
-            .take(2)
-            .filter_map(|f| f.parse::<f64>().ok())
-            .sum();
-        ticks / 100.0
+        cpu::cpu_seconds(self.0.id())
     }
 
     /// The process's peak resident memory so far in MiB (`VmHWM` of `/proc/PID/status`); 0
