@@ -18,13 +18,14 @@ use ratelimit_core::store::TransactionKind;
 use ratelimit_core::store::{
     Backend, Charge, CounterId, LeaseCall, StoreError, Transaction, Verdicts,
 };
-use ratelimit_remote::RemoteMetrics;
+use ratelimit_remote::{RemoteMetrics, Shard};
 
 use crate::calls::Calls;
 use crate::cas::decode;
 use crate::conn::{self, Conns, RedisConfig};
 use crate::demand::DemandRound;
 use crate::key::{TextKey, TextKeyBuilder, distinct};
+use crate::masters::Masters;
 use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
@@ -43,6 +44,8 @@ struct Inner {
     queues: Mutex<Queues<TextKey, Pending>>,
     /// Keys are grouped by cluster slot (one script call per slot).
     cluster: bool,
+    /// On a cluster, the master serving each slot (a key's shard for the guard's breakers).
+    masters: Option<Arc<Masters>>,
 }
 
 impl RedisBackend {
@@ -68,10 +71,17 @@ impl RedisBackend {
             let weak = Arc::downgrade(&conns);
             io::handle().spawn(Conns::watch(move || weak.upgrade()));
         }
+        let masters = conns.cluster().map(|cluster| {
+            let masters = Arc::new(Masters::new());
+            let follow = Masters::follow(Arc::downgrade(&masters), cluster, config.timeout);
+            io::handle().spawn(follow);
+            masters
+        });
         let calls = Arc::new(Calls::new(conns, config.timeout, metrics));
         calls.first_ping().await?;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
+                masters,
                 cluster: calls.is_cluster(),
                 writer: Writer::new(calls),
                 keys: TextKeyBuilder::new(config.prefix.clone()),
@@ -80,14 +90,11 @@ impl RedisBackend {
         })
     }
 
-    /// Checks that Redis answers.
+    /// Checks that Redis answers (on a cluster: any of its masters; `Conn::ping`).
     pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         let calls = self.calls();
         let mut c = calls.conn();
-        calls
-            .bounded(async move { ::redis::cmd("PING").query_async::<String>(&mut c).await })
-            .await
-            .map(drop)
+        calls.bounded(async move { c.ping().await }).await.map(drop)
     }
 
     /// Starts a round of the RLQS demand exchange for `instance` at Redis's time: the one door to
@@ -107,6 +114,11 @@ impl RedisBackend {
     /// The state this instance last saw in `key` (no call), unless Redis has dropped it by `now`.
     pub(crate) fn last_seen(&self, key: &TextKey, now: Nanos) -> Option<State> {
         self.inner.writer.last_seen(key, now)
+    }
+
+    /// The cluster master serving `key`'s slot (`None` off a cluster, or before it is known).
+    pub(crate) fn shard(&self, key: &TextKey) -> Option<Shard> {
+        self.inner.masters.as_ref()?.shard_of(key.as_str())
     }
 
     /// Whether any call got an answer from Redis at or after `since`.

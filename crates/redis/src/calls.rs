@@ -105,7 +105,7 @@ impl Calls {
         let mut c = calls.conns.get();
         io::run(async move {
             let started = monotonic();
-            let ping = async move { ::redis::cmd("PING").query_async::<String>(&mut c).await };
+            let ping = async move { c.ping().await };
             let result = within(calls.timeout, ping).await;
             let said = match &result {
                 Ok(Err(e)) => refusal::failure(e),

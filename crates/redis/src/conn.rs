@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{
     Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisFuture, RedisResult,
@@ -148,6 +149,25 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+impl Conn {
+    /// Whether Redis answers: a `PING`; on a cluster, to every master, answered once one of them
+    /// answers (redis-rs's default for `PING` there is every master answering, so one dead
+    /// master would make the whole cluster look down; each master's keys have their own breaker).
+    pub(super) async fn ping(&mut self) -> RedisResult<()> {
+        let ping = ::redis::cmd("PING");
+        match self {
+            Conn::Cluster(c) => {
+                let anyone = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::OneSucceeded),
+                ));
+                c.route_command(ping, anyone).await.map(drop)
+            }
+            Conn::Single(_) => ping.query_async::<String>(self).await.map(drop),
         }
     }
 }
@@ -406,6 +426,14 @@ impl Conns {
 
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Conns::Cluster(_))
+    }
+
+    /// The cluster connection (`None` for a single server or Sentinel).
+    pub(super) fn cluster(&self) -> Option<ClusterConnection> {
+        match self {
+            Conns::Cluster(c) => Some(c.clone()),
+            _ => None,
+        }
     }
 
     /// With Sentinel, asks the sentinels for the master every second until `alive` fails, so a

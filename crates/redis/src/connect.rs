@@ -9,7 +9,7 @@ use ratelimit_core::limiter::State;
 use ratelimit_core::quota::fraction::InstanceId;
 use ratelimit_core::store::{CounterId, StoreError};
 use ratelimit_remote::RemoteMetrics;
-use ratelimit_remote::{Connect, Remote, RemoteKey};
+use ratelimit_remote::{Connect, Remote, RemoteKey, Shard};
 
 use crate::backend::RedisBackend;
 use crate::conn::RedisConfig;
@@ -37,6 +37,10 @@ impl Remote for RedisBackend {
 
     fn answered_since(&self, since: Instant) -> bool {
         RedisBackend::answered_since(self, since)
+    }
+
+    fn shard(&self, key: &TextKey) -> Option<Shard> {
+        RedisBackend::shard(self, key)
     }
 }
 

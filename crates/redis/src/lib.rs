@@ -35,7 +35,8 @@
 //! - `calls`: every call bounded by `REDIS_TIMEOUT` and counted; `cas`: the compare-and-set script
 //!   and the text of a state; `seen`: last-seen values; `writer`: compare-and-set calls through
 //!   the seen-value cache; `retry`: attempts and backoff.
-//! - `key`: text keys; `slot`: CRC16 cluster slots; `queue`: one call in flight per key;
+//! - `key`: text keys; `slot`: CRC16 cluster slots; `masters`: each slot's master (a key's shard,
+//!   for the guard's breaker per master); `queue`: one call in flight per key;
 //!   `pending`: a request waiting for a call; `batch`: a batch's pure decision; `attempts`: a
 //!   batch decided by compare-and-set until no other instance got in between; `spread`: a request
 //!   across slots.
@@ -59,6 +60,7 @@ mod dispatch;
 mod io;
 mod key;
 mod lease;
+mod masters;
 mod pending;
 mod queue;
 mod refusal;

@@ -137,6 +137,11 @@ impl Breaker {
         matches!(self.phase, Phase::Closed { recent } if recent.failures >= Self::THRESHOLD)
     }
 
+    /// Closed, with no failure since its last answer.
+    pub(crate) fn is_clear(&self) -> bool {
+        matches!(self.phase, Phase::Closed { recent } if recent.failures == 0)
+    }
+
     /// Whether decisions go to the backend (the breaker is closed).
     pub(crate) fn is_up(&self) -> bool {
         matches!(self.phase, Phase::Closed { .. })

@@ -9,7 +9,7 @@
 //! - `breaker` (the pure state machine), `every` (at most once per period), `mode` (failure mode,
 //!   local share, settings), `names` (the backend's names for operators);
 //! - `metrics` (the `ratelimit_<name>_…` and `ratelimit_store_…` series), `outage` (the keys the
-//!   local failure mode took over; pure);
+//!   local failure mode took over; pure), `shards` (a breaker per shard: a cluster's masters; pure);
 //! - `remote` (what the layer needs of a backend: [`Remote`], [`RemoteKey`], [`Connect`]);
 //! - `over_limit_cache` (keys known over their limit, answered without a call; pure);
 //! - `guarded` ([`Guarded`]: the call under deadline and permit, the failure modes, the outage's
@@ -26,9 +26,10 @@ mod names;
 mod outage;
 mod over_limit_cache;
 mod remote;
+mod shards;
 
 pub use every::Every;
 pub use guarded::Guarded;
 pub use metrics::RemoteMetrics;
 pub use mode::{FailureMode, GuardSettings, LocalShare};
-pub use remote::{Connect, Remote, RemoteKey};
+pub use remote::{Connect, Remote, RemoteKey, Shard};

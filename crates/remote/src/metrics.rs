@@ -54,6 +54,15 @@ pub struct RemoteMetrics {
     pub instances: IntGauge,
     /// Decisions sent a second time after a failed call while the backend answered others.
     pub retries: IntCounter,
+    /// Shards (cluster masters) whose own breaker is open: their keys go to the failure mode.
+    pub shards_down: IntGauge,
+    /// Switches of one shard's keys between the backend and the failure mode.
+    pub shard_switches: IntCounterVec,
+    /// Decisions the failure mode answered because their shard's breaker was open (no call).
+    pub shard_down_decisions: IntCounter,
+    /// Decisions the local failure mode answered, though the backend answers, because one of
+    /// their keys still had outage hits not written back.
+    pub awaiting_write_back: IntCounter,
 }
 
 const CALLS: &str = "Calls sent to {Name}";
@@ -76,6 +85,10 @@ const HANDED_OVER: &str = "Keys {NAME}_FAILURE_MODE=local started deciding from 
 const WRITTEN_BACK: &str = "Hits admitted by {NAME}_FAILURE_MODE=local during an outage and charged to {Name} once it answered again (at most what each limit had left)";
 const RETRIES: &str = "Decisions whose {Name} call failed (a cut connection, one slow call) while {Name} answered others, sent once more before {NAME}_FAILURE_MODE would answer";
 const INSTANCES: &str = "Server instances sharing this {Name} whose beat is under 5 s old, by its registry (the local failure mode's share is 1 / this with {NAME}_FAILURE_LOCAL_SHARE=auto)";
+const SHARDS_DOWN: &str = "{Name} Cluster masters not answering while the others do: their keys are decided by {NAME}_FAILURE_MODE (a breaker per master), the other masters' keys stay on {Name}";
+const SHARD_SWITCHES: &str = "Switches of one {Name} Cluster master's keys between {Name} (to={name}) and {NAME}_FAILURE_MODE (to=failure_mode)";
+const SHARD_DOWN_DECISIONS: &str = "Requests decided by {NAME}_FAILURE_MODE without a call because their {Name} Cluster master's breaker was open";
+const AWAITING_WRITE_BACK: &str = "Requests decided by {NAME}_FAILURE_MODE=local though {Name} answers, because one of their keys still had hits of the outage not written back into {Name} (decided within this instance's share until they are)";
 const CACHE: &str =
     "Requests answered OVER_LIMIT from the local over-limit cache, without a {Name} call";
 
@@ -159,13 +172,32 @@ impl RemoteMetrics {
             outage_hits_written_back: s.counter("ratelimit_outage_hits_written_back", WRITTEN_BACK),
             retries: s.counter("ratelimit_{name}_retries", RETRIES),
             instances: s.gauge("ratelimit_{name}_instances", INSTANCES),
+            shards_down: s.gauge("ratelimit_{name}_masters_down", SHARDS_DOWN),
+            shard_switches: s.counter_vec(
+                "ratelimit_{name}_master_switches",
+                SHARD_SWITCHES,
+                "to",
+                &["{name}", "failure_mode"],
+            ),
+            shard_down_decisions: s.counter(
+                "ratelimit_{name}_master_down_decisions",
+                SHARD_DOWN_DECISIONS,
+            ),
+            awaiting_write_back: s.counter(
+                "ratelimit_outage_decisions_awaiting_write_back",
+                AWAITING_WRITE_BACK,
+            ),
             over_limit_with_local_cache: s.counter("ratelimit_over_limit_with_local_cache", CACHE),
         }
     }
 
     /// Registers every series in `registry`.
     pub fn register(&self, registry: &Registry) {
-        let all: [Box<dyn Collector>; 19] = [
+        let all: [Box<dyn Collector>; 23] = [
+            Box::new(self.shard_down_decisions.clone()),
+            Box::new(self.awaiting_write_back.clone()),
+            Box::new(self.shards_down.clone()),
+            Box::new(self.shard_switches.clone()),
             Box::new(self.retries.clone()),
             Box::new(self.outage_keys_handed_over.clone()),
             Box::new(self.outage_hits_written_back.clone()),

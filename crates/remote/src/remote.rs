@@ -25,6 +25,12 @@ pub trait RemoteKey: MemoryKey + std::hash::Hash + Eq + Clone + Send + Sync + 's
     fn bytes(&self) -> usize;
 }
 
+/// A part of the backend that fails alone (a Redis Cluster master): the guard keeps a breaker per
+/// shard beside the backend's own, so while one shard is away only its keys go to the failure
+/// mode. An opaque id; a shard whose server is replaced (a replica promoted) gets a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Shard(pub u64);
+
 /// A backend reached over the network and shared by server instances.
 pub trait Remote: Backend<Key: RemoteKey> {
     /// Checks that it answers (the breaker's probe).
@@ -37,6 +43,12 @@ pub trait Remote: Backend<Key: RemoteKey> {
     /// Says this instance (`id`) is alive in the backend's registry of server instances; the
     /// count of instances alive there, this one included.
     fn heartbeat(&self, id: InstanceId) -> impl Future<Output = Result<usize, StoreError>> + Send;
+    /// The shard serving `key`, for a backend whose parts fail alone; `None` (the default): the
+    /// backend answers or fails as one.
+    fn shard(&self, key: &Self::Key) -> Option<Shard> {
+        let _ = key;
+        None
+    }
 }
 
 /// How to reach a remote backend: at start-up, and again in the background while it is away.

@@ -58,23 +58,38 @@ impl<C: Connect> Guarded<C> {
     /// Before a decision goes to the remote backend on keys the local failure mode took over (one
     /// master of a cluster back, or the breaker closed): their hits are written into it first, so
     /// the decision counts them. While another call writes one of its keys back, the decision
-    /// waits for that (bounded). Either way the decision then goes to the remote backend: a key
-    /// whose write-back failed stays taken over (with its hits) for the next decision, and only a
-    /// failed call is answered by the failure mode.
-    pub(super) async fn settle_first(&self, remote: &C::Backend, tx: &Transaction<'_, KeyOf<C>>) {
+    /// waits for that (bounded). Whether the decision may go to the remote backend now: `false`
+    /// while one of its keys is still taken over (its write-back failed, or another call's is
+    /// still under way), and the local failure mode decides it, within this instance's share:
+    /// a decision on the remote backend would not count the hits not written yet.
+    pub(super) async fn settle_first(
+        &self,
+        remote: &C::Backend,
+        tx: &Transaction<'_, KeyOf<C>>,
+    ) -> bool {
         if self.shared.outage_keys.load(Ordering::Relaxed) == 0 {
-            return;
+            return true;
         }
         let claim = self.outage().claim(tx.charges.iter().map(|c| &c.key));
         let claimed = match claim {
-            Claim::Free => return,
-            Claim::Busy => return self.wait_settled(tx).await,
+            Claim::Free => return true,
+            Claim::Busy => {
+                self.wait_settled(tx).await;
+                return self.none_taken_over(tx);
+            }
             Claim::Settle(claimed) => claimed,
         };
         let (written, unsettled) = settle(remote, claimed.clone(), tx.now).await;
         self.shared.metrics.outage_hits_written_back.inc_by(written);
         let unsettled: Vec<_> = unsettled.into_iter().map(|(k, _, _)| k).collect();
         release(&self.shared, claimed, &unsettled, tx.now);
+        self.none_taken_over(tx)
+    }
+
+    /// Whether none of `tx`'s keys is taken over by the outage.
+    fn none_taken_over(&self, tx: &Transaction<'_, KeyOf<C>>) -> bool {
+        let outage = self.outage();
+        !tx.charges.iter().any(|c| outage.contains(&c.key))
     }
 
     /// Waits (at most [`SETTLE_WAIT_TIMEOUTS`] call timeouts) until no key of `tx` is being

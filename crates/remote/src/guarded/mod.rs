@@ -6,7 +6,8 @@
 //! the failure mode is logged once, counted and shown on `ratelimit_store_up`.
 //!
 //! Here: the shared state, start-up and the `Backend` face. Beside it: `call` (one call under the
-//! deadline and the breaker's permit), `failure` (the failure modes' answers), `hand_over` (the
+//! deadline and the breaker's permit), `per_shard` (a breaker per shard: a cluster master's keys
+//! go to the failure mode alone), `failure` (the failure modes' answers), `hand_over` (the
 //! local failure mode's outage: keys taken over, their hits written back), `kept_share` (after
 //! its outage, a key within the share this instance kept), `switch` (a switch
 //! counted and logged) and `tasks` (the background loops).
@@ -15,6 +16,7 @@ mod call;
 mod failure;
 mod hand_over;
 mod kept_share;
+mod per_shard;
 mod switch;
 mod tasks;
 #[cfg(test)]
@@ -43,6 +45,7 @@ use crate::names::RemoteName;
 use crate::outage::Outage;
 use crate::over_limit_cache::OverLimitCache;
 use crate::remote::Connect;
+use crate::shards::Shards;
 
 use call::Answer;
 
@@ -65,6 +68,8 @@ struct Shared<C: Connect> {
     /// The backend's names in logs and errors.
     name: RemoteName,
     breaker: Mutex<Breaker>,
+    /// A breaker per shard (a cluster's masters), beside `breaker`.
+    shards: Mutex<Shards>,
     local: MemoryBackend,
     mode: FailureMode,
     /// Bound on one whole decision, a safety net: its calls are each bounded by the backend's
@@ -76,6 +81,8 @@ struct Shared<C: Connect> {
     /// Switches are logged at most once per [`SWITCH_LOG_EVERY`] each way (all are counted).
     down_log: Every,
     up_log: Every,
+    shard_down_log: Every,
+    shard_up_log: Every,
     epoch: Instant,
     /// A `check_again` is pending.
     checking: AtomicBool,
@@ -112,6 +119,8 @@ impl<C: Connect> Shared<C> {
         }
         // Silence is no answer on any connection for as long as a call may take.
         .with_quiet(timeout);
+        let shard_breaker =
+            Breaker::new(BREAKER_BASE, BREAKER_MAX, probe_timeout).with_quiet(timeout);
         metrics.store_up.set(i64::from(connected.is_some()));
         metrics.breaker_state.set(breaker.state() as i64);
         Shared {
@@ -120,12 +129,15 @@ impl<C: Connect> Shared<C> {
             connect,
             name: RemoteName::of(<C::Backend as Backend>::NAME),
             breaker: Mutex::new(breaker),
+            shards: Mutex::new(Shards::new(shard_breaker)),
             local: MemoryBackend::new(settings.local_max_keys),
             mode: settings.mode,
             metrics,
             cache: OverLimitCache::new(settings.local_cache_bytes),
             down_log: Every::new(SWITCH_LOG_EVERY),
             up_log: Every::new(SWITCH_LOG_EVERY),
+            shard_down_log: Every::new(SWITCH_LOG_EVERY),
+            shard_up_log: Every::new(SWITCH_LOG_EVERY),
             epoch: monotonic(),
             checking: AtomicBool::new(false),
             share: settings.local_share,
@@ -243,13 +255,26 @@ impl<C: Connect> Backend for Guarded<C> {
         if let Some(remote) = self.shared.remote.load_full()
             && (apply || self.is_up())
         {
+            let mut permits = Vec::new();
             if apply && self.is_up() {
-                self.settle_first(&remote, &tx).await;
+                // A shard (cluster master) that stopped answering: its keys alone go to the
+                // failure mode.
+                let Some(shards) = self.shard_permits(&remote, &tx) else {
+                    self.shared.metrics.shard_down_decisions.inc();
+                    return self.fallback(tx);
+                };
+                permits = shards;
+                if !self.settle_first(&remote, &tx).await {
+                    self.shared.metrics.awaiting_write_back.inc();
+                    return self.fallback(tx);
+                }
                 if let Some(verdicts) = self.beyond_kept_share(&tx) {
                     return Ok(verdicts);
                 }
             }
-            if let Answer::Answered(answer) = self.through(remote.transact(tx)).await {
+            let answer = self.through(remote.transact(tx)).await;
+            self.record_shards(&permits, &answer);
+            if let Answer::Answered(answer) = answer {
                 if let (true, Ok(verdicts)) = (apply, &answer) {
                     self.count_in_kept_share(&tx, verdicts);
                 }
