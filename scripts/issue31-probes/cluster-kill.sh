@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 for _ in $(seq "${RUNS:-1}"); do
   CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" cargo test --test it \
-    redis_cluster_failover:: -- --ignored --nocapture --test-threads=1 2>&1 | grep -E "3 keys|test result"
+    redis_cluster_failover:: -- --nocapture --test-threads=1 2>&1 | grep -E "3 keys|test result"
 done
