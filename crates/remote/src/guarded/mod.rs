@@ -303,10 +303,19 @@ impl<C: Connect> Backend for Guarded<C> {
     }
 
     async fn lease(&self, call: LeaseCall<'_, Self::Key>) -> Result<LeaseAnswer, StoreError> {
-        if let Some(remote) = self.shared.remote.load_full()
-            && let Answer::Answered(answer) = self.through(remote.lease(call.clone())).await
-        {
-            return answer;
+        if let Some(remote) = self.shared.remote.load_full() {
+            // The key's shard (cluster master) stopped answering: the failure mode, no call.
+            // (While the store's own breaker is open no call goes, and no shard hears of it.)
+            let keys = self.is_up().then_some(call.key);
+            let Some(permits) = self.permits_of(&remote, keys) else {
+                self.shared.metrics.shard_down_decisions.inc();
+                return self.lease_fallback(&call);
+            };
+            let answer = self.through(remote.lease(call.clone())).await;
+            self.record_shards(&permits, &answer);
+            if let Answer::Answered(answer) = answer {
+                return answer;
+            }
         }
         self.lease_fallback(&call)
     }

@@ -25,9 +25,18 @@ impl<C: Connect> Guarded<C> {
         remote: &C::Backend,
         tx: &Transaction<'_, KeyOf<C>>,
     ) -> Option<ShardPermits> {
+        self.permits_of(remote, tx.charges.iter().map(|c| &c.key))
+    }
+
+    /// The permits of the shards of `keys`; `None` when one of them is open.
+    pub(super) fn permits_of<'k>(
+        &self,
+        remote: &C::Backend,
+        keys: impl IntoIterator<Item = &'k KeyOf<C>>,
+    ) -> Option<ShardPermits> {
         let mut permits = ShardPermits::new();
-        for charge in tx.charges {
-            let Some(shard) = remote.shard(&charge.key) else {
+        for key in keys {
+            let Some(shard) = remote.shard(key) else {
                 continue;
             };
             if !permits.iter().any(|(s, _)| *s == shard) {
