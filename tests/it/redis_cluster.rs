@@ -429,7 +429,7 @@ async fn a_dead_master_sends_only_its_own_keys_to_the_failure_mode() {
     let rules = tempfile::tempdir().unwrap();
     std::fs::write(
         rules.path().join("d.yaml"),
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n",
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}\n  - key: c\n    concurrency: {max_in_flight: 100, lease: 5m}\n",
     )
     .unwrap();
     // REDIS_TIMEOUT and REDIS_FAILURE_MODE at the defaults a user gets, but `deny`, so that an
@@ -469,18 +469,35 @@ async fn a_dead_master_sends_only_its_own_keys_to_the_failure_mode() {
         dead > 0 && dead < values.len(),
         "{dead} of the keys on master 0"
     );
+    // A concurrency slot taken on every value (its key is another than the rate limit's): which
+    // of them master 0 holds.
+    let slot = |value: &str, id: &str| common::request("d", &[&[("c", value), ("id", id)]]);
+    for v in &values {
+        let r = client.should_rate_limit(slot(v, "before")).await.unwrap();
+        assert_eq!(common::code(r.into_inner().overall_code), common::Code::Ok);
+    }
+    let leases_on_dead = cluster.nodes[0].cli(&["KEYS", "dead:d|c=*"]).unwrap();
+    let lease_on_dead = |v: &str| leases_on_dead.contains(&format!("dead:d|c={v}|"));
     cluster.nodes[0].kill_now();
     // Three times over: the first calls to the dead master find its connection gone, then its
     // own breaker opens (its keys answered without a call).
     let passes = 3;
-    for _ in 0..passes {
+    for pass in 0..passes {
         for (v, on_dead) in values.iter().zip(&on_dead) {
             let answer = decide(&mut client, v).await;
-            if !on_dead {
-                assert_eq!(
-                    answer,
-                    common::Code::Ok,
-                    "{v} lives on a master that answers"
+            if !on_dead && answer != common::Code::Ok {
+                let page = common::metrics::scrape(&format!("{}/metrics", server.http)).await;
+                let series: Vec<&str> = page
+                    .lines()
+                    .filter(|l| {
+                        l.starts_with("ratelimit_redis_") || l.starts_with("ratelimit_store_")
+                    })
+                    .filter(|l| !l.contains("_bucket"))
+                    .collect();
+                panic!(
+                    "{v} lives on a master that answers (pass {pass}): {answer:?}\n{}\n{}",
+                    series.join("\n"),
+                    server.log()
                 );
             }
         }
@@ -509,6 +526,26 @@ async fn a_dead_master_sends_only_its_own_keys_to_the_failure_mode() {
             "to=\"failure_mode\""
         ),
         1
+    );
+    // A concurrency slot on the dead master's key: the failure mode (deny; its breaker open, no
+    // call but a probe now and then); on a live master's key: taken in Redis.
+    let dead_value = values.iter().find(|v| lease_on_dead(v)).unwrap();
+    let live_value = values.iter().find(|v| !lease_on_dead(v)).unwrap();
+    let dead = client
+        .should_rate_limit(slot(dead_value, "after"))
+        .await
+        .unwrap();
+    assert_eq!(
+        common::code(dead.into_inner().overall_code),
+        common::Code::OverLimit
+    );
+    let live = client
+        .should_rate_limit(slot(live_value, "after"))
+        .await
+        .unwrap();
+    assert_eq!(
+        common::code(live.into_inner().overall_code),
+        common::Code::Ok
     );
 }
 

@@ -13,7 +13,7 @@ use ratelimit_core::store::StoreError;
 
 use super::{Guarded, switch, tasks};
 use crate::breaker::{Breaker, Change, Permit};
-use crate::remote::{Connect, Remote};
+use crate::remote::{Connect, Remote, Shard};
 
 /// What became of a call made through the breaker.
 pub(super) enum Answer<T> {
@@ -97,6 +97,17 @@ impl<C: Connect> Guarded<C> {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Answer<T> {
+        self.through_for(call, &[]).await
+    }
+
+    /// [`Guarded::through`] for a call on keys of `shards` (cluster masters): its failure is
+    /// theirs (`per_shard`), not the whole backend's, whose breaker hears only its answer, so one
+    /// dead master does not open it while the others answer.
+    pub(super) async fn through_for<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+        shards: &[(Shard, Permit)],
+    ) -> Answer<T> {
         // Requests call only while the breaker is closed; while it is open the background prober
         // alone probes (with a fresh connection if the old ones fail: a request's probe on the
         // old connections would wait out their own reconnection backoff).
@@ -118,7 +129,9 @@ impl<C: Connect> Guarded<C> {
                 Answer::Answered(Err(e))
             }
             Ok(Err(e)) => {
-                self.record(permit, false);
+                if shards.is_empty() {
+                    self.record(permit, false);
+                }
                 metrics.store_errors.inc();
                 tracing::debug!(error = %e, "{} call failed", self.shared.name.title);
                 Answer::Down(Some(e))

@@ -272,7 +272,7 @@ impl<C: Connect> Backend for Guarded<C> {
                     return Ok(verdicts);
                 }
             }
-            let answer = self.through(remote.transact(tx)).await;
+            let answer = self.through_for(remote.transact(tx), &permits).await;
             self.record_shards(&permits, &answer);
             if let Answer::Answered(answer) = answer {
                 if let (true, Ok(verdicts)) = (apply, &answer) {
@@ -311,7 +311,7 @@ impl<C: Connect> Backend for Guarded<C> {
                 self.shared.metrics.shard_down_decisions.inc();
                 return self.lease_fallback(&call);
             };
-            let answer = self.through(remote.lease(call.clone())).await;
+            let answer = self.through_for(remote.lease(call.clone()), &permits).await;
             self.record_shards(&permits, &answer);
             if let Answer::Answered(answer) = answer {
                 return answer;
