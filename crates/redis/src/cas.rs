@@ -391,7 +391,7 @@ mod tests {
             .args_iter()
             .map(|a| match a {
                 ::redis::Arg::Simple(b) => b.to_vec(),
-                ::redis::Arg::Cursor => Vec::new(),
+                _ => Vec::new(),
             })
             .collect();
         assert_eq!(args[0], b"EVALSHA");
