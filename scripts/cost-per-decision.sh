@@ -3,12 +3,13 @@
 # independent no-op tonic server, and redis-server's CPU per decision; then the same server's
 # instructions per call under callgrind (exact; the number for before/after on a shared machine).
 #
-# usage: scripts/cost-per-decision.sh [load|callgrind|perf|all] (default: all)
+# usage: scripts/cost-per-decision.sh [load|callgrind|redis|perf|all] (default: all)
 #   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis
 #   CALLS=20000                          calls under callgrind / perf
+#   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 # Build first: cargo build --release --bin ratelimit-server --example load
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,8 @@ SHAPES=${SHAPES:-1x16,4x64,8x64}
 KEYS=${KEYS:-100k-zipf,1}
 BACKENDS=${BACKENDS:-memory,redis}
 CALLS=${CALLS:-20000}
+REDIS_KEYS=${REDIS_KEYS:-100k-zipf,1}
+REDIS_SHAPE=${REDIS_SHAPE:-4x64}
 for f in "$BIN" "$LOAD"; do
   [ -x "$f" ] || { echo "missing $f: cargo build --release --bin ratelimit-server --example load" >&2; exit 2; }
 done
@@ -114,6 +117,57 @@ PY
   echo "(callgrind output kept in $dir)"
 }
 
+# One Redis-store run for `redis`: $1 = what runs under callgrind (redis, server or none), $2 =
+# key mix, $3 = calls. A redis-server and the server (BACKEND_TYPE=redis) on free ports, CALLS
+# calls through the server, then both stopped (callgrind writes its counts at exit). Prints
+# redis-server's script calls, in-script commands and CPU seconds (INFO commandstats / cpu).
+redis_one() {
+  local under=$1 keys=$2 calls=$3 rport grpc http rpid spid tag=$1.$2.$3
+  rport=$(free_port); grpc=$(free_port); http=$(free_port)
+  local rcmd=(redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no)
+  local scmd=("$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http)
+  if [ "$under" = redis ]; then rcmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${rcmd[@]}"); fi
+  if [ "$under" = server ]; then scmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${scmd[@]}"); fi
+  "${rcmd[@]}" > "$dir/redis.$tag.log" 2>&1 & rpid=$!
+  for _ in $(seq 600); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
+  SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
+    "${scmd[@]}" > "$dir/server.$tag.log" 2>&1 & spid=$!
+  wait_healthy $http
+  redis-cli -p "$rport" config resetstat > /dev/null
+  if [ "$calls" -gt 0 ]; then
+    "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
+  fi
+  redis-cli -p "$rport" info commandstats > "$dir/stats.$tag"
+  redis-cli -p "$rport" info cpu >> "$dir/stats.$tag"
+  kill -TERM $spid; wait $spid || true
+  redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true
+}
+
+# The Redis store's cost per decision, in instructions (callgrind: deterministic, whatever the
+# machine's load): redis-server's, then the server's, per call at REDIS_SHAPE over each of
+# REDIS_KEYS (a run with no call subtracted); and redis-server's script calls per decision.
+redis_cost() {
+  dir=$(mktemp -d); rules "$dir/rules"
+  local keys under base full
+  for keys in ${REDIS_KEYS//,/ }; do
+    for under in redis server; do
+      redis_one $under "$keys" 0
+      redis_one $under "$keys" "$CALLS"
+      base=$(total "$dir/cg.$under.$keys.0"); full=$(total "$dir/cg.$under.$keys.$CALLS")
+      echo "== $keys, $REDIS_SHAPE: $under $(( (full - base) / CALLS )) instructions per decision"
+    done
+    python3 - "$dir/stats.server.$keys.$CALLS" "$CALLS" <<'PY'
+import re, sys
+text, calls = open(sys.argv[1]).read(), int(sys.argv[2])
+stat = {m[0]: (int(m[1]), float(m[2])) for m in re.findall(r"cmdstat_(\w+):calls=(\d+),usec=(\d+)", text)}
+scripts = sum(stat.get(c, (0, 0))[0] for c in ("evalsha", "eval", "fcall"))
+inner = ", ".join(f"{c} {n / calls:.2f}" for c, (n, _) in sorted(stat.items()) if c not in ("evalsha", "eval", "fcall", "ping", "info", "config"))
+print(f"   script calls per decision {scripts / calls:.3f}; in-script commands per decision: {inner}")
+PY
+  done
+  echo "(callgrind output kept in $dir)"
+}
+
 # Where the server's CPU goes under load (sampling, all threads): perf over a 4x64 run.
 perf_profile() {
   local dir; dir=$(mktemp -d); rules "$dir/rules"
@@ -135,7 +189,8 @@ perf_profile() {
 case $MODE in
   load) load ;;
   callgrind) callgrind ;;
+  redis) redis_cost ;;
   perf) perf_profile ;;
   all) load; callgrind ;;
-  *) echo "usage: $0 [load|callgrind|perf|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [load|callgrind|redis|perf|all]" >&2; exit 2 ;;
 esac

@@ -39,7 +39,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
         "redis",
         &[
             &[
-                "slot", "key", "queue", "batch", "io", "retry", "conn", "refusal",
+                "slot", "key", "queue", "batch", "pack", "io", "retry", "conn", "refusal",
             ],
             &["cas", "seen", "pending", "settings"],
             &["dispatch"],
@@ -90,6 +90,7 @@ const PURE: &[(&str, &str)] = &[
     ("remote", "over_limit_cache"),
     ("redis", "batch"),
     ("redis", "queue"),
+    ("redis", "pack"),
     ("redis", "slot"),
     ("redis", "key"),
     ("replay", "tally"),
@@ -134,6 +135,7 @@ const CLOCK_FREE: &[(&str, &str)] = &[
     ("remote", "over_limit_cache"),
     ("redis", "batch"),
     ("redis", "queue"),
+    ("redis", "pack"),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

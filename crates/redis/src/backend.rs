@@ -174,7 +174,11 @@ impl RedisBackend {
                     store: self,
                     keys: batch.keys,
                 };
-                self.run(batch.requests).await;
+                // Boxed: the call's state (the compare-and-set, its script call and retry)
+                // would otherwise live inline in the request's future, which tonic and the
+                // service move several times per call (callgrind: ~8,000 instructions of memcpy
+                // per decision); boxed, a move copies a pointer.
+                Box::pin(self.run(batch.requests)).await;
             }
             Arrival::Queued(ticket) => leave.ticket = Some(ticket),
         }

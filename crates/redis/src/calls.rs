@@ -142,21 +142,22 @@ impl Calls {
         }
     }
 
-    /// One script call: pipelined with the others waiting (single server, Sentinel), or alone
-    /// (cluster); a Redis that does not know the script gets it loaded and the call again. A call
-    /// whose reply was lost (its connection dropped, or it timed out while Redis answered other
-    /// calls) is sent once more, on the next connection: the compare-and-set recognises its own
-    /// write if the first attempt landed, so it is charged once (`ratelimit_redis_retries`).
-    pub(crate) async fn script(&self, cmd: ::redis::Cmd) -> Result<::redis::Value, StoreError> {
+    /// One compare-and-set: sent with the others waiting (single server, Sentinel), or alone
+    /// (cluster); its part of the script's reply. A Redis that does not know the script gets it
+    /// loaded and the call again. A compare-and-set whose reply was lost (its connection dropped,
+    /// or it timed out while Redis answered other calls) is sent once more, on the next
+    /// connection: it recognises its own write if the first attempt landed, so it is charged once
+    /// (`ratelimit_redis_retries`).
+    pub(crate) async fn script(&self, group: cas::Group) -> Result<::redis::Value, StoreError> {
         let started = monotonic();
-        let first = self.send_script(cmd.clone()).await;
+        let first = self.send_script(group.clone()).await;
         if !self.lost(&first, started) {
             return self.account(started, first);
         }
         let _ = self.account(started, first);
         self.metrics.retries.inc();
         let again = monotonic();
-        let second = self.send_script(cmd).await;
+        let second = self.send_script(group).await;
         self.account(again, second)
     }
 
@@ -171,27 +172,33 @@ impl Calls {
         }
     }
 
-    /// Sends one script call, uncounted.
-    async fn send_script(&self, cmd: ::redis::Cmd) -> Sent {
+    /// Sends one compare-and-set, uncounted.
+    async fn send_script(&self, group: cas::Group) -> Sent {
         let Some(dispatcher) = &self.dispatcher else {
             let mut c = self.conns.get();
             let timeout = self.timeout;
-            let call = async move {
-                within(timeout, async move {
-                    match cmd.query_async(&mut c).await {
-                        Err(e) if e.code() == Some("NOSCRIPT") => {
-                            cas::load().query_async::<String>(&mut c).await?;
-                            cmd.query_async(&mut c).await
-                        }
-                        other => other,
-                    }
-                })
-                .await
-            };
+            let cmd = cas::command(std::iter::once(&group));
+            let call =
+                async move {
+                    within(timeout, async move {
+                        let value = match cmd.query_async(&mut c).await {
+                            Err(e) if e.code() == Some("NOSCRIPT") => {
+                                cas::load().query_async::<String>(&mut c).await?;
+                                cmd.query_async(&mut c).await
+                            }
+                            other => other,
+                        }?;
+                        // Its part of the reply (one that cannot be split: whole, for the writer
+                        // to refuse).
+                        Ok(cas::split(value, 1)
+                            .map_or_else(|whole| whole, |mut parts| parts.remove(0)))
+                    })
+                    .await
+                };
             return io::run(call).await.unwrap_or_else(|| Ok(Err(io_gone())));
         };
         // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is no answer.
-        match dispatcher.call(cmd).await {
+        match dispatcher.call(group).await {
             Err(e) if e.is_timeout() => Err(()),
             other => Ok(other),
         }

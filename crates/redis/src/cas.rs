@@ -1,8 +1,10 @@
 //! The one Redis script, compare-and-set, and the text of a stored state. The arithmetic is never
 //! in Lua: the caller decides in Rust on the values it expects, and the script writes only if every
-//! key still holds them (else it writes nothing and returns what they hold). Every value written
-//! carries its writer's tag (`state;writer.seq`), so a call sent again after its reply was lost is
-//! recognised when its first attempt landed, and not charged twice.
+//! key still holds them (else it writes nothing and returns what they hold). One script call
+//! carries one compare-and-set or several (each all-or-nothing on its own keys: Redis's cost of a
+//! script call is mostly its set-up, paid once for all of them). Every value written carries its
+//! writer's tag (`state;writer.seq`), so a call sent again after its reply was lost is recognised
+//! when its first attempt landed, and not charged twice.
 
 use smallvec::SmallVec;
 
@@ -14,45 +16,66 @@ use ratelimit_core::limiter::State;
 /// behind Redis's (or another instance's) still reads it.
 pub(crate) const EXPIRY_GRACE_MS: u64 = 1000;
 
-/// KEYS = the keys; ARGV = per key (expected value, '' = absent; new value, '' = leave, '-' =
-/// delete; PXAT in ms). Writes only if every key holds what the caller expected, and returns 1;
-/// else writes nothing and returns the keys' current values (nil for an absent key), so the caller
-/// can decide again without reading them. With no new values it only verifies. A call sent again
-/// whose first attempt landed finds every value it sets already there (each is tagged with its
-/// writer and call, so no other call writes it): it returns 1 without writing.
+/// Several compare-and-sets in one call. KEYS = the keys of each compare-and-set, one after the
+/// other; ARGV[1] = per compare-and-set its number of keys (two bytes each, big-endian); then per
+/// key: the value expected ('' = absent), the new value ('' = leave, '-' = delete) and its PXAT in
+/// ms. Each compare-and-set is all-or-nothing on its own keys, as if called alone: it writes only
+/// if every key of it holds what was expected (with no new values it only verifies), else it
+/// writes nothing and its part of the reply is its keys' current values (nil for an absent key),
+/// so the caller can decide again without reading them. Returns 1 when every one of them wrote,
+/// else per compare-and-set 1 or its keys' values. A compare-and-set sent again whose first
+/// attempt landed finds every value it sets already there (each is tagged with its writer and
+/// call, so no other call writes it): 1, without writing. No Lua table is made unless one did not
+/// write (a table and its reply cost Redis about as much as the `GET` and `SET` of a key).
 pub(super) const SCRIPT: &str = r"
-local cur = {}
-local same = true
-for i = 1, #KEYS do
-  cur[i] = redis.call('GET', KEYS[i])
-  local want = ARGV[3*i-2]
-  if want == '' then
-    if cur[i] then same = false end
-  elseif cur[i] ~= want then
-    same = false
-  end
-end
-if not same then
-  local landed = false
-  for i = 1, #KEYS do
-    local new = ARGV[3*i-1]
-    if new ~= '' and new ~= '-' then
-      if cur[i] ~= new then return cur end
-      landed = true
+local sizes = ARGV[1]
+local out
+local k = 0
+for g = 1, #sizes / 2 do
+  local hi, lo = string.byte(sizes, 2 * g - 1, 2 * g)
+  local n = hi * 256 + lo
+  local same = true
+  for i = k + 1, k + n do
+    local v = redis.call('GET', KEYS[i])
+    local want = ARGV[3 * i - 1]
+    if want == '' then
+      if v then same = false break end
+    elseif v ~= want then
+      same = false break
     end
   end
-  if landed then return 1 end
-  return cur
-end
-for i = 1, #KEYS do
-  local new = ARGV[3*i-1]
-  if new == '-' then
-    redis.call('DEL', KEYS[i])
-  elseif new ~= '' then
-    redis.call('SET', KEYS[i], new, 'PXAT', ARGV[3*i])
+  local r = 1
+  if same then
+    for i = k + 1, k + n do
+      local new = ARGV[3 * i]
+      if new == '-' then
+        redis.call('DEL', KEYS[i])
+      elseif new ~= '' then
+        redis.call('SET', KEYS[i], new, 'PXAT', ARGV[3 * i + 1])
+      end
+    end
+  else
+    -- Nothing of it written: its keys' values, unless its first attempt landed.
+    local cur, landed = {}, false
+    for i = k + 1, k + n do cur[i - k] = redis.call('GET', KEYS[i]) end
+    for i = k + 1, k + n do
+      local new = ARGV[3 * i]
+      if new ~= '' and new ~= '-' then
+        if cur[i - k] ~= new then landed = false break end
+        landed = true
+      end
+    end
+    if not landed then r = cur end
   end
+  if r ~= 1 and not out then
+    out = {}
+    for j = 1, g - 1 do out[j] = 1 end
+  end
+  if out then out[g] = r end
+  k = k + n
 end
-return 1
+if not out then return 1 end
+return out
 ";
 
 /// The script (its hash names it in `EVALSHA`).
@@ -123,37 +146,99 @@ fn tagged(state: &State, tag: Tag) -> String {
 /// What each key holds if a call succeeds (`None` for an absent key), per key.
 pub(super) type Written = Raw;
 
+/// Most keys in one compare-and-set (its count is two bytes in the script's arguments).
+pub(super) const MAX_KEYS: usize = u16::MAX as usize;
+
+/// One compare-and-set as the script takes it: its keys, and per key its three arguments
+/// (expected, new, PXAT), end to end in one buffer.
+#[derive(Debug, Clone)]
+pub(super) struct Group {
+    pub(super) keys: SmallVec<[TextKey; 4]>,
+    args: Vec<u8>,
+    /// Where each argument ends in `args` (three per key).
+    ends: SmallVec<[u32; 12]>,
+}
+
+impl Group {
+    fn push(&mut self, arg: &[u8]) {
+        self.args.extend_from_slice(arg);
+        self.ends.push(self.args.len() as u32);
+    }
+
+    /// Its arguments, three per key, in order.
+    pub(super) fn args(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let arg = &self.args[start as usize..end as usize];
+            start = end;
+            arg
+        })
+    }
+}
+
 impl Call<'_> {
-    /// The script call (`EVALSHA`; see [`load`] for a Redis that does not know the script), and
-    /// what each key holds if it succeeds.
-    pub(super) fn command(&self) -> (::redis::Cmd, Written) {
-        let mut cmd = ::redis::cmd("EVALSHA");
-        cmd.arg(script().get_hash()).arg(self.keys.len());
-        for key in self.keys {
-            cmd.arg(key.as_str());
+    /// The compare-and-set as the script takes it, and what each key holds if it succeeds.
+    /// `Err` when it has more keys than the script can count ([`MAX_KEYS`]).
+    pub(super) fn group(&self) -> Result<(Group, Written), String> {
+        if self.keys.len() > MAX_KEYS {
+            return Err(format!(
+                "a compare-and-set on {} keys (at most {MAX_KEYS})",
+                self.keys.len()
+            ));
         }
+        let mut group = Group {
+            keys: self.keys.iter().cloned().collect(),
+            args: Vec::with_capacity(self.keys.len() * 80),
+            ends: SmallVec::new(),
+        };
         let mut written = Written::new();
         for (expected, new) in self.expected.iter().zip(self.new) {
-            cmd.arg(expected.as_deref().unwrap_or(b""));
+            group.push(expected.as_deref().unwrap_or(b""));
             match new {
                 None => {
                     written.push(expected.clone());
-                    cmd.arg("").arg(0)
+                    group.push(b"");
+                    group.push(b"0");
                 }
                 Some(s) if s.expires_at() <= self.now => {
                     written.push(None);
-                    cmd.arg("-").arg(0)
+                    group.push(b"-");
+                    group.push(b"0");
                 }
                 Some(s) => {
                     let text = tagged(s, self.tag);
-                    cmd.arg(&text).arg(pxat(s));
+                    group.push(text.as_bytes());
+                    group.push(pxat(s).to_string().as_bytes());
                     written.push(Some(text.into_bytes()));
-                    &mut cmd
                 }
             };
         }
-        (cmd, written)
+        Ok((group, written))
     }
+}
+
+/// One script call carrying `groups`, in order (`EVALSHA`; see [`load`] for a Redis that does not
+/// know the script). Each group has at most [`MAX_KEYS`] keys.
+pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::redis::Cmd {
+    let keys: usize = groups.clone().map(|g| g.keys.len()).sum();
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(script().get_hash()).arg(keys);
+    for group in groups.clone() {
+        for key in &group.keys {
+            cmd.arg(key.as_str());
+        }
+    }
+    let sizes: Vec<u8> = groups
+        .clone()
+        .flat_map(|g| (g.keys.len() as u16).to_be_bytes())
+        .collect();
+    cmd.arg(sizes);
+    for group in groups {
+        for arg in group.args() {
+            cmd.arg(arg);
+        }
+    }
+    cmd
 }
 
 /// `SCRIPT LOAD` of the script, for a Redis that answered a call with `NOSCRIPT` (a restarted or
@@ -169,8 +254,22 @@ pub(super) fn unknown_script(value: &::redis::Value) -> bool {
     matches!(value, ::redis::Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
-/// A reply of the script: `Ok(None)` it wrote, `Ok(Some(current))` it did not (the keys hold
-/// `current`), `Err` a reply the script never gives.
+/// A script call's reply split per compare-and-set: `groups` values in order (1 for each when
+/// every one wrote), or `Err` with the reply as it came when it is not one per compare-and-set (an
+/// error, or a reply the script never gives).
+pub(super) fn split(
+    value: ::redis::Value,
+    groups: usize,
+) -> Result<Vec<::redis::Value>, ::redis::Value> {
+    match value {
+        ::redis::Value::Int(1) => Ok(vec![::redis::Value::Int(1); groups]),
+        ::redis::Value::Array(replies) if replies.len() == groups => Ok(replies),
+        other => Err(other),
+    }
+}
+
+/// One compare-and-set's part of the script's reply: `Ok(None)` it wrote, `Ok(Some(current))` it
+/// did not (the keys hold `current`), `Err` a reply the script never gives.
 pub(super) fn reply(value: ::redis::Value, keys: usize) -> Result<Option<Raw>, String> {
     match value {
         ::redis::Value::Int(1) => Ok(None),
@@ -222,5 +321,101 @@ mod tests {
         assert_eq!(tagged(&s, tag), "12:3;ab.7");
         assert_eq!(decode(tagged(&s, tag).as_bytes()), Some(s));
         assert_eq!(decode(b"5;x"), Some(State { a: 5, b: 0 }));
+    }
+
+    fn key(name: &str) -> TextKey {
+        TextKey::from_text(name.to_owned())
+    }
+
+    #[test]
+    fn a_compare_and_set_sends_per_key_expected_new_and_pxat() {
+        let keys = [key("a"), key("b"), key("c")];
+        let kept = State {
+            a: 3_000_000_000,
+            b: 0,
+        };
+        let gone = State { a: 5, b: 0 };
+        let call = Call {
+            keys: &keys,
+            expected: &[Some(b"1;x.1".to_vec()), None, Some(b"2;x.2".to_vec())],
+            new: &[Some(kept), None, Some(gone)],
+            now: 1_000_000_000,
+            tag: Tag {
+                writer: 0xab,
+                seq: 9,
+            },
+        };
+        let (group, written) = call.group().unwrap();
+        let args: Vec<&[u8]> = group.args().collect();
+        let pxat = (3_000 + EXPIRY_GRACE_MS).to_string();
+        assert_eq!(
+            args,
+            [
+                &b"1;x.1"[..],
+                b"3000000000;ab.9",
+                pxat.as_bytes(),
+                b"",
+                b"",
+                b"0",
+                b"2;x.2",
+                b"-",
+                b"0"
+            ]
+        );
+        assert_eq!(
+            written.as_slice(),
+            [Some(b"3000000000;ab.9".to_vec()), None, None]
+        );
+    }
+
+    #[test]
+    fn one_script_call_carries_each_compare_and_set_keys_first_then_sizes_then_arguments() {
+        let group = |names: &[&str]| {
+            let keys: Vec<TextKey> = names.iter().map(|n| key(n)).collect();
+            let expected = vec![None; keys.len()];
+            let new = vec![None; keys.len()];
+            Call {
+                keys: &keys,
+                expected: &expected,
+                new: &new,
+                now: 0,
+                tag: Tag { writer: 1, seq: 1 },
+            }
+            .group()
+            .unwrap()
+            .0
+        };
+        let (one, two) = (group(&["a"]), group(&["b", "c"]));
+        let cmd = command([&one, &two].into_iter());
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|a| match a {
+                ::redis::Arg::Simple(b) => b.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(args[0], b"EVALSHA");
+        assert_eq!(args[2], b"3", "three keys in all");
+        assert_eq!(args[3..6], [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+        assert_eq!(args[6], [0, 1, 0, 2], "one key, then two");
+        assert_eq!(args.len(), 7 + 3 * 3);
+    }
+
+    #[test]
+    fn a_reply_splits_per_compare_and_set() {
+        use ::redis::Value;
+        let ones = split(Value::Int(1), 3).unwrap();
+        assert_eq!(ones, vec![Value::Int(1); 3], "1: every one wrote");
+        let current = Value::Array(vec![Value::BulkString(b"7".to_vec()), Value::Nil]);
+        let parts = split(Value::Array(vec![Value::Int(1), current.clone()]), 2).unwrap();
+        assert_eq!(parts, [Value::Int(1), current.clone()]);
+        assert_eq!(
+            reply(parts[1].clone(), 2),
+            Ok(Some([Some(b"7".to_vec()), None].into_iter().collect()))
+        );
+        assert_eq!(reply(parts[0].clone(), 2), Ok(None));
+        // Not one per compare-and-set: the reply as it came, for the caller to refuse.
+        assert!(split(Value::Array(vec![Value::Int(1)]), 2).is_err());
+        assert!(split(Value::Int(0), 1).is_err());
     }
 }

@@ -1,30 +1,35 @@
-//! The script calls of one instance, pipelined: calls made while the Redis I/O thread is busy
-//! wait in one list, and its dispatcher sends all of them in one write (a pipeline of `EVALSHA`s,
-//! each still its own atomic script) and hands each reply back. One write and one read serve many
-//! decisions on many keys; a call made while nothing else waits goes out alone, at once.
-//! (Not on a cluster, whose commands are routed by slot: there each call is sent on its own.)
+//! The compare-and-sets of one instance, sent together: those made while the Redis I/O thread is
+//! busy wait in one list, and its dispatcher sends all of them in one write: a few script calls
+//! (`pack`: up to 32 compare-and-sets each, each still all-or-nothing on its own keys), pipelined,
+//! then hands each compare-and-set its own part of the reply. One write, one read and one script
+//! set-up serve many decisions on many keys; one made while nothing else waits goes out alone,
+//! at once. A script call that Redis fails as a whole (not for want of the script) is sent again
+//! one compare-and-set per call, so one's error never becomes another's. (Not on a cluster, whose
+//! commands are routed by slot: there each compare-and-set is sent on its own.)
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ::redis::aio::ConnectionLike;
-use ::redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisResult, Value};
+use ::redis::{ErrorKind, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::{Notify, oneshot};
 
-use crate::cas;
+use crate::cas::{self, Group};
 use crate::conn::{Conn, Conns};
 use crate::io::{self, within};
+use crate::pack;
 
-/// Most calls in one pipeline.
+/// Most compare-and-sets in one pipeline.
 const MAX_PIPELINE: usize = 256;
 
 struct Job {
-    cmd: Cmd,
+    group: Group,
     reply: oneshot::Sender<RedisResult<Value>>,
 }
 
-/// The list of waiting calls and the dispatcher that sends them.
+/// The list of waiting compare-and-sets and the dispatcher that sends them.
 pub(super) struct Dispatcher {
     jobs: Mutex<Vec<Job>>,
     wake: Notify,
@@ -44,14 +49,14 @@ impl Dispatcher {
         dispatcher
     }
 
-    /// Sends `cmd` with the calls waiting beside it; its reply (a `NOSCRIPT` reply has already
-    /// been answered by loading the script and calling again).
-    pub(super) async fn call(&self, cmd: Cmd) -> RedisResult<Value> {
+    /// Sends `group` with the compare-and-sets waiting beside it; its part of the reply (a
+    /// `NOSCRIPT` reply has already been answered by loading the script and calling again).
+    pub(super) async fn call(&self, group: Group) -> RedisResult<Value> {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push(Job { cmd, reply });
+            .push(Job { group, reply });
         self.wake.notify_one();
         answer.await.unwrap_or_else(|_| Err(gone()))
     }
@@ -87,58 +92,107 @@ async fn dispatch(dispatcher: Arc<Dispatcher>, conns: Arc<Conns>, timeout: Durat
     }
 }
 
-/// Sends `jobs` as one pipeline and answers each.
+/// Sends `jobs` in a few script calls (`pack`), pipelined, and answers each.
 async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
-    let mut pipeline = Pipeline::with_capacity(jobs.len());
-    let mut replies = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        pipeline.add_command(job.cmd);
-        replies.push(job.reply);
+    let calls = pack::calls(jobs.iter().map(|j| j.group.keys.len()));
+    let mut pipeline = Pipeline::with_capacity(calls.len());
+    for call in &calls {
+        pipeline.add_command(cas::command(jobs[call.clone()].iter().map(|j| &j.group)));
     }
     let mut conn = conns.get();
-    let mut values = match sent(&mut conn, &pipeline, timeout).await {
+    let values = match replies(&mut conn, &pipeline, timeout).await {
         Ok(values) => values,
         Err(e) => {
-            for reply in replies {
-                let _ = reply.send(Err(e.clone()));
+            for job in jobs {
+                let _ = job.reply.send(Err(e.clone()));
             }
             return;
         }
     };
-    let unknown: Vec<usize> = (0..values.len())
-        .filter(|&i| cas::unknown_script(&values[i]))
+    // A script call Redis failed as a whole (a key of the wrong type, say) carrying several
+    // compare-and-sets: each is sent again alone, so the error is only its own.
+    let mut alone: Vec<usize> = Vec::new();
+    let mut answers: Vec<Option<RedisResult<Value>>> = (0..jobs.len()).map(|_| None).collect();
+    for (call, value) in calls.into_iter().zip(values) {
+        match value {
+            Err(e) => call.for_each(|i| answers[i] = Some(Err(e.clone()))),
+            Ok(Value::ServerError(_)) if call.len() > 1 => alone.extend(call),
+            Ok(value) => spread(call, value, &mut answers),
+        }
+    }
+    if !alone.is_empty() {
+        let mut again = Pipeline::with_capacity(alone.len());
+        for &i in &alone {
+            again.add_command(cas::command(std::iter::once(&jobs[i].group)));
+        }
+        match replies(&mut conn, &again, timeout).await {
+            Ok(values) => {
+                for (&i, value) in alone.iter().zip(values) {
+                    match value {
+                        Ok(value) => spread(i..i + 1, value, &mut answers),
+                        Err(e) => answers[i] = Some(Err(e)),
+                    }
+                }
+            }
+            Err(e) => alone
+                .iter()
+                .for_each(|&i| answers[i] = Some(Err(e.clone()))),
+        }
+    }
+    for (job, answer) in jobs.into_iter().zip(answers) {
+        let _ = job.reply.send(answer.unwrap_or_else(|| Err(gone())));
+    }
+}
+
+/// Gives each compare-and-set of script call `call` its part of the call's reply `value` (a reply
+/// that cannot be split goes to each whole: the writer refuses it).
+fn spread(call: Range<usize>, value: Value, answers: &mut [Option<RedisResult<Value>>]) {
+    match cas::split(value, call.len()) {
+        Ok(parts) => {
+            for (i, part) in call.zip(parts) {
+                answers[i] = Some(Ok(part));
+            }
+        }
+        Err(whole) => call.for_each(|i| answers[i] = Some(Ok(whole.clone()))),
+    }
+}
+
+/// The replies to `pipeline`, one per script call, within `timeout` (a call Redis did not know
+/// the script for is answered after loading it and sending that call again): `Err` when no
+/// reply came (each call's `Err` when its second attempt had none).
+async fn replies(
+    conn: &mut Conn,
+    pipeline: &Pipeline,
+    timeout: Duration,
+) -> RedisResult<Vec<RedisResult<Value>>> {
+    let mut values: Vec<RedisResult<Value>> = sent(conn, pipeline, timeout)
+        .await?
+        .into_iter()
+        .map(Ok)
         .collect();
-    if !unknown.is_empty() {
-        // Redis forgot the script (restarted, failed over): load it and send those again.
-        let mut again = Pipeline::with_capacity(unknown.len() + 1);
-        again.add_command(cas::load());
-        for &i in &unknown {
-            if let Some(cmd) = pipeline.cmd_iter().nth(i) {
-                again.add_command(cmd.clone());
-            }
-        }
-        match sent(&mut conn, &again, timeout).await {
-            Ok(retried) => {
-                for (&i, value) in unknown.iter().zip(retried.into_iter().skip(1)) {
-                    values[i] = value;
-                }
-            }
-            Err(e) => {
-                for (i, reply) in replies.into_iter().enumerate() {
-                    let answer = if unknown.contains(&i) {
-                        Err(e.clone())
-                    } else {
-                        Ok(std::mem::replace(&mut values[i], Value::Nil))
-                    };
-                    let _ = reply.send(answer);
-                }
-                return;
-            }
+    let unknown: Vec<usize> = (0..values.len())
+        .filter(|&i| matches!(&values[i], Ok(v) if cas::unknown_script(v)))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(values);
+    }
+    // Redis forgot the script (restarted, failed over): load it and send those again.
+    let mut again = Pipeline::with_capacity(unknown.len() + 1);
+    again.add_command(cas::load());
+    for &i in &unknown {
+        if let Some(cmd) = pipeline.cmd_iter().nth(i) {
+            again.add_command(cmd.clone());
         }
     }
-    for (reply, value) in replies.into_iter().zip(values) {
-        let _ = reply.send(Ok(value));
+    match sent(conn, &again, timeout).await {
+        Ok(retried) => {
+            for (&i, value) in unknown.iter().zip(retried.into_iter().skip(1)) {
+                values[i] = Ok(value);
+            }
+        }
+        Err(e) => unknown.iter().for_each(|&i| values[i] = Err(e.clone())),
     }
+    Ok(values)
 }
 
 /// The replies to `pipeline`, one per command, within `timeout`.

@@ -31,7 +31,7 @@
 //! - `settings`: `REDIS_URL`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS*`… checked into a
 //!   [`RedisConfig`]; `conn`: connections by topology; `refusal`: a failure to connect sorted
 //!   into a refusal (start-up stops) or unreachable; `io`: the redis-io thread; `dispatch`:
-//!   script calls pipelined.
+//!   compare-and-sets sent together (`pack`: several in one script call), pipelined.
 //! - `calls`: every call bounded by `REDIS_TIMEOUT` and counted; `cas`: the compare-and-set script
 //!   and the text of a state; `seen`: last-seen values; `writer`: compare-and-set calls through
 //!   the seen-value cache; `retry`: attempts and backoff.
@@ -61,6 +61,7 @@ mod io;
 mod key;
 mod lease;
 mod masters;
+mod pack;
 mod pending;
 mod queue;
 mod refusal;

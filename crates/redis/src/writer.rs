@@ -90,9 +90,9 @@ impl Writer {
                 seq: self.seq.fetch_add(1, Ordering::Relaxed),
             },
         };
-        let (cmd, written) = call.command();
+        let (group, written) = call.group().map_err(StoreError::Unavailable)?;
         let stamp = self.seen.stamp();
-        let reply = self.calls.script(cmd).await?;
+        let reply = self.calls.script(group).await?;
         let current = cas::reply(reply, keys.len()).map_err(|e| {
             self.calls.metrics().error("script");
             StoreError::Unavailable(e)
