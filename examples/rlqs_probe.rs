@@ -50,6 +50,9 @@ struct Args {
     /// The server's process id (its RSS and CPU are read from /proc).
     #[arg(long)]
     pid: u32,
+    /// Another process whose CPU at rest is read beside the server's (e.g. its redis-server).
+    #[arg(long)]
+    also_pid: Option<u32>,
     #[command(subcommand)]
     probe: Probe,
 }
@@ -341,11 +344,19 @@ async fn caps(args: &Args, streams: usize, buckets: usize, rounds: u64) {
         all.max() as f64 / 1000.0
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let also = args.also_pid.map(cpu_ticks);
     println!(
         "streams open and silent: cpu {:.1} % of a core over 30 s, buckets {}",
         100.0 * cpu_share(pid, Duration::from_secs(30)).await,
         metric(args.admin, "ratelimit_rlqs_buckets").await,
     );
+    if let (Some(other), Some(before)) = (args.also_pid, also) {
+        let ticks = cpu_ticks(other).saturating_sub(before) as f64;
+        println!(
+            "  meanwhile process {other} (--also-pid): cpu {:.1} % of a core",
+            100.0 * ticks / clock_ticks_per_second() / 30.0
+        );
+    }
     // The same calls while every bucket is held and ticks (the streams silent): compared with a
     // run of `--streams 0`, what the buckets cost a decision's latency.
     let stop = Arc::new(AtomicBool::new(false));

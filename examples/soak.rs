@@ -1,5 +1,6 @@
 //! Soak load for a running server: steady ShouldRateLimit calls over many
-//! distinct keys, and RLQS streams that report their buckets every second and read every answer,
+//! distinct keys (never above `--rate`: a caller that falls behind does not catch up in a burst
+//! unless `--burst`), and RLQS streams that report their buckets every second and read every answer,
 //! each stream closed and opened again every minute. Prints one line a minute (calls, answers by
 //! code, errors, RLQS messages). `scripts/issue31-probes/soak.sh` starts the server and Redis,
 //! reloads the rules, kills Redis now and then, and samples the server's RSS meanwhile.
@@ -20,6 +21,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use ratelimit_server::clock::monotonic;
+use tokio::time::MissedTickBehavior;
 use tonic::transport::Channel;
 
 #[derive(Debug, Parser)]
@@ -45,6 +47,12 @@ struct Args {
     /// Buckets each stream reports.
     #[arg(long, default_value_t = 50)]
     buckets: u64,
+    /// Let a caller that fell behind catch up in a burst (tokio's `MissedTickBehavior::Burst`).
+    /// Off by default: a late caller waits a whole period from its late call
+    /// (`MissedTickBehavior::Delay`), so the call rate never rises above `--rate` and a memory
+    /// figure does not depend on how far the load side fell behind.
+    #[arg(long)]
+    burst: bool,
 }
 
 #[derive(Default)]
@@ -79,6 +87,11 @@ async fn call(
 ) {
     let period = Duration::from_micros(1_000_000 * args.in_flight / args.rate.max(1));
     let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(if args.burst {
+        MissedTickBehavior::Burst
+    } else {
+        MissedTickBehavior::Delay
+    });
     let mut user = first;
     loop {
         tick.tick().await;

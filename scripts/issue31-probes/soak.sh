@@ -3,10 +3,14 @@
 # (`serve`, Redis backend, default settings), drives it with examples/soak (ShouldRateLimit over
 # KEYS distinct keys, RLQS streams reopened every minute), rewrites the rules every 30 s (a
 # reload each time) and kills Redis (SIGKILL, started again 3 s later, empty) every 2 minutes.
-# Prints one line every 10 s: seconds, VmRSS in KiB, ratelimit_store_up, reloads so far.
+# Prints one line every 10 s: seconds, VmRSS in KiB, ratelimit_store_up, reloads so far, RssAnon
+# in KiB (the heap's part of RSS).
 #
 # usage: scripts/issue31-probes/soak.sh BIN MINUTES [examples/soak arguments…]
-#   needs: cargo build --example soak (a debug build is enough for the load side)
+#   needs: cargo build --example soak (a debug build is enough for the load side); SOAK=path
+#   picks another build of it.
+#   SERVER_WRAP="heaptrack -o FILE": the server runs under that command (RSS is then read from
+#   the server, the wrapper's child; at the end the server gets SIGTERM so the wrapper can write).
 set -euo pipefail
 bin=$(realpath "$1")
 minutes=${2:-20}
@@ -17,6 +21,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/issue31-soak.XXXXXX")
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -n "${wrapper:-}" ] && wait "$wrapper" 2>/dev/null || true
   [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -51,18 +56,25 @@ sleep 0.5
 
 grpc=$(port)
 http=$(port)
+# shellcheck disable=SC2086 # SERVER_WRAP is a command line
 env BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$redis_port" LOG_LEVEL=warn \
-  "$bin" serve --config "$work/rules" --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
-  >/dev/null 2>"$work/server.log" &
+  ${SERVER_WRAP:-} "$bin" serve --config "$work/rules" --grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" \
+  >"$work/wrap.log" 2>"$work/server.log" &
 server=$!
-pids+=("$server")
+if [ -n "${SERVER_WRAP:-}" ]; then
+  wrapper=$server
+  for _ in $(seq 100); do server=$(pgrep -P "$wrapper" | head -1) && [ -n "$server" ] && break; sleep 0.1; done
+  pids+=("$server")
+else
+  pids+=("$server")
+fi
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/healthcheck" >/dev/null && break; sleep 0.1; done
 
 "$soak" --addr "127.0.0.1:$grpc" --minutes "$minutes" "$@" >"$work/soak.out" 2>&1 &
 pids+=($!)
 
 metric() { curl -s "http://127.0.0.1:$http/metrics" | awk -v m="$1" '$1 == m {print $2; exit}'; }
-echo "seconds rss_kib store_up reloads"
+echo "seconds rss_kib store_up reloads anon_kib"
 start=$SECONDS
 limit=1000
 while [ $((SECONDS - start)) -lt $((minutes * 60)) ]; do
@@ -79,7 +91,8 @@ while [ $((SECONDS - start)) -lt $((minutes * 60)) ]; do
     start_redis
   fi
   rss=$(awk '/^VmRSS/ {print $2}' "/proc/$server/status")
-  echo "$t $rss $(metric ratelimit_store_up) $(metric ratelimit_service_config_load_success)"
+  anon=$(awk '/^RssAnon/ {print $2}' "/proc/$server/status")
+  echo "$t $rss $(metric ratelimit_store_up) $(metric ratelimit_service_config_load_success) $anon"
 done
 echo "--- load (per minute):"
 cat "$work/soak.out"

@@ -616,13 +616,61 @@ async fn two_servers_on_one_redis_split_one_buckets_limit() {
     keys.extend(redis.keys("*%instances"));
     assert_eq!(
         keys.len(),
-        2,
-        "the bucket's hash and the instances': {keys:?}"
+        3,
+        "the bucket's hash, the moves counter and the instances': {keys:?}"
     );
     for key in keys {
         let ttl: i64 = redis.cli(&["PTTL", &key]).unwrap().trim().parse().unwrap();
         assert!(ttl > 0, "{key} has no TTL ({ttl})");
     }
+    assert_eq!(one.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
+}
+
+/// A bucket at rest costs no call (issue 34: 200,000 of them took a third of a core): once its
+/// demand is written and no other instance moves, the entry is not written again every second,
+/// nor the moves counter touched; when the bucket's last stream goes, its entry is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_bucket_at_rest_is_not_written_again_and_a_dropped_one_is_deleted() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_URL", redis.addr()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rlqs.yaml"), RULES).unwrap();
+    let mut one = Served::with_env(dir.path(), &env);
+    one.wait_healthy().await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let mut a = Envoy::at(one.grpc).await;
+    a.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(a.next_one().await, Told::TokenBucket(9, 600, 3600, 20));
+    let hash = || redis.keys("*%rlqs|*");
+    eventually("the bucket's entry is written", || async {
+        hash().len() == 1
+    })
+    .await;
+    let key = hash().remove(0);
+    let state = || {
+        (
+            redis.cli(&["HGETALL", &key]).unwrap(),
+            redis.cli(&["GET", &redis.keys("*%rlqs-moves")[0]]).unwrap(),
+        )
+    };
+    // A round or two past the write, then three more at rest.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = state();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(state(), before, "the entry and the counter at rest");
+    assert!(!before.0.trim().is_empty(), "{before:?}");
+    // The stream gone, the bucket is no longer held: its entry is deleted.
+    drop(a);
+    eventually("the entry deleted", || async {
+        redis.cli(&["HLEN", &key]).is_ok_and(|n| n.trim() == "0")
+    })
+    .await;
     assert_eq!(one.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
 }
 

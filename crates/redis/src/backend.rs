@@ -103,11 +103,22 @@ impl RedisBackend {
         DemandRound::start(self.calls().clone(), self.inner.keys.clone(), instance).await
     }
 
+    /// The round of the demand exchange that [`RedisBackend::demand_round`] started at `now_ms`
+    /// (Redis's time), again: no call.
+    pub fn demand_round_at(&self, instance: InstanceId, now_ms: u64) -> DemandRound {
+        DemandRound::at(
+            self.calls().clone(),
+            self.inner.keys.clone(),
+            instance,
+            now_ms,
+        )
+    }
+
     /// Says this instance (`id`) is alive, in the instances' hash the RLQS exchange beats in too
     /// (one registry of the server instances on this Redis, by Redis's clock), and counts the
     /// instances alive there, this one included.
     pub(crate) async fn heartbeat(&self, id: InstanceId) -> Result<usize, StoreError> {
-        let seen = self.demand_round(id).await?.beat().await?;
+        let seen = self.demand_round(id).await?.beat().await?.seen;
         Ok(fraction::live(id, &seen.peers, seen.now_ms))
     }
 

@@ -331,6 +331,12 @@ impl TextKeyBuilder {
     pub(crate) fn instances_key(&self) -> TextKey {
         TextKey(format!("{}%instances", self.prefix).into())
     }
+
+    /// The counter every instance increments after it changed a demand in the RLQS buckets'
+    /// hashes: `<prefix>%rlqs-moves` (no bucket key is so: theirs go on with `|`).
+    pub(crate) fn quota_moves_key(&self) -> TextKey {
+        TextKey(format!("{}%rlqs-moves", self.prefix).into())
+    }
 }
 
 #[cfg(test)]
@@ -374,6 +380,7 @@ mod tests {
             "rl:%rlqs|rlqs|api_key=k%7C1|name=per-api-key"
         );
         assert_eq!(b.instances_key().as_str(), "rl:%instances");
+        assert_eq!(b.quota_moves_key().as_str(), "rl:%rlqs-moves");
         let long = vec![("k".to_owned(), "v".repeat(3000))];
         let key = b.quota_key(&"d".repeat(500), &long);
         assert!(key.as_str().len() <= MAX_KEY, "{}", key.as_str());

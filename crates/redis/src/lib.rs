@@ -76,7 +76,7 @@ pub use admin::{ScanStep, ScannedCounter};
 pub use backend::RedisBackend;
 pub use conn::RedisConfig;
 pub use connect::RedisConnect;
-pub use demand::{DemandRound, Snapshot};
+pub use demand::{Beat, BucketCall, DemandRound, Snapshot};
 pub use key::TextKey;
 pub use settings::{InvalidSetting, RedisSettings, RedisType, SocketType};
 

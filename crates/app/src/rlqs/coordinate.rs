@@ -1,7 +1,8 @@
-//! Instances sharing RLQS buckets: every second, this instance publishes its demand for each
-//! limited bucket and reads every instance's ([`Exchange`], Redis in `rlqs::redis`), then takes
-//! its fraction of each bucket's pool (`quota::fraction`, pure). It runs in a task of its own:
-//! no gRPC stream ever waits on Redis. When an exchange fails, each bucket keeps the last
+//! Instances sharing RLQS buckets: every second, this instance beats, publishes its demand for
+//! each limited bucket whose demand changed and reads the buckets the other instances moved
+//! ([`Exchange`], Redis in `rlqs::redis`; which buckets: `plan`), then takes its fraction of each
+//! bucket read (`quota::fraction`, pure). A bucket at rest costs no call. It runs in a task of
+//! its own: no gRPC stream ever waits on Redis. When an exchange fails, each bucket keeps the last
 //! fraction it had and a new bucket starts at an even split among the instances last seen; the
 //! failures are counted (`ratelimit_rlqs_exchange_errors_total`) and said at most once a minute.
 
@@ -13,9 +14,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::TICK;
+use super::plan::{Begun, Call, Plan, Settled};
 use super::table::{BucketKey, Table};
 use ratelimit_core::clock::monotonic;
-use ratelimit_core::quota::fraction::{self, InstanceId, Peer};
+use ratelimit_core::quota::fraction::{InstanceId, Peer};
 use ratelimit_core::store::Backend;
 use ratelimit_remote::Every;
 
@@ -29,52 +31,53 @@ pub(crate) struct Seen {
     pub(crate) peers: Vec<Peer>,
 }
 
-/// One round of the exchange.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Exchanged {
-    /// The instances' beats (this one's written in this round).
-    pub(crate) instances: Seen,
-    /// Per bucket asked, in order: its hash after this instance's write, `None` if that call
-    /// failed.
-    pub(crate) buckets: Vec<Option<Seen>>,
-}
+/// A future of the exchange.
+pub(crate) type Exchanging<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Where instances publish and read their demands.
 pub(crate) trait Exchange: Send + Sync + 'static {
     /// This instance's id among the instances on the shared store.
     fn instance(&self) -> InstanceId;
-    /// Publishes `instance`'s beat and its demand for each bucket; what each hash holds then.
-    fn exchange<'a>(
+    /// Starts a round: `instance`'s beat, every instance's, and the moves counter.
+    fn begin(&self, instance: InstanceId) -> Exchanging<'_, Result<Begun, String>>;
+    /// The round's calls on the buckets' hashes, at the round's time `now_ms`: per call, `None`
+    /// where it failed, else what its hash held where it was read.
+    fn buckets<'a>(
         &'a self,
         instance: InstanceId,
-        demands: &'a [(Arc<BucketKey>, f64)],
-    ) -> Pin<Box<dyn Future<Output = Result<Exchanged, String>> + Send + 'a>>;
+        now_ms: u64,
+        calls: &'a [(Arc<BucketKey>, Call)],
+    ) -> Exchanging<'a, Vec<Option<Option<Seen>>>>;
+    /// Tells the others this instance changed demands: the moves counter after its increment.
+    fn moved(&self, instance: InstanceId, now_ms: u64) -> Exchanging<'_, Result<u64, String>>;
 }
 
-/// Each bucket's fraction from one round, and the instances alive.
-fn fractions(
+/// One round: begin, the deletes, the other calls, the fractions, and the increment if owed.
+async fn round(
+    exchange: &dyn Exchange,
     instance: InstanceId,
+    plan: &mut Plan,
     demands: &[(Arc<BucketKey>, f64)],
-    exchanged: &Exchanged,
-) -> (Vec<(Arc<BucketKey>, f64)>, usize, u64) {
-    let alive = fraction::live(
-        instance,
-        &exchanged.instances.peers,
-        exchanged.instances.now_ms,
-    );
-    let mut failed = 0;
-    let mut out = Vec::with_capacity(demands.len());
-    for ((key, demand), seen) in demands.iter().zip(&exchanged.buckets) {
-        match seen {
-            Some(seen) => out.push((
-                key.clone(),
-                fraction::fraction(instance, *demand, &seen.peers, seen.now_ms),
-            )),
-            None => failed += 1,
-        }
+) -> Result<Settled, String> {
+    let begun = exchange.begin(instance).await?;
+    let now_ms = begun.instances.now_ms;
+    let round = plan.round(instance, demands, &begun);
+    let deleted = if round.deletes.is_empty() {
+        Vec::new()
+    } else {
+        exchange.buckets(instance, now_ms, &round.deletes).await
+    };
+    let answers = if round.calls.is_empty() {
+        Vec::new()
+    } else {
+        exchange.buckets(instance, now_ms, &round.calls).await
+    };
+    let settled = plan.settle(instance, &begun, &round, &deleted, &answers);
+    if settled.announce {
+        let moved = exchange.moved(instance, now_ms).await.ok();
+        plan.announced(&begun, moved);
     }
-    failed += demands.len().saturating_sub(exchanged.buckets.len()) as u64;
-    (out, alive, failed)
+    Ok(settled)
 }
 
 /// Exchanges every [`TICK`] until `stop` turns true.
@@ -90,6 +93,7 @@ pub(crate) async fn coordinate<B: Backend>(
     );
     let epoch = monotonic();
     let warn = Every::new(WARN_EVERY);
+    let mut plan = Plan::default();
     let mut interval = tokio::time::interval(TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -98,20 +102,21 @@ pub(crate) async fn coordinate<B: Backend>(
             _ = stop.wait_for(|s| *s) => break,
         }
         let demands = table.demands();
-        let round = tokio::select! {
-            round = exchange.exchange(instance, &demands) => round,
+        let outcome = tokio::select! {
+            outcome = round(&*exchange, instance, &mut plan, &demands) => outcome,
             _ = stop.wait_for(|s| *s) => break,
         };
         let metrics = table.metrics();
-        let failure = match round {
-            Ok(exchanged) => {
-                let (fractions, alive, failed) = fractions(instance, &demands, &exchanged);
-                metrics.instances.set(alive as i64);
-                table.set_fractions(fractions, alive);
-                metrics.exchange_errors.inc_by(failed);
-                (failed > 0).then(|| format!("{failed} of {} buckets", demands.len()))
+        let failure = match outcome {
+            Ok(settled) => {
+                metrics.instances.set(settled.alive as i64);
+                table.set_fractions(settled.fractions, settled.alive);
+                metrics.exchange_errors.inc_by(settled.failed);
+                (settled.failed > 0)
+                    .then(|| format!("{} of {} buckets", settled.failed, demands.len()))
             }
             Err(e) => {
+                plan.failed();
                 metrics.exchange_errors.inc();
                 Some(e)
             }
@@ -124,48 +129,5 @@ pub(crate) async fn coordinate<B: Backend>(
                 "the RLQS demand exchange with Redis failed: buckets keep their last fraction of the pool (ratelimit_rlqs_exchange_errors_total counts the failures)"
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(name: &str) -> Arc<BucketKey> {
-        Arc::new(("d".to_owned(), vec![("k".to_owned(), name.to_owned())]))
-    }
-
-    fn peer(instance: InstanceId, demand: f64, at_ms: u64) -> Peer {
-        Peer {
-            instance,
-            demand,
-            at_ms,
-        }
-    }
-
-    #[test]
-    fn a_round_gives_each_answered_bucket_its_fraction_and_counts_the_others() {
-        let demands = vec![(key("a"), 1.0), (key("b"), 3.0), (key("c"), 1.0)];
-        let seen = |peers| {
-            Some(Seen {
-                now_ms: 10_000,
-                peers,
-            })
-        };
-        let exchanged = Exchanged {
-            instances: Seen {
-                now_ms: 10_000,
-                peers: vec![peer(1, 0.0, 10_000), peer(2, 0.0, 9_500)],
-            },
-            buckets: vec![
-                seen(vec![peer(1, 1.0, 10_000), peer(2, 1.0, 9_800)]),
-                None,
-                seen(vec![peer(1, 1.0, 10_000)]),
-            ],
-        };
-        let (fractions, alive, failed) = fractions(1, &demands, &exchanged);
-        assert_eq!(alive, 2);
-        assert_eq!(failed, 1);
-        assert_eq!(fractions, vec![(key("a"), 0.5), (key("c"), 1.0)]);
     }
 }

@@ -5,7 +5,8 @@
 //! any push to other streams leave through each stream's outbox, which keeps only the newest
 //! action per bucket until the client reads it (`outbox`). A ticker moves, every second, the
 //! shares that are due (idle streams, TTLs, reloads, shares waiting for the ledger). With Redis, instances share each bucket's pool: each
-//! hands out its fraction, from the demands they exchange every second (`coordinate`). At shutdown
+//! hands out its fraction, from the demands they exchange every second (`coordinate`; a demand
+//! at rest is not sent again, `plan`). At shutdown
 //! every stream ends, so the drain does not wait on them. Reports and ticks run on blocking
 //! threads: the table's lock never holds up the runtime's workers (ShouldRateLimit's).
 
@@ -13,6 +14,7 @@ mod actions;
 mod coordinate;
 mod metrics;
 mod outbox;
+mod plan;
 mod redis;
 mod table;
 

@@ -6,7 +6,9 @@
 //! reports) and reads every instance's. Its fraction is its weight over the sum of the fresh
 //! instances' weights, a weight being the demand floored at `NEWCOMER_FLOOR` of the mean (as
 //! for streams within an instance), so instances computing on one snapshot take fractions that
-//! add up to at most 1, and their scaled pools (`scaled`) to at most the rule's.
+//! add up to at most 1, and their scaled pools (`scaled`) to at most the rule's. An entry is as
+//! fresh as its instance's beat while it is held (`vouched`): a demand at rest is not rewritten
+//! every second.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +18,13 @@ use crate::quota::shares::NEWCOMER_FLOOR;
 pub type InstanceId = u64;
 
 /// An entry older than this (by the snapshot's clock, in ms) is of an instance gone or cut off:
-/// it is not counted. Instances publish every second.
+/// it is not counted. Instances beat every second.
 pub const STALE_AFTER_MS: u64 = 5_000;
+
+/// A bucket's entry that its instance has not rewritten for this long (ms) no longer counts,
+/// however fresh the instance's beat ([`vouched`]). An instance rewrites an unchanged demand well
+/// within it, and deletes its entry when it stops holding the bucket.
+pub const HELD_MS: u64 = 300_000;
 
 /// One instance's published demand for a bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,9 +74,39 @@ fn fresh(
     demands
 }
 
+/// A bucket's `entries` as they count at `now_ms` against `beats` (the instances' hash): an entry
+/// written within [`HELD_MS`] is as fresh as its instance's latest beat, so an instance whose
+/// demand for the bucket has not changed need not write it every second; it stops counting
+/// [`STALE_AFTER_MS`] after its instance's last beat, as an entry written every second would.
+/// An entry older than [`HELD_MS`], or whose instance has no beat, keeps its own time.
+pub fn vouched(entries: &[Peer], beats: &[Peer], now_ms: u64) -> Vec<Peer> {
+    entries
+        .iter()
+        .map(|entry| {
+            let mut entry = *entry;
+            if now_ms.saturating_sub(entry.at_ms) <= HELD_MS {
+                let beat = beats
+                    .iter()
+                    .filter(|b| b.instance == entry.instance)
+                    .map(|b| b.at_ms)
+                    .max();
+                if let Some(at) = beat {
+                    entry.at_ms = entry.at_ms.max(at);
+                }
+            }
+            entry
+        })
+        .collect()
+}
+
 /// Instances alive in `snapshot` at `now_ms`, `own` included.
 pub fn live(own: InstanceId, snapshot: &[Peer], now_ms: u64) -> usize {
     fresh(own, 0.0, snapshot, now_ms).len()
+}
+
+/// The ids of the instances alive in `snapshot` at `now_ms`, `own` included, in order.
+pub fn alive(own: InstanceId, snapshot: &[Peer], now_ms: u64) -> Vec<InstanceId> {
+    fresh(own, 0.0, snapshot, now_ms).into_keys().collect()
 }
 
 /// `own`'s part of the pool, in `[0, 1]`: its weight over the sum of every fresh instance's.
@@ -161,6 +198,7 @@ mod tests {
             peer(3, f64::NAN, now),
         ];
         assert_eq!(live(1, &snapshot, now), 2);
+        assert_eq!(alive(1, &snapshot, now), vec![1, 3]);
         // Instance 3's NaN is no demand: it gets the floor (mean 0.5, floor 0.125).
         assert!((fraction(1, 1.0, &snapshot, now) - 1.0 / 1.125).abs() < 1e-12);
         assert_eq!(fraction(1, f64::INFINITY, &[peer(2, -4.0, now)], now), 0.5);
@@ -171,6 +209,28 @@ mod tests {
         let now = 10_000;
         let snapshot = [peer(2, 9.0, now - 3000), peer(2, 1.0, now)];
         assert_eq!(fraction(1, 1.0, &snapshot, now), 0.5);
+    }
+
+    #[test]
+    fn an_entry_at_rest_counts_while_its_instance_beats_and_it_is_held() {
+        let now = 1_000_000;
+        // Instance 2 wrote its demand a minute ago and beat just now: it counts.
+        let entries = [peer(1, 1.0, now), peer(2, 3.0, now - 60_000)];
+        let beats = [peer(1, 0.0, now), peer(2, 0.0, now - 800)];
+        let counted = vouched(&entries, &beats, now);
+        assert_eq!(counted[1], peer(2, 3.0, now - 800));
+        assert_eq!(fraction(1, 1.0, &counted, now), 0.25);
+        // Its beat 6 s old (gone, or cut off): not counted, as a stale entry.
+        let beats = [peer(2, 0.0, now - STALE_AFTER_MS - 1_000)];
+        assert_eq!(fraction(1, 1.0, &vouched(&entries, &beats, now), now), 1.0);
+        // Written longer ago than it is held, or no beat at all: its own time.
+        let old = [peer(2, 3.0, now - HELD_MS - 1)];
+        let beats = [peer(2, 0.0, now)];
+        assert_eq!(vouched(&old, &beats, now), old.to_vec());
+        assert_eq!(vouched(&entries, &[], now), entries.to_vec());
+        // A beat older than the entry leaves the entry's time.
+        let beats = [peer(2, 0.0, now - 90_000)];
+        assert_eq!(vouched(&entries, &beats, now), entries.to_vec());
     }
 
     #[test]
