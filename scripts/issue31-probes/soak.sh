@@ -63,7 +63,9 @@ env BACKEND_TYPE=redis REDIS_URL="127.0.0.1:$redis_port" LOG_LEVEL=warn \
 server=$!
 if [ -n "${SERVER_WRAP:-}" ]; then
   wrapper=$server
-  for _ in $(seq 100); do server=$(pgrep -P "$wrapper" | head -1) && [ -n "$server" ] && break; sleep 0.1; done
+  # The server itself, however deep under the wrapper (its command line starts with the binary;
+  # the wrapper's and the profiler's helpers' do not).
+  for _ in $(seq 100); do server=$(pgrep -n -f "^$bin serve --config $work/rules") && break; sleep 0.1; done
   pids+=("$server")
 else
   pids+=("$server")
