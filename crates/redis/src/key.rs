@@ -147,6 +147,39 @@ fn head(s: &str, max: usize) -> &str {
     &s[..s.len().min(max)]
 }
 
+/// Appends `domain`, encoded; past [`MAX_DOMAIN`], its head and a hash of the whole.
+fn push_domain(key: &mut String, domain: &str) {
+    let mut name = String::new();
+    encode(&mut name, domain);
+    if name.len() > MAX_DOMAIN {
+        let digest = hash128(name.as_bytes()) as u64;
+        let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
+    } else {
+        key.push_str(&name);
+    }
+}
+
+/// Appends one entry, `|k=v`, encoded.
+fn push_entry(body: &mut String, k: &str, v: &str) {
+    body.push('|');
+    encode(body, k);
+    body.push('=');
+    encode(body, v);
+}
+
+/// Appends `body` to `key` leaving room for a tail of `tail` bytes within [`MAX_KEY`]: whole,
+/// or its head and `|~` + 32 hex digits of a hash of the whole.
+fn push_body(key: &mut String, body: &str, tail: usize) {
+    if key.len() + body.len() + tail > MAX_KEY {
+        let room = MAX_KEY.saturating_sub(key.len() + tail + 34);
+        let digest = hash128(body.as_bytes());
+        key.push_str(head(body, room));
+        let _ = write!(key, "|~{digest:032x}");
+    } else {
+        key.push_str(body);
+    }
+}
+
 impl TextKeyBuilder {
     /// `prefix` must not contain `{` or `}` (a hash tag would put every key in one cluster slot);
     /// the settings refuse one that does.
@@ -160,21 +193,9 @@ impl TextKeyBuilder {
     pub(crate) fn key(&self, id: &CounterId<'_>) -> TextKey {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
-        let mut name = String::new();
-        encode(&mut name, id.domain);
-        if name.len() > MAX_DOMAIN {
-            let digest = hash128(name.as_bytes()) as u64;
-            let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
-        } else {
-            key.push_str(&name);
-        }
+        push_domain(&mut key, id.domain);
         let mut body = String::new();
-        id.entries.for_each(|k, v| {
-            body.push('|');
-            encode(&mut body, k);
-            body.push('=');
-            encode(&mut body, v);
-        });
+        id.entries.for_each(|k, v| push_entry(&mut body, k, v));
         let mut tail = String::new();
         let _ = write!(tail, "|{}.{}.", id.slot, id.algorithm.code());
         if id.period.is_multiple_of(NANOS_PER_SECOND) {
@@ -182,15 +203,7 @@ impl TextKeyBuilder {
         } else {
             let _ = write!(tail, "{}ns", id.period);
         }
-        if key.len() + body.len() + tail.len() > MAX_KEY {
-            // `|~` + 32 hex digits.
-            let room = MAX_KEY.saturating_sub(key.len() + tail.len() + 34);
-            let digest = hash128(body.as_bytes());
-            key.push_str(head(&body, room));
-            let _ = write!(key, "|~{digest:032x}");
-        } else {
-            key.push_str(&body);
-        }
+        push_body(&mut key, &body, tail.len());
         key.push_str(&tail);
         TextKey(key.into())
     }
@@ -203,29 +216,12 @@ impl TextKeyBuilder {
         let mut key = String::with_capacity(64);
         key.push_str(&self.prefix);
         key.push_str("%rlqs|");
-        let mut name = String::new();
-        encode(&mut name, domain);
-        if name.len() > MAX_DOMAIN {
-            let digest = hash128(name.as_bytes()) as u64;
-            let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
-        } else {
-            key.push_str(&name);
-        }
+        push_domain(&mut key, domain);
         let mut body = String::new();
         for (k, v) in entries {
-            body.push('|');
-            encode(&mut body, k);
-            body.push('=');
-            encode(&mut body, v);
+            push_entry(&mut body, k, v);
         }
-        if key.len() + body.len() > MAX_KEY {
-            let room = MAX_KEY.saturating_sub(key.len() + 34);
-            let digest = hash128(body.as_bytes());
-            key.push_str(head(&body, room));
-            let _ = write!(key, "|~{digest:032x}");
-        } else {
-            key.push_str(&body);
-        }
+        push_body(&mut key, &body, 0);
         TextKey(key.into())
     }
 
@@ -233,14 +229,7 @@ impl TextKeyBuilder {
     /// head and hash when long), as [`TextKeyBuilder::key`] writes them.
     fn domain_head(&self, domain: &str) -> String {
         let mut key = self.prefix.clone();
-        let mut name = String::new();
-        encode(&mut name, domain);
-        if name.len() > MAX_DOMAIN {
-            let digest = hash128(name.as_bytes()) as u64;
-            let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
-        } else {
-            key.push_str(&name);
-        }
+        push_domain(&mut key, domain);
         key
     }
 
