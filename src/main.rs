@@ -6,6 +6,10 @@ use clap::{CommandFactory, FromArgMatches};
 use ratelimit_server::cli::{Cli, Command, run};
 use ratelimit_server::reference_env;
 
+/// The process's allocator (why: Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     // envoyproxy/ratelimit's settings fill in ours that are not set (flag > our env > theirs):
     // each translated value becomes the default of the argument that reads that variable, below
