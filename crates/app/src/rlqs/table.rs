@@ -8,7 +8,9 @@
 //! the buckets that are due (`quota::deadlines`): an idle bucket costs nothing between its
 //! deadlines. With instances sharing buckets through
 //! Redis (`coordinate`), each bucket's shares hand out only this instance's fraction of the pool:
-//! a new bucket starts at an even split among the instances last seen alive.
+//! a new bucket starts at an even split among the instances last seen alive; and the table marks
+//! the buckets whose published demand moved, so the exchange takes only those each second
+//! ([`Table::demands`]), not every bucket.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
