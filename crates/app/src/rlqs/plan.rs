@@ -12,6 +12,7 @@
 //! instance stopped holding has its entry deleted (until that succeeds).
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, Hasher, RandomState};
 use std::sync::Arc;
 
 use ratelimit_core::quota::Deadlines;
@@ -52,9 +53,33 @@ pub(crate) struct Begun {
     pub(crate) new: bool,
 }
 
+/// A bucket as the plan's maps hold it: its key with the key's hash, taken once when the table
+/// hands the bucket over, so the maps hash a number, not the bucket's strings, at each lookup.
+#[derive(Debug, Clone)]
+struct Key {
+    hash: u64,
+    key: Arc<BucketKey>,
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.hash == other.hash && (Arc::ptr_eq(&self.key, &other.key) || self.key == other.key)
+    }
+}
+
+impl Eq for Key {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
 /// One bucket of a round: what to ask, and why.
 #[derive(Debug, Clone, PartialEq)]
 struct Asked {
+    /// The bucket's hash (its `Key` with the call's key).
+    hash: u64,
     /// This instance's demand now.
     demand: f64,
     /// The demand differs from the one written (or the bucket is new): the others must read it.
@@ -66,13 +91,15 @@ struct Asked {
 pub(crate) struct Round {
     pub(crate) deletes: Vec<(Arc<BucketKey>, Call)>,
     pub(crate) calls: Vec<(Arc<BucketKey>, Call)>,
+    /// Each delete's hash.
+    deleted: Vec<u64>,
     asked: Vec<Asked>,
 }
 
 impl Round {
-    fn ask(&mut self, key: &Arc<BucketKey>, held: &Held, write: bool, read: bool, changed: bool) {
+    fn ask(&mut self, key: &Key, held: &Held, write: bool, read: bool, changed: bool) {
         self.calls.push((
-            key.clone(),
+            key.key.clone(),
             Call {
                 write: write.then_some(held.demand),
                 read,
@@ -80,6 +107,7 @@ impl Round {
             },
         ));
         self.asked.push(Asked {
+            hash: key.hash,
             demand: held.demand,
             changed,
         });
@@ -109,15 +137,17 @@ struct Held {
 /// The exchange's memory between rounds.
 #[derive(Default)]
 pub(crate) struct Plan {
-    held: HashMap<Arc<BucketKey>, Held>,
+    /// How a bucket's [`Key`] hash is taken.
+    hasher: RandomState,
+    held: HashMap<Key, Held>,
     /// The held buckets whose demand is not the one written (new, changed, or its write failed):
     /// written and read at the next round. Always those whose `written` is not their `demand`.
-    unwritten: HashSet<Arc<BucketKey>>,
+    unwritten: HashSet<Key>,
     /// Buckets no longer held whose entry is still to be deleted.
-    gone: HashSet<Arc<BucketKey>>,
+    gone: HashSet<Key>,
     /// When each written entry is to be written again though unchanged, on the store's clock
     /// (milliseconds).
-    rewrites: Deadlines<Arc<BucketKey>>,
+    rewrites: Deadlines<Key>,
     /// The moves counter as this instance left it.
     moves: Option<u64>,
     /// The instances alive at the last round.
@@ -130,10 +160,9 @@ pub(crate) struct Plan {
 }
 
 /// When an entry written at `now_ms` is due again: between `HELD_MS` / 4 and / 2 later, spread
-/// over the buckets by their address, so entries written in one round are not all due in one.
-fn due(key: &Arc<BucketKey>, now_ms: u64) -> u64 {
-    let spread = (Arc::as_ptr(key) as usize as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    now_ms + HELD_MS / 4 + spread % (HELD_MS / 4)
+/// over the buckets by their hash, so entries written in one round are not all due in one.
+fn due(key: &Key, now_ms: u64) -> u64 {
+    now_ms + HELD_MS / 4 + key.hash % (HELD_MS / 4)
 }
 
 impl Plan {
@@ -142,6 +171,10 @@ impl Plan {
     /// starts, so a round that fails as a whole loses none of it.
     pub(crate) fn take(&mut self, demands: &Demands) {
         for (key, demand) in demands {
+            let key = &Key {
+                hash: self.hasher.hash_one(&**key),
+                key: key.clone(),
+            };
             match demand {
                 Some(demand) => {
                     self.gone.remove(key);
@@ -195,9 +228,12 @@ impl Plan {
         let now = begun.instances.now_ms;
         let due = self.rewrites.due(now);
         let mut round = Round::default();
-        round.deletes = self.gone.iter().map(|key| (key.clone(), DELETE)).collect();
+        for key in &self.gone {
+            round.deletes.push((key.key.clone(), DELETE));
+            round.deleted.push(key.hash);
+        }
         if all {
-            let due: HashSet<&Arc<BucketKey>> = due.iter().collect();
+            let due: HashSet<&Key> = due.iter().collect();
             for (key, held) in &self.held {
                 let changed = self.unwritten.contains(key);
                 round.ask(key, held, changed || due.contains(key), true, changed);
@@ -237,16 +273,23 @@ impl Plan {
             announce: self.owed,
             ..Settled::default()
         };
-        for (i, (key, _)) in round.deletes.iter().enumerate() {
+        for (i, ((key, _), hash)) in round.deletes.iter().zip(&round.deleted).enumerate() {
             match deleted.get(i) {
                 Some(Some(_)) => {
-                    self.gone.remove(key);
+                    self.gone.remove(&Key {
+                        hash: *hash,
+                        key: key.clone(),
+                    });
                     settled.announce = true;
                 }
                 _ => settled.failed += 1,
             }
         }
-        for (i, ((key, call), asked)) in round.calls.iter().zip(&round.asked).enumerate() {
+        for (i, ((bucket, call), asked)) in round.calls.iter().zip(&round.asked).enumerate() {
+            let key = &Key {
+                hash: asked.hash,
+                key: bucket.clone(),
+            };
             let Some(Some(answer)) = answers.get(i) else {
                 settled.failed += 1;
                 if call.write.is_some() && !self.unwritten.contains(key) {
@@ -267,7 +310,7 @@ impl Plan {
             if let Some(seen) = answer {
                 let peers = fraction::vouched(&seen.peers, beats, seen.now_ms);
                 settled.fractions.push((
-                    key.clone(),
+                    bucket.clone(),
                     fraction::fraction(instance, asked.demand, &peers, seen.now_ms),
                 ));
             }
