@@ -5,8 +5,7 @@
 //!   server's RSS and `ratelimit_rlqs_outbox_pending` every second, then again after they close.
 //! - `caps`: streams up to the server's bucket cap (and some past it) reporting in rounds (every
 //!   5 s, or once the server has read the last round), with ShouldRateLimit calls meanwhile (their
-//!   latency); then the server's CPU over 30 s with every stream open and silent (and over the
-//!   next 30 s, once what the last round moved has settled), ShouldRateLimit
+//!   latency); then the server's CPU over 30 s with every stream open and silent, ShouldRateLimit
 //!   latency over 20 s while those buckets tick (compare with `--streams 0`), and the CPU again
 //!   after every stream closed.
 //!
@@ -348,22 +347,6 @@ async fn caps(args: &Args, streams: usize, buckets: usize, rounds: u64) {
     let also = args.also_pid.map(cpu_ticks);
     println!(
         "streams open and silent: cpu {:.1} % of a core over 30 s, buckets {}",
-        100.0 * cpu_share(pid, Duration::from_secs(30)).await,
-        metric(args.admin, "ratelimit_rlqs_buckets").await,
-    );
-    if let (Some(other), Some(before)) = (args.also_pid, also) {
-        let ticks = cpu_ticks(other).saturating_sub(before) as f64;
-        println!(
-            "  meanwhile process {other} (--also-pid): cpu {:.1} % of a core",
-            100.0 * ticks / clock_ticks_per_second() / 30.0
-        );
-    }
-    // The window above starts 2 s after the last round was read, while the server may still be
-    // settling it (with Redis: the exchange publishing the last round's demands): the next 30 s,
-    // nothing having changed for over half a minute, are the rest itself.
-    let also = args.also_pid.map(cpu_ticks);
-    println!(
-        "still silent, the next 30 s: cpu {:.1} % of a core, buckets {}",
         100.0 * cpu_share(pid, Duration::from_secs(30)).await,
         metric(args.admin, "ratelimit_rlqs_buckets").await,
     );

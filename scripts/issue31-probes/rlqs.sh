@@ -5,8 +5,7 @@
 #   slow-readers: 10 streams × 5,000 buckets reporting every 100 ms, never reading (finding 5)
 #   caps: 25 streams × 10,000 buckets (200,000 held, 50,000 refused), reports in rounds (every
 #         5 s or once read; --rounds N, default 3), ShouldRateLimit latency meanwhile, then the
-#         server's CPU over 30 s with the streams open and silent, the next 30 s (settled), then
-#         closed (7)
+#         server's CPU over 30 s with the streams open and silent, then closed (7)
 # REDIS=1: a redis-server of its own (on a free port), the server on it (BACKEND_TYPE=redis), its
 # CPU beside the server's (at rest, and over the whole probe).
 set -e
