@@ -1,7 +1,8 @@
-//! Instances sharing RLQS buckets: every second, this instance beats, publishes its demand for
-//! each limited bucket whose demand changed and reads the buckets the other instances moved
-//! ([`Exchange`], Redis in `rlqs::redis`; which buckets: `plan`), then takes its fraction of each
-//! bucket read (`quota::fraction`, pure). A bucket at rest costs no call. It runs in a task of
+//! Instances sharing RLQS buckets: every second, this instance takes from the table the buckets
+//! whose demand moved since the last round (`Table::demands`), beats, publishes the demands that
+//! changed and reads the buckets the other instances moved ([`Exchange`], Redis in
+//! `rlqs::redis`; which buckets: `plan`), then takes its fraction of each bucket read
+//! (`quota::fraction`, pure). A bucket at rest costs no call and no work. It runs in a task of
 //! its own: no gRPC stream ever waits on Redis. When an exchange fails, each bucket keeps the last
 //! fraction it had and a new bucket starts at an even split among the instances last seen; the
 //! failures are counted (`ratelimit_rlqs_exchange_errors_total`) and said at most once a minute.
@@ -57,11 +58,10 @@ async fn round(
     exchange: &dyn Exchange,
     instance: InstanceId,
     plan: &mut Plan,
-    demands: &[(Arc<BucketKey>, f64)],
 ) -> Result<Settled, String> {
     let begun = exchange.begin(instance).await?;
     let now_ms = begun.instances.now_ms;
-    let round = plan.round(instance, demands, &begun);
+    let round = plan.round(instance, &begun);
     let deleted = if round.deletes.is_empty() {
         Vec::new()
     } else {
@@ -101,9 +101,10 @@ pub(crate) async fn coordinate<B: Backend>(
             _ = interval.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
-        let demands = table.demands();
+        // What moved since the last round, taken whatever this round's fate.
+        plan.take(&table.demands());
         let outcome = tokio::select! {
-            outcome = round(&*exchange, instance, &mut plan, &demands) => outcome,
+            outcome = round(&*exchange, instance, &mut plan) => outcome,
             _ = stop.wait_for(|s| *s) => break,
         };
         let metrics = table.metrics();
@@ -113,7 +114,7 @@ pub(crate) async fn coordinate<B: Backend>(
                 table.set_fractions(settled.fractions, settled.alive);
                 metrics.exchange_errors.inc_by(settled.failed);
                 (settled.failed > 0)
-                    .then(|| format!("{} of {} buckets", settled.failed, demands.len()))
+                    .then(|| format!("{} of {} bucket calls", settled.failed, settled.asked))
             }
             Err(e) => {
                 plan.failed();

@@ -8,7 +8,9 @@
 //! the buckets that are due (`quota::deadlines`): an idle bucket costs nothing between its
 //! deadlines. With instances sharing buckets through
 //! Redis (`coordinate`), each bucket's shares hand out only this instance's fraction of the pool:
-//! a new bucket starts at an even split among the instances last seen alive.
+//! a new bucket starts at an even split among the instances last seen alive; and the table marks
+//! the buckets whose published demand moved, so the exchange takes only those each second
+//! ([`Table::demands`]), not every bucket.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -104,6 +106,20 @@ impl Bucket {
             Governed::Limited { shadow: false, .. }
         )
     }
+
+    /// What this instance publishes for the bucket: its demand while its rule limits it
+    /// (enforced or shadow mode) and an open stream reports it; `None`: it holds nothing.
+    fn published(&self) -> Option<f64> {
+        self.shares
+            .as_ref()
+            .filter(|s| s.has_open())
+            .map(Shares::demand)
+    }
+}
+
+/// What `bucket` (if still there) publishes.
+fn published(bucket: Option<&Bucket>) -> Option<f64> {
+    bucket.and_then(Bucket::published)
 }
 
 struct Inner {
@@ -117,9 +133,23 @@ struct Inner {
     instances: usize,
     /// When each bucket with shares next needs the ticker.
     due: Deadlines<Arc<BucketKey>>,
+    /// An exchange takes the demands (`Table::demands` was called): only then are the buckets
+    /// whose published demand moved marked, so a server without one keeps no such set.
+    exchanged: bool,
+    /// Buckets whose published demand (or whether there is one) may have moved since the last
+    /// `Table::demands`.
+    marked: HashSet<Arc<BucketKey>>,
 }
 
 impl Inner {
+    /// Marks `key` for the exchange if what it publishes is no longer `before` (a report, a
+    /// stream closed or gone idle, the bucket made, dropped or re-mapped by a reload).
+    fn mark_if_moved(&mut self, key: &Arc<BucketKey>, before: Option<f64>) {
+        if self.exchanged && published(self.buckets.get(key)) != before {
+            self.marked.insert(key.clone());
+        }
+    }
+
     /// Schedules `key`'s next visit by the ticker (if its shares will ever need one).
     fn settle(&mut self, key: &Arc<BucketKey>, now: Nanos) {
         let next = self
@@ -165,6 +195,8 @@ impl<B: Backend> Table<B> {
                 next_stream: 1,
                 instances: 1,
                 due: Deadlines::new(),
+                exchanged: false,
+                marked: HashSet::new(),
             }),
         }
     }
@@ -211,6 +243,7 @@ impl<B: Backend> Table<B> {
             let Some(bucket) = inner.buckets.get_mut(&key) else {
                 continue;
             };
+            let before = bucket.published();
             bucket.streams.remove(&stream);
             let enforced = bucket.enforced();
             if let Some(shares) = &mut bucket.shares {
@@ -221,6 +254,7 @@ impl<B: Backend> Table<B> {
                 }
             }
             inner.drop_if_unused(&key);
+            inner.mark_if_moved(&key, before);
             // The others' shares move at the next tick.
             if inner.buckets.contains_key(&key) {
                 inner.due.schedule(key, now);
@@ -332,9 +366,13 @@ impl<B: Backend> Table<B> {
             .entry(key.clone())
             .or_insert_with(|| self.new_bucket(key, id, fraction, now));
         bucket.streams.insert(stream);
+        let before = bucket.published();
         let mut shadow_over = 0;
         if let Some(shares) = &mut bucket.shares {
             shadow_over = shares.report(stream, allowed, denied, now).over;
+        }
+        if inner.exchanged && bucket.published() != before {
+            inner.marked.insert(key.clone());
         }
         if !matches!(
             bucket.mapping.governed,
@@ -367,6 +405,7 @@ impl<B: Backend> Table<B> {
                 let Some(bucket) = inner.buckets.get_mut(&key) else {
                     continue;
                 };
+                let before = bucket.published();
                 if let Some(shares) = &mut bucket.shares {
                     for idle in shares.idle(now) {
                         bucket.streams.remove(&idle);
@@ -381,6 +420,7 @@ impl<B: Backend> Table<B> {
                 }
                 Self::reassign(inner, &key, now, 0, &mut outgoing);
                 inner.drop_if_unused(&key);
+                inner.mark_if_moved(&key, before);
                 inner.settle(&key, now);
             }
             self.metrics.buckets.set(inner.buckets.len() as i64);
@@ -431,6 +471,7 @@ impl<B: Backend> Table<B> {
             if bucket.mapping == mapping {
                 continue;
             }
+            let before = bucket.published();
             match (&mut bucket.shares, &mapping.governed) {
                 (Some(shares), Governed::Limited { pool, .. }) => shares.set_pool(*pool, now),
                 (_, Governed::Limited { pool, .. }) => {
@@ -452,22 +493,36 @@ impl<B: Backend> Table<B> {
                     ));
                 }
             }
+            inner.mark_if_moved(&key, before);
             // The shares move at this tick (or the next one, after a report).
             inner.due.remove(&key);
             inner.due.schedule(key, now);
         }
     }
 
-    /// Every limited bucket and this instance's demand for it (requests per second), to publish:
-    /// enforced ones, and shadow-mode ones, whose over-limit counts follow the fraction too.
-    pub(super) fn demands(&self) -> Vec<(Arc<BucketKey>, f64)> {
-        let inner = self.lock();
-        inner
-            .buckets
-            .iter()
-            .filter_map(|(key, b)| {
-                let shares = b.shares.as_ref().filter(|s| s.has_open())?;
-                Some((key.clone(), shares.demand()))
+    /// What this instance publishes that changed since the last call: each bucket whose demand
+    /// (requests per second) may have moved, with its demand now, or `None` where it holds the
+    /// bucket no more. It holds the limited buckets an open stream reports: enforced ones, and
+    /// shadow-mode ones, whose over-limit counts follow the fraction too. The first call gives
+    /// every bucket held, and from then on the table marks the buckets that move, so a call
+    /// costs what moved, not every bucket.
+    pub(super) fn demands(&self) -> Vec<(Arc<BucketKey>, Option<f64>)> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if !inner.exchanged {
+            inner.exchanged = true;
+            return inner
+                .buckets
+                .iter()
+                .filter_map(|(key, b)| Some((key.clone(), Some(b.published()?))))
+                .collect();
+        }
+        let marked = std::mem::take(&mut inner.marked);
+        marked
+            .into_iter()
+            .map(|key| {
+                let now = published(inner.buckets.get(&key));
+                (key, now)
             })
             .collect()
     }
@@ -580,5 +635,187 @@ impl<B: Backend> BucketLookup for Table<B> {
                 .map(Shares::grants)
                 .unwrap_or_default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use ratelimit_core::clock::{ManualClock, NANOS_PER_SECOND};
+    use ratelimit_core::engine::{EngineSettings, Rules};
+    use ratelimit_core::policy::Policy;
+    use ratelimit_core::quota::ASSIGNMENT_TTL_SECS;
+    use ratelimit_core::store::Store;
+    use ratelimit_core::store::memory::MemoryBackend;
+
+    use super::*;
+
+    const LIMITED: &str = "
+domain: d
+descriptors:
+  - key: name
+    value: limited
+    descriptors:
+      - key: n
+        rate_limit: {unit: minute, requests_per_unit: 10}
+";
+
+    fn policy(yaml: &str) -> Policy {
+        let configs = ratelimit_core::config::parse_files(&[("t.yaml".into(), yaml.to_owned())])
+            .expect("valid rules");
+        Policy::new(&configs)
+    }
+
+    fn table() -> (Table<MemoryBackend>, ManualClock) {
+        let clock = ManualClock::new(1_767_225_600 * NANOS_PER_SECOND);
+        let engine = Engine::new(
+            policy(LIMITED),
+            Store::new(MemoryBackend::new(1000)),
+            Arc::new(clock.clone()),
+            EngineSettings::default(),
+        );
+        let metrics = QuotaMetrics::register(&prometheus::Registry::new());
+        (Table::new(Arc::new(engine), metrics), clock)
+    }
+
+    fn id(n: &str) -> BucketId {
+        BucketId {
+            bucket: [("name", "limited"), ("n", n)]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        }
+    }
+
+    /// One message of `(bucket, allowed, denied)`.
+    fn report(usages: &[(&str, u64, u64)]) -> RateLimitQuotaUsageReports {
+        RateLimitQuotaUsageReports {
+            domain: "d".to_owned(),
+            bucket_quota_usages: usages
+                .iter()
+                .map(|(n, allowed, denied)| BucketQuotaUsage {
+                    bucket_id: Some(id(n)),
+                    time_elapsed: None,
+                    num_requests_allowed: *allowed,
+                    num_requests_denied: *denied,
+                })
+                .collect(),
+        }
+    }
+
+    /// The changes since the last call, by bucket `n`, in `n` order.
+    fn changes<B: Backend>(table: &Table<B>) -> Vec<(String, Option<f64>)> {
+        let mut changes: Vec<_> = table
+            .demands()
+            .into_iter()
+            .map(|(key, demand)| {
+                let n = key.1.iter().find(|(k, _)| k == "n").map(|(_, v)| v.clone());
+                (n.unwrap_or_default(), demand)
+            })
+            .collect();
+        changes.sort_by(|a, b| a.0.cmp(&b.0));
+        changes
+    }
+
+    #[test]
+    fn the_first_call_gives_every_bucket_held_and_then_only_what_moved() {
+        let (table, clock) = table();
+        let s = table.open(table.outbox());
+        table.report(s, report(&[("a", 2, 0), ("b", 1, 0)]));
+        assert_eq!(
+            changes(&table),
+            vec![("a".into(), Some(2.0)), ("b".into(), Some(1.0))]
+        );
+        assert!(changes(&table).is_empty());
+        // The same usage a second later: the demand did not move, nothing marked.
+        clock.advance(Duration::from_secs(1));
+        table.report(s, report(&[("a", 2, 0), ("b", 1, 0)]));
+        table.tick();
+        assert!(changes(&table).is_empty());
+        // a's usage moves: a alone (the average of 2 and 6 a second).
+        clock.advance(Duration::from_secs(1));
+        table.report(s, report(&[("a", 6, 0), ("b", 1, 0)]));
+        assert_eq!(changes(&table), vec![("a".into(), Some(4.0))]);
+        // A new bucket is marked when it is first held.
+        table.report(s, report(&[("c", 1, 0)]));
+        assert_eq!(changes(&table), vec![("c".into(), Some(1.0))]);
+    }
+
+    #[test]
+    fn a_closed_stream_unholds_its_buckets_and_another_open_one_moves_the_demand() {
+        let (table, clock) = table();
+        let (s1, s2) = (table.open(table.outbox()), table.open(table.outbox()));
+        table.report(s1, report(&[("a", 2, 0), ("b", 1, 0)]));
+        table.report(s2, report(&[("b", 3, 0)]));
+        assert_eq!(
+            changes(&table),
+            vec![("a".into(), Some(2.0)), ("b".into(), Some(4.0))]
+        );
+        table.close(s1);
+        // a is held by no open stream (its share still binds until the TTL, but is not
+        // published); b is s2's demand alone.
+        assert_eq!(
+            changes(&table),
+            vec![("a".into(), None), ("b".into(), Some(3.0))]
+        );
+        // The TTL passes: a is dropped, which publishes nothing new.
+        clock.advance(Duration::from_secs(ASSIGNMENT_TTL_SECS + 1));
+        table.tick();
+        assert!(changes(&table).is_empty());
+    }
+
+    #[test]
+    fn a_stream_gone_idle_unholds_the_bucket_when_the_ticker_abandons_it() {
+        let (table, clock) = table();
+        let s = table.open(table.outbox());
+        table.report(s, report(&[("a", 2, 0)]));
+        assert_eq!(changes(&table), vec![("a".into(), Some(2.0))]);
+        // Reports of nothing for 50 s: the demand falls; at a minute the stream is idle.
+        for _ in 0..5 {
+            clock.advance(Duration::from_secs(10));
+            table.report(s, report(&[("a", 0, 0)]));
+            table.tick();
+        }
+        let moved = changes(&table);
+        assert_eq!(moved.len(), 1);
+        assert!(moved[0].1.is_some_and(|d| d > 0.0 && d < 0.1));
+        clock.advance(Duration::from_secs(10));
+        table.tick();
+        assert_eq!(changes(&table), vec![("a".into(), None)]);
+    }
+
+    #[test]
+    fn a_reload_that_re_maps_a_bucket_marks_it() {
+        let (table, clock) = table();
+        let s = table.open(table.outbox());
+        table.report(s, report(&[("a", 2, 0)]));
+        assert_eq!(changes(&table), vec![("a".into(), Some(2.0))]);
+        // The rule no longer limits: the bucket is held no more.
+        let other = LIMITED.replace("value: limited", "value: other");
+        Rules::set_policy(&*table.engine, policy(&other));
+        clock.advance(Duration::from_secs(1));
+        table.tick();
+        assert_eq!(changes(&table), vec![("a".into(), None)]);
+        // Limited again: held again, with its stream's report of nothing yet.
+        Rules::set_policy(&*table.engine, policy(LIMITED));
+        clock.advance(Duration::from_secs(1));
+        table.tick();
+        assert_eq!(changes(&table), vec![("a".into(), Some(0.0))]);
+        // A reload that changes nothing for the bucket marks nothing.
+        Rules::set_policy(&*table.engine, policy(LIMITED));
+        clock.advance(Duration::from_secs(1));
+        table.tick();
+        assert!(changes(&table).is_empty());
+    }
+
+    #[test]
+    fn without_an_exchange_nothing_is_marked() {
+        let (table, _clock) = table();
+        let s = table.open(table.outbox());
+        table.report(s, report(&[("a", 2, 0)]));
+        table.close(s);
+        assert!(table.lock().marked.is_empty());
     }
 }
