@@ -3,8 +3,10 @@
 //! key still holds them (else it writes nothing and returns what they hold). One script call
 //! carries one compare-and-set or several (each all-or-nothing on its own keys: Redis's cost of a
 //! script call is mostly its set-up, paid once for all of them). Every value written carries its
-//! writer's tag (`state;writer.seq`), so a call sent again after its reply was lost is recognised
-//! when its first attempt landed, and not charged twice.
+//! writer's tag and its expiry (`state;writer.seq;pxat`): the tag so a call sent again after its
+//! reply was lost is recognised when its first attempt landed, and not charged twice; the expiry so
+//! a one-key compare-and-set, a single `SET … GET`, can put back a value it should not have
+//! replaced exactly as it was.
 
 use smallvec::SmallVec;
 
