@@ -477,15 +477,18 @@ mod script_tests {
 
     /// A redis-server on a free port, stopped on drop.
     struct Server {
-        child: Child,
         con: ::redis::Connection,
+        _process: Process,
         _dir: tempfile::TempDir,
     }
 
-    impl Drop for Server {
+    /// A child process, killed and waited for on drop.
+    struct Process(Child);
+
+    impl Drop for Process {
         fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            let _ = self.0.kill();
+            let _ = self.0.wait();
         }
     }
 
@@ -508,13 +511,15 @@ mod script_tests {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--dir", &dir.path().display().to_string()])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let process = Process(
+            Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--dir", &dir.path().display().to_string()])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
         for _ in 0..500 {
             if let Ok(mut con) = client.get_connection()
@@ -522,8 +527,8 @@ mod script_tests {
             {
                 load().query::<String>(&mut con).unwrap();
                 return Some(Server {
-                    child,
                     con,
+                    _process: process,
                     _dir: dir,
                 });
             }
@@ -579,10 +584,8 @@ mod script_tests {
 
     /// Now, by the wall clock (Redis's clock decides expiry).
     fn now() -> Nanos {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as Nanos
+        use ratelimit_core::clock::{Clock, SystemClock};
+        SystemClock.now()
     }
 
     /// A state that Redis keeps for `secs` more seconds (plus the grace).
