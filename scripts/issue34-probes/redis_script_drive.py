@@ -2,9 +2,12 @@
 """Sends N single-key compare-and-sets shaped as the Redis store sends them (keys over 100k zipf
 keys, tagged values, PXAT) straight to a redis-server, raw RESP, PIPE script calls per write.
 usage: redis_script_drive.py PORT MODE N [PER] [PIPE]
-MODE: new (the script of crates/redis/src/cas.rs, PER compare-and-sets per EVALSHA), old (the
-one-per-call script of a88ec0c, PER ignored), nop (EVALSHA of `return 1`, one key), plain (SET
-key value PXAT t GET, no Lua). The script's text is read from LUA (env)."""
+MODE: new (the script of crates/redis/src/cas.rs, PER compare-and-sets per EVALSHA; values
+`state;writer.seq;pxat`), base (the same for the script of an earlier revision, values
+`state;writer.seq`), old (the one-per-call script of a88ec0c, PER ignored), nop (EVALSHA of
+`return 1`, one key), plain (SET key value PXAT t GET, no Lua). The script's text is read from LUA
+(env). MISMATCH (env, 0 to 1, default 0): the share of compare-and-sets sent expecting a value the
+key does not hold (another writer's), which write nothing."""
 import bisect, os, random, socket, sys, time
 
 port, mode, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -47,6 +50,8 @@ harmonic = [0.0]
 for i in range(1, 100_001):
     harmonic.append(harmonic[-1] + 1.0 / i)
 held, seq, pxat = {}, 0, int(time.time() * 1000) + 3_600_000
+mismatch = float(os.environ.get("MISMATCH", "0"))
+suffix = ";%d" % pxat if mode == "new" else ""
 
 
 def decision():
@@ -54,8 +59,11 @@ def decision():
     k = bisect.bisect_left(harmonic, random.random() * harmonic[-1])
     seq += 1
     expected = held.get(k, "")
-    new = "%d:0;9f3a2b1c4d5e6f70.%x" % (1_767_225_600_000_000_000 + seq * 1000, seq)
-    held[k] = new
+    new = "%d:0;9f3a2b1c4d5e6f70.%x%s" % (1_767_225_600_000_000_000 + seq * 1000, seq, suffix)
+    if mismatch and random.random() < mismatch:
+        expected = "1:0;1.1" + suffix  # another writer's value, never held: writes nothing
+    else:
+        held[k] = new
     return "load:load|user=user-%07d|0.1.1s" % k, expected, new
 
 
@@ -63,7 +71,7 @@ done = 0
 while done < n:
     cmds = []
     while len(cmds) < pipe and done < n:
-        if mode == "new":
+        if mode in ("new", "base"):
             ds = [decision() for _ in range(min(per, n - done))]
             args = [b"\x00\x01" * len(ds)]
             for _, expected, new in ds:

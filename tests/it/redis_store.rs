@@ -158,11 +158,17 @@ async fn keys_are_readable_and_expire_when_their_state_does() {
         .unwrap();
     let end_ms = (now - now % (2 * S) + 2 * S) / 1_000_000;
     assert_eq!(expire_ms, end_ms + EXPIRY_GRACE_MS);
-    // The state, then the writer's tag (`;writer.seq`) that makes each write unique to its call.
+    // The state, then the writer's tag (`;writer.seq`) that makes each write unique to its call,
+    // then the key's expiry as set (`;pxat`), with which the script can put the value back as it
+    // was.
     let raw = redis.cli(&["GET", &keys[0]]).unwrap();
-    let (state, tag) = raw.trim().split_once(';').expect("a tagged value");
+    let parts: Vec<&str> = raw.trim().split(';').collect();
+    let [state, tag, pxat] = parts[..] else {
+        panic!("state;writer.seq;pxat, got {raw}")
+    };
     assert_eq!(state, format!("{}:1", end_ms * 1_000_000));
     assert!(tag.contains('.'), "{tag}");
+    assert_eq!(pxat.parse::<u64>().ok(), Some(expire_ms));
     // A token bucket refills in period/rpu per hit: its key lives that long.
     let bucket = params(Algorithm::TokenBucket, 10, 10, 10);
     store

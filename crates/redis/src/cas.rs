@@ -3,8 +3,10 @@
 //! key still holds them (else it writes nothing and returns what they hold). One script call
 //! carries one compare-and-set or several (each all-or-nothing on its own keys: Redis's cost of a
 //! script call is mostly its set-up, paid once for all of them). Every value written carries its
-//! writer's tag (`state;writer.seq`), so a call sent again after its reply was lost is recognised
-//! when its first attempt landed, and not charged twice.
+//! writer's tag and its expiry (`state;writer.seq;pxat`): the tag so a call sent again after its
+//! reply was lost is recognised when its first attempt landed, and not charged twice; the expiry so
+//! a one-key compare-and-set, a single `SET … GET`, can put back a value it should not have
+//! replaced exactly as it was.
 
 use smallvec::SmallVec;
 
@@ -27,6 +29,16 @@ pub(crate) const EXPIRY_GRACE_MS: u64 = 1000;
 /// attempt landed finds every value it sets already there (each is tagged with its writer and
 /// call, so no other call writes it): 1, without writing. No Lua table is made unless one did not
 /// write (a table and its reply cost Redis about as much as the `GET` and `SET` of a key).
+///
+/// A compare-and-set of one key with a state to write (what most decisions send) costs one
+/// command, not a `GET` and a `SET`: `SET … PXAT … GET` writes and returns what the key held
+/// (each `redis.call` crossing from Lua into Redis costs a few µs of Redis's CPU). If that was
+/// neither the value expected nor this call's own (its first attempt landed), the script puts it
+/// back before anything else runs: with the expiry its text carries (`state;writer.seq;pxat`,
+/// [`tagged`]); a value without one (an older version's, a foreign writer's) with no expiry, so
+/// that no key put back expires earlier than before (an early expiry would read as a fresh
+/// bucket); an absent key is deleted again. Other compare-and-sets `GET` each key, then `SET` or
+/// `DEL` each changed one.
 pub(super) const SCRIPT: &str = r"
 local sizes = ARGV[1]
 local out
@@ -34,38 +46,60 @@ local k = 0
 for g = 1, #sizes / 2 do
   local hi, lo = string.byte(sizes, 2 * g - 1, 2 * g)
   local n = hi * 256 + lo
-  local same = true
-  for i = k + 1, k + n do
-    local v = redis.call('GET', KEYS[i])
-    local want = ARGV[3 * i - 1]
-    if want == '' then
-      if v then same = false break end
-    elseif v ~= want then
-      same = false break
-    end
-  end
   local r = 1
-  if same then
-    for i = k + 1, k + n do
-      local new = ARGV[3 * i]
-      if new == '-' then
-        redis.call('DEL', KEYS[i])
-      elseif new ~= '' then
-        redis.call('SET', KEYS[i], new, 'PXAT', ARGV[3 * i + 1])
+  local new = ARGV[3 * k + 3]
+  if n == 1 and new ~= '' and new ~= '-' then
+    local key, want = KEYS[k + 1], ARGV[3 * k + 2]
+    local v = redis.call('SET', key, new, 'PXAT', ARGV[3 * k + 4], 'GET')
+    local same
+    if want == '' then same = not v else same = v == want end
+    if not same and v ~= new then
+      -- Not ours to write: put back what was there, as it was.
+      if not v then
+        redis.call('DEL', key)
+      else
+        local px = string.match(v, '^[^;]*;[^;]*;([1-9]%d*)$')
+        if px and #px < 16 then
+          redis.call('SET', key, v, 'PXAT', px)
+        else
+          redis.call('SET', key, v)
+        end
       end
+      r = {v}
     end
   else
-    -- Nothing of it written: its keys' values, unless its first attempt landed.
-    local cur, landed = {}, false
-    for i = k + 1, k + n do cur[i - k] = redis.call('GET', KEYS[i]) end
+    local same = true
     for i = k + 1, k + n do
-      local new = ARGV[3 * i]
-      if new ~= '' and new ~= '-' then
-        if cur[i - k] ~= new then landed = false break end
-        landed = true
+      local v = redis.call('GET', KEYS[i])
+      local want = ARGV[3 * i - 1]
+      if want == '' then
+        if v then same = false break end
+      elseif v ~= want then
+        same = false break
       end
     end
-    if not landed then r = cur end
+    if same then
+      for i = k + 1, k + n do
+        local new = ARGV[3 * i]
+        if new == '-' then
+          redis.call('DEL', KEYS[i])
+        elseif new ~= '' then
+          redis.call('SET', KEYS[i], new, 'PXAT', ARGV[3 * i + 1])
+        end
+      end
+    else
+      -- Nothing of it written: its keys' values, unless its first attempt landed.
+      local cur, landed = {}, false
+      for i = k + 1, k + n do cur[i - k] = redis.call('GET', KEYS[i]) end
+      for i = k + 1, k + n do
+        local new = ARGV[3 * i]
+        if new ~= '' and new ~= '-' then
+          if cur[i - k] ~= new then landed = false break end
+          landed = true
+        end
+      end
+      if not landed then r = cur end
+    end
   end
   if r ~= 1 and not out then
     out = {}
@@ -138,9 +172,17 @@ pub(super) struct Tag {
     pub(crate) seq: u64,
 }
 
-/// A state's text as a call tagged `tag` stores it.
+/// A state's text as a call tagged `tag` stores it: `state;writer.seq;pxat` (hex, hex, decimal ms),
+/// the last part the key's expiry ([`pxat`]), which the script needs to put the value back as it
+/// was after a `SET … GET` that should not have written.
 fn tagged(state: &State, tag: Tag) -> String {
-    format!("{};{:x}.{:x}", encode(state), tag.writer, tag.seq)
+    format!(
+        "{};{:x}.{:x};{}",
+        encode(state),
+        tag.writer,
+        tag.seq,
+        pxat(state)
+    )
 }
 
 /// What each key holds if a call succeeds (`None` for an absent key), per key.
@@ -318,8 +360,15 @@ mod tests {
             writer: 0xab,
             seq: 7,
         };
-        assert_eq!(tagged(&s, tag), "12:3;ab.7");
+        // The key's expiry last: 12 ns rounded up to 1 ms, plus the grace.
+        assert_eq!(pxat(&s), 1 + EXPIRY_GRACE_MS);
+        assert_eq!(
+            tagged(&s, tag),
+            format!("12:3;ab.7;{}", 1 + EXPIRY_GRACE_MS)
+        );
         assert_eq!(decode(tagged(&s, tag).as_bytes()), Some(s));
+        // Without the expiry (an older version's value), or without the tag: the same state.
+        assert_eq!(decode(b"12:3;ab.7"), Some(s));
         assert_eq!(decode(b"5;x"), Some(State { a: 5, b: 0 }));
     }
 
@@ -348,11 +397,12 @@ mod tests {
         let (group, written) = call.group().unwrap();
         let args: Vec<&[u8]> = group.args().collect();
         let pxat = (3_000 + EXPIRY_GRACE_MS).to_string();
+        let text = format!("3000000000;ab.9;{pxat}");
         assert_eq!(
             args,
             [
                 &b"1;x.1"[..],
-                b"3000000000;ab.9",
+                text.as_bytes(),
                 pxat.as_bytes(),
                 b"",
                 b"",
@@ -362,10 +412,7 @@ mod tests {
                 b"0"
             ]
         );
-        assert_eq!(
-            written.as_slice(),
-            [Some(b"3000000000;ab.9".to_vec()), None, None]
-        );
+        assert_eq!(written.as_slice(), [Some(text.into_bytes()), None, None]);
     }
 
     #[test]
@@ -417,5 +464,344 @@ mod tests {
         // Not one per compare-and-set: the reply as it came, for the caller to refuse.
         assert!(split(Value::Array(vec![Value::Int(1)]), 2).is_err());
         assert!(split(Value::Int(0), 1).is_err());
+    }
+}
+
+/// The script itself, run by a redis-server of the test's own: what a compare-and-set leaves in
+/// Redis, value and expiry, when it writes and when it must not.
+#[cfg(test)]
+mod script_tests {
+    use super::*;
+    use ::redis::Value;
+    use std::process::{Child, Command, Stdio};
+
+    /// A redis-server on a free port, stopped on drop.
+    struct Server {
+        con: ::redis::Connection,
+        _process: Process,
+        _dir: tempfile::TempDir,
+    }
+
+    /// A child process, killed and waited for on drop.
+    struct Process(Child);
+
+    impl Drop for Process {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// A fresh server with the script loaded; `None` (said loudly) where there is no
+    /// redis-server and `CI` is unset, as the root package's tests do.
+    fn server() -> Option<Server> {
+        let found = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            assert!(std::env::var_os("CI").is_none(), "redis-server not on PATH");
+            eprintln!("SKIPPED: redis-server is not on PATH (apt-get install redis-server)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let process = Process(
+            Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--dir", &dir.path().display().to_string()])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        for _ in 0..500 {
+            if let Ok(mut con) = client.get_connection()
+                && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
+            {
+                load().query::<String>(&mut con).unwrap();
+                return Some(Server {
+                    con,
+                    _process: process,
+                    _dir: dir,
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("redis-server on port {port} did not answer");
+    }
+
+    impl Server {
+        fn run(&mut self, cmd: &::redis::Cmd) -> Value {
+            cmd.query(&mut self.con).unwrap()
+        }
+
+        fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+            self.run(::redis::cmd("GET").arg(key)).into_bytes()
+        }
+
+        /// The key's expiry (ms since the epoch; -1 none, -2 no key).
+        fn expiry(&mut self, key: &str) -> i64 {
+            ::redis::cmd("PEXPIRETIME")
+                .arg(key)
+                .query(&mut self.con)
+                .unwrap()
+        }
+
+        fn pttl(&mut self, key: &str) -> i64 {
+            ::redis::cmd("PTTL").arg(key).query(&mut self.con).unwrap()
+        }
+
+        /// Writes `value` as a foreign writer would, with `pxat` if given.
+        fn set(&mut self, key: &str, value: &[u8], pxat: Option<u64>) {
+            let mut cmd = ::redis::cmd("SET");
+            cmd.arg(key).arg(value);
+            if let Some(at) = pxat {
+                cmd.arg("PXAT").arg(at);
+            }
+            self.run(&cmd);
+        }
+    }
+
+    trait Bytes {
+        fn into_bytes(self) -> Option<Vec<u8>>;
+    }
+
+    impl Bytes for Value {
+        fn into_bytes(self) -> Option<Vec<u8>> {
+            match self {
+                Value::BulkString(v) => Some(v),
+                _ => None,
+            }
+        }
+    }
+
+    /// Now, by the wall clock (Redis's clock decides expiry).
+    fn now() -> Nanos {
+        use ratelimit_core::clock::{Clock, SystemClock};
+        SystemClock.now()
+    }
+
+    /// A state that Redis keeps for `secs` more seconds (plus the grace).
+    fn state(secs: u64, b: u64) -> State {
+        State {
+            a: now() + secs * 1_000_000_000,
+            b,
+        }
+    }
+
+    /// One compare-and-set's group: `expected` and `new` per key.
+    fn group(
+        names: &[&str],
+        expected: &[Option<&[u8]>],
+        new: &[Option<State>],
+        seq: u64,
+    ) -> (Group, Written) {
+        let keys: Vec<TextKey> = names
+            .iter()
+            .map(|n| TextKey::from_text((*n).to_owned()))
+            .collect();
+        let expected: Vec<Option<Vec<u8>>> =
+            expected.iter().map(|e| e.map(<[u8]>::to_vec)).collect();
+        Call {
+            keys: &keys,
+            expected: &expected,
+            new,
+            now: now(),
+            tag: Tag { writer: 0xa, seq },
+        }
+        .group()
+        .unwrap()
+    }
+
+    /// One script call carrying `groups`, its reply split per compare-and-set.
+    fn call(redis: &mut Server, groups: &[&Group]) -> Vec<Value> {
+        let value = redis.run(&command(groups.iter().copied()));
+        split(value, groups.len()).unwrap()
+    }
+
+    /// What a key holds and when it expires, and how long it has left then.
+    fn held(redis: &mut Server, key: &str) -> (Option<Vec<u8>>, i64, i64) {
+        (redis.get(key), redis.expiry(key), redis.pttl(key))
+    }
+
+    /// The same value, the same expiry instant, and no more time left than before.
+    fn assert_as_before(before: &(Option<Vec<u8>>, i64, i64), after: &(Option<Vec<u8>>, i64, i64)) {
+        assert_eq!(after.0, before.0, "value");
+        assert_eq!(after.1, before.1, "expiry instant (PEXPIRETIME)");
+        assert!(
+            after.2 <= before.2,
+            "PTTL {} after, {} before",
+            after.2,
+            before.2
+        );
+        if before.1 >= 0 {
+            assert!(after.2 > 0, "still alive: PTTL {}", after.2);
+        }
+    }
+
+    #[test]
+    fn one_key_writes_with_its_expiry_in_the_value() {
+        let Some(mut redis) = server() else { return };
+        let s = state(60, 2);
+        let (g, written) = group(&["k"], &[None], &[Some(s)], 1);
+        assert_eq!(call(&mut redis, &[&g]), [Value::Int(1)]);
+        let (value, expiry, _) = held(&mut redis, "k");
+        assert_eq!(value, written[0]);
+        assert_eq!(expiry, pxat(&s) as i64);
+        let text = String::from_utf8(value.unwrap()).unwrap();
+        assert_eq!(text, format!("{}:2;a.1;{}", s.a, pxat(&s)));
+        // The next one expecting it writes too.
+        let t = state(90, 3);
+        let (g, written) = group(&["k"], &[Some(text.as_bytes())], &[Some(t)], 2);
+        assert_eq!(call(&mut redis, &[&g]), [Value::Int(1)]);
+        assert_eq!(redis.get("k"), written[0]);
+        assert_eq!(redis.expiry("k"), pxat(&t) as i64);
+    }
+
+    #[test]
+    fn a_mismatch_puts_the_other_writers_value_back_with_its_expiry() {
+        let Some(mut redis) = server() else { return };
+        // Writer A writes the key.
+        let s = state(60, 2);
+        let (a, written) = group(&["k"], &[None], &[Some(s)], 1);
+        assert_eq!(call(&mut redis, &[&a]), [Value::Int(1)]);
+        let before = held(&mut redis, "k");
+        assert_eq!(before.0, written[0]);
+        // Writer B, expecting the key absent (it never saw A's write), then expecting a value
+        // it last saw there (older than A's): each writes nothing and gets A's value back.
+        let stale = b"1:0;b.1;99999999999".as_slice();
+        for (seq, expected) in [(7, None), (8, Some(stale))] {
+            let (b, _) = group(&["k"], &[expected], &[Some(state(120, 9))], seq);
+            let reply = call(&mut redis, &[&b]);
+            assert_eq!(
+                reply,
+                [Value::Array(vec![Value::BulkString(
+                    written[0].clone().unwrap()
+                )])]
+            );
+            assert_eq!(reply_of(reply), Some(written[0].clone()));
+            assert_as_before(&before, &held(&mut redis, "k"));
+        }
+        // A's call sent again (its reply lost) finds its own value: 1, unchanged.
+        assert_eq!(call(&mut redis, &[&a]), [Value::Int(1)]);
+        assert_as_before(&before, &held(&mut redis, "k"));
+    }
+
+    /// The PXAT a value's text carries (its last part).
+    fn expiry_in(value: &[u8]) -> Option<i64> {
+        std::str::from_utf8(value)
+            .ok()?
+            .rsplit(';')
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// One compare-and-set's part of the reply as the writer reads it: `Some(current)` (one key)
+    /// when it did not write.
+    fn reply_of(parts: Vec<Value>) -> Option<Option<Vec<u8>>> {
+        let part = parts.into_iter().next().unwrap();
+        reply(part, 1).unwrap().map(|raw| raw[0].clone())
+    }
+
+    #[test]
+    fn a_mismatch_on_an_absent_key_leaves_it_absent() {
+        let Some(mut redis) = server() else { return };
+        let (b, _) = group(
+            &["k"],
+            &[Some(b"5;a.1;99999999999")],
+            &[Some(state(60, 1))],
+            1,
+        );
+        let reply = call(&mut redis, &[&b]);
+        assert_eq!(reply, [Value::Array(vec![Value::Nil])]);
+        assert_eq!(reply_of(reply), Some(None));
+        assert_eq!(held(&mut redis, "k"), (None, -2, -2));
+    }
+
+    #[test]
+    fn a_value_without_its_expiry_is_put_back_never_to_expire_earlier() {
+        let Some(mut redis) = server() else { return };
+        let later = now() / 1_000_000 + 3_600_000;
+        // An older version's value (no expiry in it) with a TTL; another with none; foreign
+        // values whose last part is no usable PXAT (zero, too long, not digits).
+        let cases: [(&[u8], Option<u64>); 6] = [
+            (b"5:1;ab.7", Some(later)),
+            (b"5:1;ab.7", None),
+            (b"5:1;ab.7;0", Some(later)),
+            (b"5:1;ab.7;1234567890123456", Some(later)),
+            (b"5:1;ab.7;12x", Some(later)),
+            (b"junk", Some(later)),
+        ];
+        for (i, (value, ttl)) in cases.into_iter().enumerate() {
+            let key = format!("legacy{i}");
+            redis.set(&key, value, ttl);
+            let (b, _) = group(&[&key], &[None], &[Some(state(1, 1))], i as u64);
+            let reply = call(&mut redis, &[&b]);
+            assert_eq!(reply_of(reply), Some(Some(value.to_vec())), "{key}");
+            let (after, expiry, _) = held(&mut redis, &key);
+            assert_eq!(after.as_deref(), Some(value), "{key}");
+            // No expiry at all: never earlier than before. The next compare-and-set on it that
+            // writes gives it one.
+            assert_eq!(expiry, -1, "{key}");
+        }
+        let (b, written) = group(&["legacy0"], &[Some(b"5:1;ab.7")], &[Some(state(60, 1))], 9);
+        assert_eq!(call(&mut redis, &[&b]), [Value::Int(1)]);
+        assert_eq!(redis.get("legacy0"), written[0]);
+        assert!(redis.expiry("legacy0") > 0);
+    }
+
+    #[test]
+    fn compare_and_sets_sharing_a_call_stay_each_all_or_nothing() {
+        let Some(mut redis) = server() else { return };
+        let s = state(60, 1);
+        let (first, held_x) = group(&["x"], &[None], &[Some(s)], 1);
+        assert_eq!(call(&mut redis, &[&first]), [Value::Int(1)]);
+        let before_x = held(&mut redis, "x");
+        // One key that mismatches, one that writes, two keys (the GET-then-SET path) of which one
+        // mismatches, two keys that write, and a verify-only one that holds.
+        let (bad, _) = group(&["x"], &[None], &[Some(state(90, 2))], 2);
+        let (good, good_written) = group(&["y"], &[None], &[Some(state(90, 3))], 2);
+        let (pair_bad, _) = group(
+            &["x", "z"],
+            &[Some(b"1;b.1;99999999999"), None],
+            &[Some(state(90, 4)), Some(state(90, 4))],
+            2,
+        );
+        let (pair, pair_written) = group(
+            &["p", "q"],
+            &[None, None],
+            &[Some(state(90, 5)), Some(state(90, 5))],
+            2,
+        );
+        let (check, _) = group(&["x"], &[held_x[0].as_deref()], &[None], 2);
+        let reply = call(&mut redis, &[&bad, &good, &pair_bad, &pair, &check]);
+        let x = Value::BulkString(held_x[0].clone().unwrap());
+        assert_eq!(
+            reply,
+            [
+                Value::Array(vec![x.clone()]),
+                Value::Int(1),
+                Value::Array(vec![x, Value::Nil]),
+                Value::Int(1),
+                Value::Int(1),
+            ]
+        );
+        assert_as_before(&before_x, &held(&mut redis, "x"));
+        assert_eq!(redis.get("y"), good_written[0]);
+        assert_eq!(held(&mut redis, "z"), (None, -2, -2));
+        assert_eq!(redis.get("p"), pair_written[0]);
+        assert_eq!(redis.get("q"), pair_written[1]);
+        for key in ["y", "p", "q"] {
+            let (value, expiry, _) = held(&mut redis, key);
+            assert_eq!(Some(expiry), value.as_deref().and_then(expiry_in), "{key}");
+        }
     }
 }

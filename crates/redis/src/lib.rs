@@ -21,7 +21,8 @@
 //! another slot could not follow.
 //!
 //! Time: the instance's clock (`now` is passed in, as for the memory store); see docs/redis.md for
-//! the skew tolerance. Values are `a` or `a:b`, the two words of `limiter::State` in decimal.
+//! the skew tolerance. Values are `state;writer.seq;pxat`: `a` or `a:b`, the two words of
+//! `limiter::State` in decimal, then the writer's tag and the key's expiry (`cas`).
 //!
 //! Beside the counters, the RLQS demand exchange (`demand`): each instance's demand per bucket in
 //! a hash with a TTL, so instances can split a bucket's pool (docs/rlqs.md "Several servers").
