@@ -10,6 +10,7 @@
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis
 #   CALLS=20000                          calls under callgrind / perf
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
+#   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
 # Build first: cargo build --release --bin ratelimit-server --example load
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ BACKENDS=${BACKENDS:-memory,redis}
 CALLS=${CALLS:-20000}
 REDIS_KEYS=${REDIS_KEYS:-100k-zipf,1}
 REDIS_SHAPE=${REDIS_SHAPE:-4x64}
+REDIS_UNDER=${REDIS_UNDER:-redis,server}
 for f in "$BIN" "$LOAD"; do
   [ -x "$f" ] || { echo "missing $f: cargo build --release --bin ratelimit-server --example load" >&2; exit 2; }
 done
@@ -150,19 +152,19 @@ redis_cost() {
   dir=$(mktemp -d); rules "$dir/rules"
   local keys under base full
   for keys in ${REDIS_KEYS//,/ }; do
-    for under in redis server; do
+    for under in ${REDIS_UNDER//,/ }; do
       redis_one $under "$keys" 0
       redis_one $under "$keys" "$CALLS"
       base=$(total "$dir/cg.$under.$keys.0"); full=$(total "$dir/cg.$under.$keys.$CALLS")
       echo "== $keys, $REDIS_SHAPE: $under $(( (full - base) / CALLS )) instructions per decision"
     done
-    python3 - "$dir/stats.server.$keys.$CALLS" "$CALLS" <<'PY'
+    python3 - "$dir/stats.$under.$keys.$CALLS" "$CALLS" <<'PY'
 import re, sys
 text, calls = open(sys.argv[1]).read(), int(sys.argv[2])
 stat = {m[0]: (int(m[1]), float(m[2])) for m in re.findall(r"cmdstat_(\w+):calls=(\d+),usec=(\d+)", text)}
 scripts = sum(stat.get(c, (0, 0))[0] for c in ("evalsha", "eval", "fcall"))
 inner = ", ".join(f"{c} {n / calls:.2f}" for c, (n, _) in sorted(stat.items()) if c not in ("evalsha", "eval", "fcall", "ping", "info", "config"))
-print(f"   script calls per decision {scripts / calls:.3f}; in-script commands per decision: {inner}")
+print(f"   script calls per decision {scripts / calls:.3f}; other commands per decision (those scripts run, and plain compare-and-sets: set): {inner}")
 PY
   done
   echo "(callgrind output kept in $dir)"

@@ -9,8 +9,9 @@
 //! `cargo run --release --example load -- --duration 5` (see `--help`).
 //!
 //! `--backend memory,redis` measures the server on its memory store and on a Redis store in the
-//! same run (a `redis-server` it starts itself, or `--redis-url`), and reports Redis round trips
-//! per decision (`INFO commandstats`); `--redis-memory-keys 100000` also reports Redis memory per
+//! same run (a `redis-server` it starts itself, or `--redis-url`), and reports its `MGET`s and
+//! script calls per decision (`INFO commandstats`: a compare-and-set sent as a plain `SET` is not
+//! told apart there from the `SET`s scripts run, so those are not counted); `--redis-memory-keys 100000` also reports Redis memory per
 //! held counter (`INFO memory`).
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
@@ -320,9 +321,9 @@ struct Outcome {
     errors: u64,
     /// Every answered call, warm-up included (for per-decision counts on the server side).
     answered: u64,
-    /// Redis round trips per answered call (redis backend only).
+    /// `MGET`s and script calls per answered call (redis backend only; plain `SET`s not counted).
     round_trips: Option<f64>,
-    /// Decide-and-write attempts (scripts) per answered call: above 1, conflicts were retried.
+    /// Script calls per answered call (plain `SET`s not counted).
     attempts: Option<f64>,
     /// The server process's peak resident memory (MiB), read when the run ends.
     peak_rss_mib: f64,
@@ -698,7 +699,7 @@ async fn main() {
         println!(
             "\nRedis store, {} instance(s) sharing it:\n\n| keys | connections x in flight | \
              redis/memory req/s | redis/memory p50 | p50 difference µs | \
-             Redis round trips per decision | attempts (scripts) per decision | \
+             MGET + script calls per decision | script calls per decision | \
              server CPU µs per decision | redis/memory server CPU | redis-server CPU µs per decision |",
             args.instances.max(1)
         );

@@ -94,11 +94,10 @@ impl Redis {
         self.run(&["FLUSHALL"]);
     }
 
-    /// Round trips the Redis store made so far: its top-level commands, MGET and EVALSHA (EVAL
-    /// when the script was not loaded yet). The GET and SET the script runs inside Redis are
-    /// counted apart by Redis (`cmdstat_get`, `cmdstat_set`) and are not round trips.
-    /// Returns (round trips, of which scripts: one per decide-and-write attempt; an attempt after
-    /// several conflicts reads with an MGET first).
+    /// The Redis store's `MGET`s and script calls so far (`EVALSHA`, or `EVAL` when the script
+    /// was not loaded yet). Its plain compare-and-sets (`SET … NX … GET`, one key expected
+    /// absent) are not counted: Redis counts them with the `SET`s scripts run inside it
+    /// (`cmdstat_set`). Returns (`MGET`s and script calls, of which script calls).
     pub fn commands(&self) -> (u64, u64) {
         let info = self.info("commandstats").unwrap_or_default();
         let calls = |name: &str| {

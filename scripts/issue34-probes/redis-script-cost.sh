@@ -4,6 +4,7 @@
 #   scripts/issue34-probes/redis-script-cost.sh            # new and base at 1, 4, 32 per call; nop; plain
 #   N=20000 scripts/issue34-probes/redis-script-cost.sh new 4 16   # MODE PER PIPE
 #   MISMATCH=0.1 scripts/issue34-probes/redis-script-cost.sh base 1  # 10 % sent expecting a stale value
+#   FRESH=1 scripts/issue34-probes/redis-script-cost.sh nx 1       # keys never written, SET … NX … GET
 # new: the script of the worktree's cas.rs; base: that of BASE (a revision, default main); old: a88ec0c.
 # Each run: redis-server under callgrind, N compare-and-sets (100k zipf keys), less a run with none.
 set -euo pipefail

@@ -5,9 +5,12 @@ usage: redis_script_drive.py PORT MODE N [PER] [PIPE]
 MODE: new (the script of crates/redis/src/cas.rs, PER compare-and-sets per EVALSHA; values
 `state;writer.seq;pxat`), base (the same for the script of an earlier revision, values
 `state;writer.seq`), old (the one-per-call script of a88ec0c, PER ignored), nop (EVALSHA of
-`return 1`, one key), plain (SET key value PXAT t GET, no Lua). The script's text is read from LUA
+`return 1`, one key), plain (SET key value PXAT t GET, no Lua), nx (SET key value NX PXAT t GET,
+no Lua: the store's plain compare-and-set of a key expected absent). The script's text is read from LUA
 (env). MISMATCH (env, 0 to 1, default 0): the share of compare-and-sets sent expecting a value the
-key does not hold (another writer's), which write nothing."""
+key does not hold (another writer's), which write nothing. FRESH=1 (env): every compare-and-set
+on a key never written, expected absent (as the store's are at 100k keys whose states outlive
+their window by a second only); compare `FRESH=1 ... new 4` with `FRESH=1 ... nx`."""
 import bisect, os, random, socket, sys, time
 
 port, mode, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
@@ -42,7 +45,7 @@ def read():
     raise SystemExit(b"bad reply " + line)
 
 
-script = {"nop": "return 1", "plain": "return 1"}.get(mode) or open(os.environ["LUA"]).read()
+script = {"nop": "return 1", "plain": "return 1", "nx": "return 1"}.get(mode) or open(os.environ["LUA"]).read()
 s.sendall(enc("SCRIPT", "LOAD", script))
 sha = read()
 random.seed(1)
@@ -51,13 +54,16 @@ for i in range(1, 100_001):
     harmonic.append(harmonic[-1] + 1.0 / i)
 held, seq, pxat = {}, 0, int(time.time() * 1000) + 3_600_000
 mismatch = float(os.environ.get("MISMATCH", "0"))
-suffix = ";%d" % pxat if mode == "new" else ""
+fresh = os.environ.get("FRESH") == "1"
+suffix = ";%d" % pxat if mode in ("new", "nx") else ""
 
 
 def decision():
     global seq
     k = bisect.bisect_left(harmonic, random.random() * harmonic[-1])
     seq += 1
+    if fresh:
+        k = 100_000 + seq
     expected = held.get(k, "")
     new = "%d:0;9f3a2b1c4d5e6f70.%x%s" % (1_767_225_600_000_000_000 + seq * 1000, seq, suffix)
     if mismatch and random.random() < mismatch:
@@ -82,6 +88,8 @@ while done < n:
             key, expected, new = ds[0]
             if mode == "plain":
                 cmds.append(enc("SET", key, new, "PXAT", pxat, "GET"))
+            elif mode == "nx":
+                cmds.append(enc("SET", key, new, "NX", "PXAT", pxat, "GET"))
             else:
                 cmds.append(enc("EVALSHA", sha, 1, key, expected, new, pxat))
         done += len(ds)

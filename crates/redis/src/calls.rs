@@ -177,10 +177,15 @@ impl Calls {
         let Some(dispatcher) = &self.dispatcher else {
             let mut c = self.conns.get();
             let timeout = self.timeout;
-            let cmd = cas::command(std::iter::once(&group));
             let call =
                 async move {
                     within(timeout, async move {
+                        // One key expected absent: a plain command, no script.
+                        if let Some(cmd) = group.plain() {
+                            let value = cmd.query_async(&mut c).await?;
+                            return Ok(cas::plain_reply(value, &group));
+                        }
+                        let cmd = cas::command(std::iter::once(&group));
                         let value = match cmd.query_async(&mut c).await {
                             Err(e) if e.code() == Some("NOSCRIPT") => {
                                 cas::load().query_async::<String>(&mut c).await?;

@@ -1,5 +1,6 @@
 //! The compare-and-sets of one instance, sent together: those made while the Redis I/O thread is
-//! busy wait in one list, and its dispatcher sends all of them in one write: a few script calls
+//! busy wait in one list, and its dispatcher sends all of them in one write: one plain command
+//! for each that needs no script (one key expected absent), and a few script calls for the others
 //! (`pack`: up to 32 compare-and-sets each, each still all-or-nothing on its own keys), pipelined,
 //! then hands each compare-and-set its own part of the reply. One write, one read and one script
 //! set-up serve many decisions on many keys; one made while nothing else waits goes out alone,
@@ -7,7 +8,6 @@
 //! one compare-and-set per call, so one's error never becomes another's. (Not on a cluster, whose
 //! commands are routed by slot: there each compare-and-set is sent on its own.)
 
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -23,6 +23,13 @@ use crate::pack;
 
 /// Most compare-and-sets in one pipeline.
 const MAX_PIPELINE: usize = 256;
+
+/// One command of a pipeline: one compare-and-set as a plain command, or a script call carrying
+/// several (their indexes in the jobs sent).
+enum Command {
+    Plain(usize),
+    Script(Vec<usize>),
+}
 
 struct Job {
     group: Group,
@@ -92,12 +99,25 @@ async fn dispatch(dispatcher: Arc<Dispatcher>, conns: Arc<Conns>, timeout: Durat
     }
 }
 
-/// Sends `jobs` in a few script calls (`pack`), pipelined, and answers each.
+/// Sends `jobs` pipelined, each that can go as a plain command alone (`cas::Group::plain`), the
+/// others in a few script calls (`pack`), and answers each.
 async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
-    let calls = pack::calls(jobs.iter().map(|j| j.group.keys.len()));
-    let mut pipeline = Pipeline::with_capacity(calls.len());
-    for call in &calls {
-        pipeline.add_command(cas::command(jobs[call.clone()].iter().map(|j| &j.group)));
+    let mut pipeline = Pipeline::with_capacity(jobs.len());
+    let mut commands: Vec<Command> = Vec::with_capacity(jobs.len());
+    let mut scripted: Vec<usize> = Vec::new();
+    for (i, job) in jobs.iter().enumerate() {
+        match job.group.plain() {
+            Some(cmd) => {
+                pipeline.add_command(cmd);
+                commands.push(Command::Plain(i));
+            }
+            None => scripted.push(i),
+        }
+    }
+    for call in pack::calls(scripted.iter().map(|&i| jobs[i].group.keys.len())) {
+        let call = scripted[call].to_vec();
+        pipeline.add_command(cas::command(call.iter().map(|&i| &jobs[i].group)));
+        commands.push(Command::Script(call));
     }
     let mut conn = conns.get();
     let values = match replies(&mut conn, &pipeline, timeout).await {
@@ -113,11 +133,18 @@ async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
     // compare-and-sets: each is sent again alone, so the error is only its own.
     let mut alone: Vec<usize> = Vec::new();
     let mut answers: Vec<Option<RedisResult<Value>>> = (0..jobs.len()).map(|_| None).collect();
-    for (call, value) in calls.into_iter().zip(values) {
-        match value {
-            Err(e) => call.for_each(|i| answers[i] = Some(Err(e.clone()))),
-            Ok(Value::ServerError(_)) if call.len() > 1 => alone.extend(call),
-            Ok(value) => spread(call, value, &mut answers),
+    for (command, value) in commands.into_iter().zip(values) {
+        match (command, value) {
+            (Command::Plain(i), value) => {
+                answers[i] = Some(value.map(|v| cas::plain_reply(v, &jobs[i].group)));
+            }
+            (Command::Script(call), Err(e)) => {
+                call.iter().for_each(|&i| answers[i] = Some(Err(e.clone())));
+            }
+            (Command::Script(call), Ok(Value::ServerError(_))) if call.len() > 1 => {
+                alone.extend(call);
+            }
+            (Command::Script(call), Ok(value)) => spread(&call, value, &mut answers),
         }
     }
     if !alone.is_empty() {
@@ -129,7 +156,7 @@ async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
             Ok(values) => {
                 for (&i, value) in alone.iter().zip(values) {
                     match value {
-                        Ok(value) => spread(i..i + 1, value, &mut answers),
+                        Ok(value) => spread(&[i], value, &mut answers),
                         Err(e) => answers[i] = Some(Err(e)),
                     }
                 }
@@ -146,18 +173,20 @@ async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
 
 /// Gives each compare-and-set of script call `call` its part of the call's reply `value` (a reply
 /// that cannot be split goes to each whole: the writer refuses it).
-fn spread(call: Range<usize>, value: Value, answers: &mut [Option<RedisResult<Value>>]) {
+fn spread(call: &[usize], value: Value, answers: &mut [Option<RedisResult<Value>>]) {
     match cas::split(value, call.len()) {
         Ok(parts) => {
-            for (i, part) in call.zip(parts) {
+            for (&i, part) in call.iter().zip(parts) {
                 answers[i] = Some(Ok(part));
             }
         }
-        Err(whole) => call.for_each(|i| answers[i] = Some(Ok(whole.clone()))),
+        Err(whole) => call
+            .iter()
+            .for_each(|&i| answers[i] = Some(Ok(whole.clone()))),
     }
 }
 
-/// The replies to `pipeline`, one per script call, within `timeout` (a call Redis did not know
+/// The replies to `pipeline`, one per command, within `timeout` (a script call Redis did not know
 /// the script for is answered after loading it and sending that call again): `Err` when no
 /// reply came (each call's `Err` when its second attempt had none).
 async fn replies(

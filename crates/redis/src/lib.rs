@@ -8,9 +8,9 @@
 //!
 //! One source of truth for the arithmetic: a call runs the same Rust decision as the memory store
 //! (`store::decide`, i.e. `limiter`) on the states this instance last saw in its keys (`seen`; a
-//! key not seen is expected absent), and sends one Lua compare-and-set (`cas`) straight away:
-//! every key must hold the expected value, else nothing is written and the script returns the
-//! keys' current values, on which the batch is decided again, with no separate read. A batch that
+//! key not seen is expected absent), and sends one compare-and-set (`cas`) straight away: a Lua
+//! script, or for one key expected absent the plain `SET … NX … GET`. Every key must hold the
+//! expected value, else nothing is written and the reply holds the keys' current values, on which the batch is decided again, with no separate read. A batch that
 //! writes nothing (denied, check-only) is verified by the same script, so no verdict rests on a
 //! stale guess. On success each changed key is `SET … PXAT` the instant its state equals no state
 //! (plus a second's grace, for clocks apart).
@@ -32,7 +32,8 @@
 //! - `settings`: `REDIS_URL`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS*`… checked into a
 //!   [`RedisConfig`]; `conn`: connections by topology; `refusal`: a failure to connect sorted
 //!   into a refusal (start-up stops) or unreachable; `io`: the redis-io thread; `dispatch`:
-//!   compare-and-sets sent together (`pack`: several in one script call), pipelined.
+//!   compare-and-sets sent together, pipelined (`pack`: several in one script call; one key
+//!   expected absent as a plain command).
 //! - `calls`: every call bounded by `REDIS_TIMEOUT` and counted; `cas`: the compare-and-set script
 //!   and the text of a state; `seen`: last-seen values; `writer`: compare-and-set calls through
 //!   the seen-value cache; `retry`: attempts and backoff.

@@ -193,6 +193,34 @@ impl RedisServer {
         keys
     }
 
+    /// Starts counting the commands clients send ([`RedisServer::commands_sent`]): from now on
+    /// Redis logs every command in its slow log, which starts empty.
+    pub fn count_commands(&self) {
+        self.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+            .expect("CONFIG SET");
+        self.cli(&["CONFIG", "SET", "slowlog-max-len", "100000"])
+            .expect("CONFIG SET");
+        self.cli(&["SLOWLOG", "RESET"]).expect("SLOWLOG RESET");
+    }
+
+    /// Commands named `names` (lower case) that clients sent since
+    /// [`RedisServer::count_commands`]: round trips, where `INFO commandstats` also counts the
+    /// commands a script runs inside Redis (the slow log has those too, with no client: `?:0`).
+    pub fn commands_sent(&self, names: &[&str]) -> u64 {
+        let out = self
+            .cli(&["--json", "SLOWLOG", "GET", "-1"])
+            .expect("SLOWLOG GET");
+        let entries: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
+        entries
+            .iter()
+            .filter(|e| {
+                let name = e[3][0].as_str().unwrap_or_default().to_ascii_lowercase();
+                let client = e[4].as_str().unwrap_or("?");
+                names.contains(&name.as_str()) && !client.starts_with('?')
+            })
+            .count() as u64
+    }
+
     /// One field of `INFO section` (e.g. ("commandstats", "cmdstat_mget")).
     pub fn info(&self, section: &str) -> String {
         self.cli(&["INFO", section]).expect("INFO")
