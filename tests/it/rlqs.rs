@@ -583,11 +583,14 @@ async fn two_servers_on_one_redis_split_one_buckets_limit() {
         ("REDIS_URL", redis.addr()),
     ];
     let (_dir, one, _two, mut a, mut b, k1) = split_in_two(&env).await;
-    // Equal demand for a few beats: the fractions follow the demands exchanged in Redis.
+    // Equal demand for a few beats: the fractions follow the demands exchanged in Redis. Denied
+    // requests only: admitted ones would spend each instance's half of the burst (4 tokens, one
+    // back every 12 s), and whether the fourth landed before the last assignment was read would
+    // decide between a bucket of 1 and `DenyAll` (a correct answer for a share used up).
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        a.report(&[(&k1, 1, 3)]).await;
-        b.report(&[(&k1, 1, 3)]).await;
+        a.report(&[(&k1, 0, 4)]).await;
+        b.report(&[(&k1, 0, 4)]).await;
     }
     let (ta, tb) = (a.last_told().await, b.last_told().await);
     eprintln!("rlqs two servers on one Redis, after 4 beats of equal demand: {ta:?} + {tb:?}");
