@@ -187,9 +187,12 @@ impl Calls {
                         }
                         let cmd = cas::command(std::iter::once(&group));
                         let value = match cmd.query_async(&mut c).await {
+                            // This master does not know the script: sent with its text, to this
+                            // master alone (`SCRIPT LOAD` would go to every master).
                             Err(e) if e.code() == Some("NOSCRIPT") => {
-                                cas::load().query_async::<String>(&mut c).await?;
-                                cmd.query_async(&mut c).await
+                                cas::command_with_text(std::iter::once(&group))
+                                    .query_async(&mut c)
+                                    .await
                             }
                             other => other,
                         }?;

@@ -303,12 +303,33 @@ pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Valu
     }
 }
 
-/// One script call carrying `groups`, in order (`EVALSHA`; see [`load`] for a Redis that does not
-/// know the script). Each group has at most [`MAX_KEYS`] keys.
+/// One script call carrying `groups`, in order (`EVALSHA`; see [`load`] and
+/// [`command_with_text`] for a Redis that does not know the script). Each group has at most
+/// [`MAX_KEYS`] keys.
 pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::redis::Cmd {
+    call("EVALSHA", script().get_hash(), groups)
+}
+
+/// The same call with the script's text (`EVAL`), which the Redis that runs it keeps: for a
+/// cluster master that answered `NOSCRIPT`. A cluster client sends `SCRIPT LOAD` to every master
+/// and fails it while one is down, which would fail a decision on a master that answers; this goes
+/// to the keys' own master only. (A master may first meet the script long after start-up: a
+/// compare-and-set of a key expected absent needs none.)
+pub(super) fn command_with_text<'a>(
+    groups: impl Iterator<Item = &'a Group> + Clone,
+) -> ::redis::Cmd {
+    call("EVAL", SCRIPT, groups)
+}
+
+/// `name` (`EVALSHA` or `EVAL`) of `script` (its hash or its text) carrying `groups`.
+fn call<'a>(
+    name: &str,
+    script: &str,
+    groups: impl Iterator<Item = &'a Group> + Clone,
+) -> ::redis::Cmd {
     let keys: usize = groups.clone().map(|g| g.keys.len()).sum();
-    let mut cmd = ::redis::cmd("EVALSHA");
-    cmd.arg(script().get_hash()).arg(keys);
+    let mut cmd = ::redis::cmd(name);
+    cmd.arg(script).arg(keys);
     for group in groups.clone() {
         for key in &group.keys {
             cmd.arg(key.as_str());

@@ -52,22 +52,37 @@ return {outcome, held, ended, first}
 
 static LEASE: LazyLock<::redis::Script> = LazyLock::new(|| ::redis::Script::new(SCRIPT));
 
-/// Runs `call` on its key's set, bounded by `REDIS_TIMEOUT` and counted as a store call.
+/// Runs `call` on its key's set, bounded by `REDIS_TIMEOUT` and counted as a store call. A Redis
+/// that does not know the script gets it with the call (`EVAL`), which it keeps: on a cluster,
+/// `SCRIPT LOAD` would go to every master and fail while one is down.
 pub(crate) async fn call(
     calls: &Arc<Calls>,
     call: &LeaseCall<'_, TextKey>,
 ) -> Result<LeaseAnswer, StoreError> {
-    let mut invocation = LEASE.prepare_invoke();
-    invocation
-        .key(call.key.as_str())
-        .arg(call.action.code())
-        .arg(call.id)
-        .arg(call.now / NANOS_PER_MS)
-        .arg((call.params.lease / NANOS_PER_MS).max(1))
-        .arg(call.params.max_in_flight);
+    let command = |name: &str, script: &str| {
+        let mut cmd = ::redis::cmd(name);
+        cmd.arg(script)
+            .arg(1)
+            .arg(call.key.as_str())
+            .arg(call.action.code())
+            .arg(call.id)
+            .arg(call.now / NANOS_PER_MS)
+            .arg((call.params.lease / NANOS_PER_MS).max(1))
+            .arg(call.params.max_in_flight);
+        cmd
+    };
+    let (by_hash, with_text) = (
+        command("EVALSHA", LEASE.get_hash()),
+        command("EVAL", SCRIPT),
+    );
     let mut c = calls.conn();
     let reply: Vec<i64> = calls
-        .bounded(async move { invocation.invoke_async(&mut c).await })
+        .bounded(async move {
+            match by_hash.query_async(&mut c).await {
+                Err(e) if e.code() == Some("NOSCRIPT") => with_text.query_async(&mut c).await,
+                other => other,
+            }
+        })
         .await?;
     decode(&reply).ok_or_else(|| {
         StoreError::Unavailable(format!("unexpected reply from the lease script: {reply:?}"))
