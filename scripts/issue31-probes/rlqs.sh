@@ -40,7 +40,8 @@ fi
     > "$D/serve.log" 2>&1 & PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; [ -n "${RPID:-}" ] && kill $RPID 2>/dev/null' EXIT
 # Redis's CPU seconds so far (utime + stime from /proc), printed at the end.
-redis_cpu() { [ -n "${RPID:-}" ] && awk '{printf "%.2f", ($14 + $15) / 100}' "/proc/$RPID/stat"; }
+# (Without REDIS, nothing: an `if`, so that the function succeeds under `set -e`.)
+redis_cpu() { if [ -n "${RPID:-}" ]; then awk '{printf "%.2f", ($14 + $15) / 100}' "/proc/$RPID/stat"; fi; }
 for _ in $(seq 50); do curl -sf -o /dev/null http://127.0.0.1:18480/healthcheck && break; sleep 0.2; done
 R0=$(redis_cpu); T0=$(date +%s.%N)
 ALSO=()

@@ -20,7 +20,7 @@
 //! it (`set_fraction`, see `quota::fraction`): the rate, the burst and the ledger's cap scaled
 //! down; a smaller fraction clamps the level at once, a larger one only refills faster.
 
-use std::collections::BTreeMap;
+use litemap::LiteMap;
 
 use crate::clock::{NANOS_PER_SECOND, Nanos};
 use crate::quota::fraction::scaled;
@@ -137,7 +137,9 @@ pub struct Shares {
     /// their first assignment), at `level_at`.
     level: f64,
     level_at: Nanos,
-    members: BTreeMap<StreamId, Member>,
+    /// By stream, in order (sorted: one slot per stream, where a `BTreeMap` allocates a node of
+    /// eleven for the first; most buckets have one stream).
+    members: LiteMap<StreamId, Member>,
     /// The last [`Shares::assign`] left a stream short of its target (the ledger could not cover
     /// it yet): the next one, a tick later, may move it.
     unsettled: bool,
@@ -158,7 +160,7 @@ impl Shares {
             fraction: 1.0,
             level: f64::from(pool.burst),
             level_at: now,
-            members: BTreeMap::new(),
+            members: LiteMap::with_capacity(1),
             unsettled: false,
         }
     }
