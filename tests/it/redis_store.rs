@@ -410,3 +410,54 @@ async fn a_repeated_key_costs_one_round_trip_per_decision_and_a_stale_cache_stay
     }
     assert_eq!(round_trips(&redis), 5, "one round trip per denied decision");
 }
+
+/// A key that holds another type (a list written under the store's prefix) fails only its own
+/// decision: its compare-and-set, a plain `SET … NX … GET` here (the key is expected absent), gets
+/// Redis's `WRONGTYPE`, and the decisions on other keys made at the same moment, which share its
+/// pipelines, are answered.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_key_of_another_type_fails_only_its_own_decision() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let store = Arc::new(redis_store(&redis, "wt:").await);
+    let now = SystemClock.now();
+    let window = params(Algorithm::FixedWindow, 5, 2, 5);
+    redis
+        .cli(&["RPUSH", "wt:contract|user=mallory|0.1.2s", "x"])
+        .unwrap();
+    const USERS: [&str; 21] = [
+        "mallory", "u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u9", "u10", "u11", "u12",
+        "u13", "u14", "u15", "u16", "u17", "u18", "u19",
+    ];
+    let users = USERS;
+    let tasks: Vec<_> = users
+        .iter()
+        .map(|user| {
+            let charge = charges(&store, &[(*user, 0, window, 1, true)]);
+            let store = store.clone();
+            tokio::spawn(async move { store.apply(&charge, now).await })
+        })
+        .collect();
+    for (user, task) in users.iter().zip(tasks) {
+        let answer = task.await.unwrap();
+        if *user == "mallory" {
+            eprintln!("a list under the prefix: {answer:?}");
+            assert!(
+                answer.as_ref().is_err() || !answer.as_ref().unwrap()[0].allowed,
+                "a list is no counter: {answer:?}"
+            );
+        } else {
+            assert!(answer.expect("answered")[0].allowed, "{user}");
+        }
+    }
+    assert_eq!(
+        redis
+            .cli(&["TYPE", "wt:contract|user=mallory|0.1.2s"])
+            .unwrap()
+            .trim(),
+        "list",
+        "left as it was"
+    );
+}
