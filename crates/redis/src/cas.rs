@@ -1,4 +1,5 @@
-//! The one Redis script, compare-and-set, and the text of a stored state. The arithmetic is never
+//! The compare-and-set (one Redis script; for one key expected absent, the plain command
+//! `SET … NX … GET`, [`Group::plain`]) and the text of a stored state. The arithmetic is never
 //! in Lua: the caller decides in Rust on the values it expects, and the script writes only if every
 //! key still holds them (else it writes nothing and returns what they hold). One script call
 //! carries one compare-and-set or several (each all-or-nothing on its own keys: Redis's cost of a
