@@ -3,7 +3,7 @@
 # independent no-op tonic server, and redis-server's CPU per decision; then the same server's
 # instructions per call under callgrind (exact; the number for before/after on a shared machine).
 #
-# usage: scripts/cost-per-decision.sh [load|callgrind|redis|perf|all] (default: all)
+# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|all] (default: all)
 #   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
@@ -11,6 +11,10 @@
 #   CALLS=20000                          calls under callgrind / perf
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
+#   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
+#                                        build a fresh redis-server and server, 20,000 warm-up calls,
+#                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
+#                                        CPU (user + system, /proc) of each process per decision
 # Build first: cargo build --release --bin ratelimit-server --example load
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -188,11 +192,46 @@ perf_profile() {
   echo "(perf data kept in $dir)"
 }
 
+# redis-server's and the server's CPU per decision on the Redis store, natively, for builds A and
+# B in alternating rounds (CPU time of each process from /proc over the measured calls only).
+redis_ab() {
+  local a=${A:?redis-ab: A=<the other build>} b=${B:-$BIN} calls=$((CALLS * 5)) keys=${REDIS_KEYS%%,*}
+  local dir hz r name bin; dir=$(mktemp -d); rules "$dir/rules"; hz=$(getconf CLK_TCK)
+  ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+  one() { # BIN -> "redis-server µs, server µs" per decision
+    local rport grpc http rpid spid r0 s0 r1 s1
+    rport=$(free_port); grpc=$(free_port); http=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
+    for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
+    SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
+      "$1" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.log" 2>&1 & spid=$!
+    wait_healthy $http
+    "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
+    r0=$(ticks $rpid); s0=$(ticks $spid)
+    "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
+    r1=$(ticks $rpid); s1=$(ticks $spid)
+    kill -TERM $spid; wait $spid || true
+    redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true
+    python3 -c "print(f'{($r1-$r0)*1e6/$hz/$calls:.1f} {($s1-$s0)*1e6/$hz/$calls:.1f}')"
+  }
+  echo "== Redis store, $calls calls at $REDIS_SHAPE over $keys: A=$a B=$b"
+  echo "| round | build | redis-server CPU µs per decision | server CPU µs per decision | load average |"
+  echo "|---|---|---|---|---|"
+  for r in $(seq "$ROUNDS"); do
+    for name in A B; do
+      if [ $name = A ]; then bin=$a; else bin=$b; fi
+      read -r redis server < <(one "$bin")
+      echo "| $r | $name | $redis | $server | $(cut -d' ' -f1 /proc/loadavg) |"
+    done
+  done
+}
+
 case $MODE in
   load) load ;;
   callgrind) callgrind ;;
   redis) redis_cost ;;
+  redis-ab) redis_ab ;;
   perf) perf_profile ;;
   all) load; callgrind ;;
-  *) echo "usage: $0 [load|callgrind|redis|perf|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|all]" >&2; exit 2 ;;
 esac
