@@ -34,24 +34,58 @@ pub(crate) const MAX_KEY: usize = 256;
 /// Longest encoded domain kept whole.
 pub(crate) const MAX_DOMAIN: usize = 64;
 
-/// A key in a shared store. Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TextKey(std::sync::Arc<str>);
+/// A key in a shared store. Cheap to clone. Its digest is taken once, when it is made: it is the
+/// key's id in a memory store, its seen-cache shard, and what the maps keyed by it hash (eight
+/// bytes, not the text, several times per decision).
+#[derive(Clone)]
+pub struct TextKey {
+    text: std::sync::Arc<str>,
+    digest: u128,
+}
 
 impl TextKey {
+    fn new(text: String) -> TextKey {
+        let digest = hash128(text.as_bytes());
+        TextKey {
+            text: text.into(),
+            digest,
+        }
+    }
+
     /// A key as Redis holds it (read back from a scan).
     pub(crate) fn from_text(text: String) -> TextKey {
-        TextKey(text.into())
+        TextKey::new(text)
     }
 
     /// The key as Redis holds it.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
     }
 
     /// A 128-bit digest of the key (for a memory store holding text keys).
     pub(crate) fn digest(&self) -> u128 {
-        hash128(self.0.as_bytes())
+        self.digest
+    }
+}
+
+impl PartialEq for TextKey {
+    fn eq(&self, other: &TextKey) -> bool {
+        self.digest == other.digest && self.text == other.text
+    }
+}
+
+impl Eq for TextKey {}
+
+/// Equal keys have equal texts, so equal digests.
+impl std::hash::Hash for TextKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.digest as u64);
+    }
+}
+
+impl std::fmt::Debug for TextKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TextKey").field(&self.text).finish()
     }
 }
 
@@ -89,16 +123,30 @@ fn hash128(bytes: &[u8]) -> u128 {
     h.finish128().as_u128()
 }
 
-/// Appends `s` percent-encoded.
+/// Appends `s` percent-encoded: runs of plain bytes copied whole (a key is built per decision).
 fn encode(out: &mut String, s: &str) {
-    for &b in s.as_bytes() {
-        let plain = b.is_ascii_graphic() && !matches!(b, b'%' | b'|' | b'=' | b'{' | b'}');
-        if plain {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let run = bytes[i..].iter().take_while(|&&b| plain(b)).count();
+        // A run of plain bytes is ASCII, so it starts and ends on char boundaries.
+        if let Some(text) = s.get(i..i + run) {
+            out.push_str(text);
+        }
+        i += run;
+        if let Some(&b) = bytes.get(i) {
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xf)] as char);
+            i += 1;
         }
     }
+}
+
+/// Whether `b` stands for itself in a key (else it is written `%XX`).
+fn plain(b: u8) -> bool {
+    b.is_ascii_graphic() && !matches!(b, b'%' | b'|' | b'=' | b'{' | b'}')
 }
 
 /// Appends `s` with the characters a Redis glob pattern gives a meaning escaped.
@@ -149,13 +197,12 @@ fn head(s: &str, max: usize) -> &str {
 
 /// Appends `domain`, encoded; past [`MAX_DOMAIN`], its head and a hash of the whole.
 fn push_domain(key: &mut String, domain: &str) {
-    let mut name = String::new();
-    encode(&mut name, domain);
-    if name.len() > MAX_DOMAIN {
+    let start = key.len();
+    encode(key, domain);
+    if key.len() - start > MAX_DOMAIN {
+        let name = key.split_off(start);
         let digest = hash128(name.as_bytes()) as u64;
         let _ = write!(key, "{}~{digest:016x}", head(&name, MAX_DOMAIN - 17));
-    } else {
-        key.push_str(&name);
     }
 }
 
@@ -191,21 +238,34 @@ impl TextKeyBuilder {
 
     /// The key of a counter.
     pub(crate) fn key(&self, id: &CounterId<'_>) -> TextKey {
-        let mut key = String::with_capacity(64);
+        // Written straight into one string (one is built per decision); the rare key that comes
+        // out too long has its entries taken out again and bounded.
+        let mut key = String::with_capacity(128);
         key.push_str(&self.prefix);
         push_domain(&mut key, id.domain);
-        let mut body = String::new();
-        id.entries.for_each(|k, v| push_entry(&mut body, k, v));
-        let mut tail = String::new();
-        let _ = write!(tail, "|{}.{}.", id.slot, id.algorithm.code());
+        let body = key.len();
+        id.entries.for_each(|k, v| push_entry(&mut key, k, v));
+        let tail = key.len();
+        let mut decimal = itoa::Buffer::new();
+        key.push('|');
+        key.push_str(decimal.format(id.slot));
+        key.push('.');
+        key.push_str(decimal.format(id.algorithm.code()));
+        key.push('.');
         if id.period.is_multiple_of(NANOS_PER_SECOND) {
-            let _ = write!(tail, "{}s", id.period / NANOS_PER_SECOND);
+            key.push_str(decimal.format(id.period / NANOS_PER_SECOND));
+            key.push('s');
         } else {
-            let _ = write!(tail, "{}ns", id.period);
+            key.push_str(decimal.format(id.period));
+            key.push_str("ns");
         }
-        push_body(&mut key, &body, tail.len());
-        key.push_str(&tail);
-        TextKey(key.into())
+        if key.len() > MAX_KEY {
+            let tail = key.split_off(tail);
+            let entries = key.split_off(body);
+            push_body(&mut key, &entries, tail.len());
+            key.push_str(&tail);
+        }
+        TextKey::new(key)
     }
 
     /// The key of an RLQS bucket's demand hash (every instance's published demand):
@@ -222,7 +282,7 @@ impl TextKeyBuilder {
             push_entry(&mut body, k, v);
         }
         push_body(&mut key, &body, 0);
-        TextKey(key.into())
+        TextKey::new(key)
     }
 
     /// What every counter key of `domain` starts with: the prefix and the encoded domain (its
@@ -308,23 +368,23 @@ impl TextKeyBuilder {
             .as_str()
             .strip_prefix(rlqs.as_str())
             .unwrap_or_default();
-        TextKey(format!("{}|{tail}", self.overrides_key().as_str()).into())
+        TextKey::new(format!("{}|{tail}", self.overrides_key().as_str()))
     }
 
     /// The set of the overrides' keys: `{<prefix>%overrides}`.
     pub(crate) fn overrides_key(&self) -> TextKey {
-        TextKey(format!("{{{}%overrides}}", self.prefix).into())
+        TextKey::new(format!("{{{}%overrides}}", self.prefix))
     }
 
     /// The key of the hash of RLQS instances alive (each one's last beat).
     pub(crate) fn instances_key(&self) -> TextKey {
-        TextKey(format!("{}%instances", self.prefix).into())
+        TextKey::new(format!("{}%instances", self.prefix))
     }
 
     /// The counter every instance increments after it changed a demand in the RLQS buckets'
     /// hashes: `<prefix>%rlqs-moves` (no bucket key is so: theirs go on with `|`).
     pub(crate) fn quota_moves_key(&self) -> TextKey {
-        TextKey(format!("{}%rlqs-moves", self.prefix).into())
+        TextKey::new(format!("{}%rlqs-moves", self.prefix))
     }
 }
 
