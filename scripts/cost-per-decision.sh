@@ -11,6 +11,7 @@
 #   CALLS=20000                          calls under callgrind / perf
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
+#   PERF_BACKEND=memory                  the store `perf` profiles (memory or redis)
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -174,21 +175,35 @@ PY
   echo "(callgrind output kept in $dir)"
 }
 
-# Where the server's CPU goes under load (sampling, all threads): perf over a 4x64 run.
+# Where the server's CPU goes under load (sampling, all threads): perf over a 4x64 run of CALLS x 10
+# calls over 100k zipf keys, on PERF_BACKEND (memory, or redis: a redis-server of its own). Prints
+# the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 / calls x
+# 1e6), then the top symbols.
 perf_profile() {
   local dir; dir=$(mktemp -d); rules "$dir/rules"
-  local grpc http; grpc=$(free_port); http=$(free_port)
-  SHUTDOWN_DELAY=0s LOG_LEVEL=warn "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http \
+  local grpc http rport rpid=""; grpc=$(free_port); http=$(free_port)
+  local env=()
+  if [ "${PERF_BACKEND:-memory}" = redis ]; then
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
+    for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
+    env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load:)
+  fi
+  env SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${env[@]}" "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http \
     > "$dir/serve.log" 2>&1 & local pid=$!
   wait_healthy $http
   "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys 100k-zipf --shapes 4x64 > /dev/null
-  perf record -q -e cpu-clock -F 4999 -g -p $pid -o "$dir/perf.data" -- sleep 30 &
+  perf record -q -e cpu-clock -F 2999 -g -p $pid -o "$dir/perf.data" -- sleep 60 &
   local perf=$!
   sleep 0.5
   "$LOAD" --drive 127.0.0.1:$grpc --calls $((CALLS * 10)) --keys 100k-zipf --shapes 4x64
   kill -INT $perf; wait $perf || true
   kill -TERM $pid; wait $pid || true
-  perf report -i "$dir/perf.data" --no-children --sort symbol --stdio 2>/dev/null | grep -v '^#' | grep '%' | head -40
+  if [ -n "$rpid" ]; then redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true; fi
+  echo "-- samples by thread and where ($((CALLS * 10)) calls, 2999 Hz):"
+  perf report -i "$dir/perf.data" --no-children --sort comm,dso --stdio -g none -n 2>/dev/null | grep '%' | head -12
+  perf report -i "$dir/perf.data" --no-children --sort symbol --stdio -g none -n 2>/dev/null | grep '%' | head -40 |
+    sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//'
   echo "(perf data kept in $dir)"
 }
 
