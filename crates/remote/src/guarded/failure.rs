@@ -17,8 +17,13 @@ use crate::mode::{FailureMode, LocalShare};
 use crate::remote::Connect;
 
 impl<C: Connect> Guarded<C> {
-    /// The answer while the remote backend cannot decide.
-    pub(super) fn fallback(&self, tx: Transaction<'_, KeyOf<C>>) -> Result<Verdicts, StoreError> {
+    /// The answer while the remote backend cannot decide; `cause`: this decision's own call's
+    /// error, if it made one (none while the breaker is open).
+    pub(super) fn fallback(
+        &self,
+        tx: Transaction<'_, KeyOf<C>>,
+        cause: Option<StoreError>,
+    ) -> Result<Verdicts, StoreError> {
         if tx.is_refund() {
             self.shared.local.run(tx);
             return Ok(Verdicts::new());
@@ -38,20 +43,32 @@ impl<C: Connect> Guarded<C> {
             }
             FailureMode::Allow => Ok(fixed(tx.charges, tx.now, true)),
             FailureMode::Deny => Ok(fixed(tx.charges, tx.now, false)),
-            FailureMode::Error => {
-                let name = &self.shared.name;
-                Err(StoreError::Unavailable(format!(
-                    "{} is unreachable ({}_FAILURE_MODE=error)",
-                    name.title, name.upper
-                )))
-            }
+            FailureMode::Error => Err(self.failed(cause)),
         }
     }
 
-    /// The answer to a lease call while the remote backend cannot decide.
+    /// The failure mode `error`'s answer: the call's own error when it made one (Redis may have
+    /// answered it, e.g. a key of another type), else that the backend is unreachable.
+    fn failed(&self, cause: Option<StoreError>) -> StoreError {
+        let name = &self.shared.name;
+        StoreError::Unavailable(match cause {
+            Some(e) => format!(
+                "{} call failed: {e} ({}_FAILURE_MODE=error)",
+                name.title, name.upper
+            ),
+            None => format!(
+                "{} is unreachable ({}_FAILURE_MODE=error)",
+                name.title, name.upper
+            ),
+        })
+    }
+
+    /// The answer to a lease call while the remote backend cannot decide (`cause` as for
+    /// [`Guarded::fallback`]).
     pub(super) fn lease_fallback(
         &self,
         call: &LeaseCall<'_, KeyOf<C>>,
+        cause: Option<StoreError>,
     ) -> Result<LeaseAnswer, StoreError> {
         let mode = self.shared.mode;
         if call.action == LeaseAction::Acquire {
@@ -78,13 +95,7 @@ impl<C: Connect> Guarded<C> {
             (FailureMode::Allow | FailureMode::Deny, LeaseAction::Peek) => {
                 Ok(fixed(LeaseOutcome::Peeked))
             }
-            (FailureMode::Error, _) => {
-                let name = &self.shared.name;
-                Err(StoreError::Unavailable(format!(
-                    "{} is unreachable ({}_FAILURE_MODE=error)",
-                    name.title, name.upper
-                )))
-            }
+            (FailureMode::Error, _) => Err(self.failed(cause)),
         }
     }
 

@@ -261,12 +261,12 @@ impl<C: Connect> Backend for Guarded<C> {
                 // failure mode.
                 let Some(shards) = self.shard_permits(&remote, &tx) else {
                     self.shared.metrics.shard_down_decisions.inc();
-                    return self.fallback(tx);
+                    return self.fallback(tx, None);
                 };
                 permits = shards;
                 if !self.settle_first(&remote, &tx).await {
                     self.shared.metrics.awaiting_write_back.inc();
-                    return self.fallback(tx);
+                    return self.fallback(tx, None);
                 }
                 if let Some(verdicts) = self.beyond_kept_share(&tx) {
                     return Ok(verdicts);
@@ -274,17 +274,20 @@ impl<C: Connect> Backend for Guarded<C> {
             }
             let answer = self.through_for(remote.transact(tx), &permits).await;
             self.record_shards(&permits, &answer);
-            if let Answer::Answered(answer) = answer {
-                if let (true, Ok(verdicts)) = (apply, &answer) {
-                    self.count_in_kept_share(&tx, verdicts);
+            match answer {
+                Answer::Answered(answer) => {
+                    if let (true, Ok(verdicts)) = (apply, &answer) {
+                        self.count_in_kept_share(&tx, verdicts);
+                    }
+                    if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
+                        cache.learn(tx.charges, verdicts, tx.now);
+                    }
+                    return answer;
                 }
-                if let (Some(cache), Ok(verdicts)) = (cache, &answer) {
-                    cache.learn(tx.charges, verdicts, tx.now);
-                }
-                return answer;
+                Answer::Down(cause) => return self.fallback(tx, cause),
             }
         }
-        self.fallback(tx)
+        self.fallback(tx, None)
     }
 
     async fn peek(&self, key: &Self::Key) -> Result<Option<State>, StoreError> {
@@ -309,15 +312,16 @@ impl<C: Connect> Backend for Guarded<C> {
             let keys = self.is_up().then_some(call.key);
             let Some(permits) = self.permits_of(&remote, keys) else {
                 self.shared.metrics.shard_down_decisions.inc();
-                return self.lease_fallback(&call);
+                return self.lease_fallback(&call, None);
             };
             let answer = self.through_for(remote.lease(call.clone()), &permits).await;
             self.record_shards(&permits, &answer);
-            if let Answer::Answered(answer) = answer {
-                return answer;
+            match answer {
+                Answer::Answered(answer) => return answer,
+                Answer::Down(cause) => return self.lease_fallback(&call, cause),
             }
         }
-        self.lease_fallback(&call)
+        self.lease_fallback(&call, None)
     }
 
     /// Resets the key in the shared store (through the breaker, as any call beside decisions),
