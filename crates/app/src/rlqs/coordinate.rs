@@ -61,7 +61,7 @@ async fn round(
 ) -> Result<Settled, String> {
     let begun = exchange.begin(instance).await?;
     let now_ms = begun.instances.now_ms;
-    let round = plan.round(instance, &begun);
+    let round = off_worker(|| plan.round(instance, &begun));
     let deleted = if round.deletes.is_empty() {
         Vec::new()
     } else {
@@ -72,12 +72,24 @@ async fn round(
     } else {
         exchange.buckets(instance, now_ms, &round.calls).await
     };
-    let settled = plan.settle(instance, &begun, &round, &deleted, &answers);
+    let settled = off_worker(|| plan.settle(instance, &begun, &round, &deleted, &answers));
     if settled.announce {
         let moved = exchange.moved(instance, now_ms).await.ok();
         plan.announced(&begun, moved);
     }
     Ok(settled)
+}
+
+/// Runs `work`, the round's own computing (synchronous, and after a report round over every
+/// bucket: 200,000 at the caps, with the table's lock held for part of it), without holding a
+/// request worker meanwhile: on a multi-thread runtime the worker hands its queued tasks to
+/// another thread first (`block_in_place`), so no ShouldRateLimit call waits behind it; elsewhere
+/// (a test's current-thread runtime) it runs as it is.
+fn off_worker<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }
 
 /// Exchanges every [`TICK`] until `stop` turns true.
@@ -102,7 +114,7 @@ pub(crate) async fn coordinate<B: Backend>(
             _ = stop.wait_for(|s| *s) => break,
         }
         // What moved since the last round, taken whatever this round's fate.
-        plan.take(&table.demands());
+        off_worker(|| plan.take(&table.demands()));
         let outcome = tokio::select! {
             outcome = round(&*exchange, instance, &mut plan) => outcome,
             _ = stop.wait_for(|s| *s) => break,
@@ -111,7 +123,7 @@ pub(crate) async fn coordinate<B: Backend>(
         let failure = match outcome {
             Ok(settled) => {
                 metrics.instances.set(settled.alive as i64);
-                table.set_fractions(settled.fractions, settled.alive);
+                off_worker(|| table.set_fractions(settled.fractions, settled.alive));
                 metrics.exchange_errors.inc_by(settled.failed);
                 (settled.failed > 0)
                     .then(|| format!("{} of {} bucket calls", settled.failed, settled.asked))
