@@ -3,7 +3,8 @@
 //! changed and reads the buckets the other instances moved ([`Exchange`], Redis in
 //! `rlqs::redis`; which buckets: `plan`), then takes its fraction of each bucket read
 //! (`quota::fraction`, pure). A bucket at rest costs no call and no work. It runs in a task of
-//! its own: no gRPC stream ever waits on Redis. When an exchange fails, each bucket keeps the last
+//! its own: no gRPC stream ever waits on Redis; its synchronous steps (all 200,000 buckets after a
+//! report round at the caps) leave the request worker first (`off_worker`). When an exchange fails, each bucket keeps the last
 //! fraction it had and a new bucket starts at an even split among the instances last seen; the
 //! failures are counted (`ratelimit_rlqs_exchange_errors_total`) and said at most once a minute.
 
