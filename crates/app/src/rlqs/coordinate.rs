@@ -3,10 +3,11 @@
 //! changed and reads the buckets the other instances moved ([`Exchange`], Redis in
 //! `rlqs::redis`; which buckets: `plan`), then takes its fraction of each bucket read
 //! (`quota::fraction`, pure). A bucket at rest costs no call and no work. It runs in a task of
-//! its own: no gRPC stream ever waits on Redis; its synchronous steps (all 200,000 buckets after a
-//! report round at the caps) leave the request worker first (`off_worker`). When an exchange fails, each bucket keeps the last
-//! fraction it had and a new bucket starts at an even split among the instances last seen; the
-//! failures are counted (`ratelimit_rlqs_exchange_errors_total`) and said at most once a minute.
+//! its own: no gRPC stream ever waits on Redis; with a large table its synchronous steps (all
+//! 200,000 buckets after a report round at the caps) leave the request worker first
+//! (`off_worker`). When an exchange fails, each bucket keeps the last fraction it had and a new
+//! bucket starts at an even split among the instances last seen; the failures are counted
+//! (`ratelimit_rlqs_exchange_errors_total`) and said at most once a minute.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -55,14 +56,16 @@ pub(crate) trait Exchange: Send + Sync + 'static {
 }
 
 /// One round: begin, the deletes, the other calls, the fractions, and the increment if owed.
+/// (`big`: its computing leaves the request worker, [`off_worker`].)
 async fn round(
     exchange: &dyn Exchange,
     instance: InstanceId,
     plan: &mut Plan,
+    big: bool,
 ) -> Result<Settled, String> {
     let begun = exchange.begin(instance).await?;
     let now_ms = begun.instances.now_ms;
-    let round = off_worker(|| plan.round(instance, &begun));
+    let round = off_worker(big, || plan.round(instance, &begun));
     let deleted = if round.deletes.is_empty() {
         Vec::new()
     } else {
@@ -73,7 +76,9 @@ async fn round(
     } else {
         exchange.buckets(instance, now_ms, &round.calls).await
     };
-    let settled = off_worker(|| plan.settle(instance, &begun, &round, &deleted, &answers));
+    let settled = off_worker(big, || {
+        plan.settle(instance, &begun, &round, &deleted, &answers)
+    });
     if settled.announce {
         let moved = exchange.moved(instance, now_ms).await.ok();
         plan.announced(&begun, moved);
@@ -81,14 +86,18 @@ async fn round(
     Ok(settled)
 }
 
+/// Tables of at least this many buckets have a round's computing done off the request worker.
+const OFF_WORKER_BUCKETS: i64 = 1000;
+
 /// Runs `work`, the round's own computing (synchronous, and after a report round over every
-/// bucket: 200,000 at the caps, with the table's lock held for part of it), without holding a
-/// request worker meanwhile: on a multi-thread runtime the worker hands its queued tasks to
-/// another thread first (`block_in_place`), so no ShouldRateLimit call waits behind it; elsewhere
-/// (a test's current-thread runtime) it runs as it is.
-fn off_worker<T>(work: impl FnOnce() -> T) -> T {
+/// bucket: 200,000 at the caps, with the table's lock held for part of it). When `big` (the table
+/// holds [`OFF_WORKER_BUCKETS`] or more), without holding a request worker meanwhile: on a
+/// multi-thread runtime the worker hands its queued tasks to another thread first
+/// (`block_in_place`), so no ShouldRateLimit call waits behind it. A small table's round takes
+/// microseconds and is done in place (as on a test's current-thread runtime).
+fn off_worker<T>(big: bool, work: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) if big => tokio::task::block_in_place(work),
         _ => work(),
     }
 }
@@ -114,17 +123,20 @@ pub(crate) async fn coordinate<B: Backend>(
             _ = interval.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
+        let big = table.metrics().buckets.get() >= OFF_WORKER_BUCKETS;
         // What moved since the last round, taken whatever this round's fate.
-        off_worker(|| plan.take(&table.demands()));
+        off_worker(big, || plan.take(&table.demands()));
         let outcome = tokio::select! {
-            outcome = round(&*exchange, instance, &mut plan) => outcome,
+            outcome = round(&*exchange, instance, &mut plan, big) => outcome,
             _ = stop.wait_for(|s| *s) => break,
         };
         let metrics = table.metrics();
         let failure = match outcome {
             Ok(settled) => {
                 metrics.instances.set(settled.alive as i64);
-                off_worker(|| table.set_fractions(settled.fractions, settled.alive));
+                off_worker(big, || {
+                    table.set_fractions(settled.fractions, settled.alive)
+                });
                 metrics.exchange_errors.inc_by(settled.failed);
                 (settled.failed > 0)
                     .then(|| format!("{} of {} bucket calls", settled.failed, settled.asked))
