@@ -186,16 +186,7 @@ impl Calls {
                             return Ok(cas::plain_reply(value, &group));
                         }
                         let cmd = cas::command(std::iter::once(&group));
-                        let value = match cmd.query_async(&mut c).await {
-                            // This master does not know the script: sent with its text, to this
-                            // master alone (`SCRIPT LOAD` would go to every master).
-                            Err(e) if e.code() == Some("NOSCRIPT") => {
-                                cas::command_with_text(std::iter::once(&group))
-                                    .query_async(&mut c)
-                                    .await
-                            }
-                            other => other,
-                        }?;
+                        let value = script_call(&mut c, &cmd, cas::SCRIPT).await?;
                         // Its part of the reply (one that cannot be split: whole, for the writer
                         // to refuse).
                         Ok(cas::split(value, 1)
@@ -275,6 +266,32 @@ impl Drop for Calls {
         if let Some(d) = &self.dispatcher {
             d.close();
         }
+    }
+}
+
+/// `by_hash`, an `EVALSHA` of `script`; where Redis answers `NOSCRIPT`, the same call with the
+/// script's text (`EVAL`), which that Redis then keeps. It goes to the keys' own master alone: on
+/// a cluster `SCRIPT LOAD` would go to every master and fail while one is down, failing a call to
+/// a master that answers. (A master may first meet a script long after start-up: a
+/// compare-and-set of a key expected absent needs none.)
+pub(crate) async fn script_call<T: ::redis::FromRedisValue>(
+    c: &mut Conn,
+    by_hash: &::redis::Cmd,
+    script: &str,
+) -> ::redis::RedisResult<T> {
+    match by_hash.query_async(c).await {
+        Err(e) if e.code() == Some("NOSCRIPT") => {
+            let mut with_text = ::redis::cmd("EVAL");
+            with_text.arg(script);
+            // Its keys and arguments: all but `EVALSHA` and the hash.
+            for arg in by_hash.args_iter().skip(2) {
+                if let ::redis::Arg::Simple(bytes) = arg {
+                    with_text.arg(bytes);
+                }
+            }
+            with_text.query_async(c).await
+        }
+        other => other,
     }
 }
 

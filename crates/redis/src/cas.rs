@@ -239,8 +239,15 @@ pub(super) struct Group {
 
 impl Group {
     fn push(&mut self, arg: &[u8]) {
-        self.args.extend_from_slice(arg);
+        self.push_with(|args| args.extend_from_slice(arg));
+    }
+
+    /// Appends the argument `write` writes; returns it.
+    fn push_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> &[u8] {
+        let start = self.args.len();
+        write(&mut self.args);
         self.ends.push(self.args.len() as u32);
+        &self.args[start..]
     }
 
     /// Its arguments, three per key, in order.
@@ -285,10 +292,8 @@ impl Call<'_> {
                 }
                 Some(s) => {
                     let expiry = pxat(s);
-                    let start = group.args.len();
-                    push_tagged(&mut group.args, s, self.tag, expiry);
-                    group.ends.push(group.args.len() as u32);
-                    written.push(Some(group.args[start..].to_vec()));
+                    let text = group.push_with(|args| push_tagged(args, s, self.tag, expiry));
+                    written.push(Some(text.to_vec()));
                     group.push(itoa::Buffer::new().format(expiry).as_bytes());
                 }
             };
@@ -342,32 +347,12 @@ pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Valu
 }
 
 /// One script call carrying `groups`, in order (`EVALSHA`; see [`load`] and
-/// [`command_with_text`] for a Redis that does not know the script). Each group has at most
-/// [`MAX_KEYS`] keys.
+/// [`crate::calls::script_call`] for a Redis that does not know the script). Each group has at
+/// most [`MAX_KEYS`] keys.
 pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::redis::Cmd {
-    call("EVALSHA", script().get_hash(), groups)
-}
-
-/// The same call with the script's text (`EVAL`), which the Redis that runs it keeps: for a
-/// cluster master that answered `NOSCRIPT`. A cluster client sends `SCRIPT LOAD` to every master
-/// and fails it while one is down, which would fail a decision on a master that answers; this goes
-/// to the keys' own master only. (A master may first meet the script long after start-up: a
-/// compare-and-set of a key expected absent needs none.)
-pub(super) fn command_with_text<'a>(
-    groups: impl Iterator<Item = &'a Group> + Clone,
-) -> ::redis::Cmd {
-    call("EVAL", SCRIPT, groups)
-}
-
-/// `name` (`EVALSHA` or `EVAL`) of `script` (its hash or its text) carrying `groups`.
-fn call<'a>(
-    name: &str,
-    script: &str,
-    groups: impl Iterator<Item = &'a Group> + Clone,
-) -> ::redis::Cmd {
     let keys: usize = groups.clone().map(|g| g.keys.len()).sum();
-    let mut cmd = ::redis::cmd(name);
-    cmd.arg(script).arg(keys);
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(script().get_hash()).arg(keys);
     for group in groups.clone() {
         for key in &group.keys {
             cmd.arg(key.as_str());

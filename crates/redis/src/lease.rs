@@ -13,7 +13,7 @@ use ratelimit_core::clock::Nanos;
 use ratelimit_core::lease::{LeaseAnswer, LeaseOutcome};
 use ratelimit_core::store::{LeaseCall, StoreError};
 
-use crate::calls::Calls;
+use crate::calls::{Calls, script_call};
 use crate::key::TextKey;
 
 const NANOS_PER_MS: u64 = 1_000_000;
@@ -52,37 +52,24 @@ return {outcome, held, ended, first}
 
 static LEASE: LazyLock<::redis::Script> = LazyLock::new(|| ::redis::Script::new(SCRIPT));
 
-/// Runs `call` on its key's set, bounded by `REDIS_TIMEOUT` and counted as a store call. A Redis
-/// that does not know the script gets it with the call (`EVAL`), which it keeps: on a cluster,
-/// `SCRIPT LOAD` would go to every master and fail while one is down.
+/// Runs `call` on its key's set, bounded by `REDIS_TIMEOUT` and counted as a store call (a Redis
+/// that does not know the script gets its text: [`script_call`]).
 pub(crate) async fn call(
     calls: &Arc<Calls>,
     call: &LeaseCall<'_, TextKey>,
 ) -> Result<LeaseAnswer, StoreError> {
-    let command = |name: &str, script: &str| {
-        let mut cmd = ::redis::cmd(name);
-        cmd.arg(script)
-            .arg(1)
-            .arg(call.key.as_str())
-            .arg(call.action.code())
-            .arg(call.id)
-            .arg(call.now / NANOS_PER_MS)
-            .arg((call.params.lease / NANOS_PER_MS).max(1))
-            .arg(call.params.max_in_flight);
-        cmd
-    };
-    let (by_hash, with_text) = (
-        command("EVALSHA", LEASE.get_hash()),
-        command("EVAL", SCRIPT),
-    );
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(LEASE.get_hash())
+        .arg(1)
+        .arg(call.key.as_str())
+        .arg(call.action.code())
+        .arg(call.id)
+        .arg(call.now / NANOS_PER_MS)
+        .arg((call.params.lease / NANOS_PER_MS).max(1))
+        .arg(call.params.max_in_flight);
     let mut c = calls.conn();
     let reply: Vec<i64> = calls
-        .bounded(async move {
-            match by_hash.query_async(&mut c).await {
-                Err(e) if e.code() == Some("NOSCRIPT") => with_text.query_async(&mut c).await,
-                other => other,
-            }
-        })
+        .bounded(async move { script_call(&mut c, &cmd, SCRIPT).await })
         .await?;
     decode(&reply).ok_or_else(|| {
         StoreError::Unavailable(format!("unexpected reply from the lease script: {reply:?}"))
