@@ -195,16 +195,21 @@ pub(super) struct SentinelConns {
 
 /// Shortest time between two questions to the sentinels.
 const SENTINEL_REFRESH: Duration = Duration::from_millis(500);
+/// Shortest time between two questions after the master said it is a replica (`READONLY`): that
+/// reply says the pool is on the wrong server, so the sentinels are asked again at once rather
+/// than up to [`SENTINEL_REFRESH`] later (each call meanwhile would go to the failure mode).
+const SENTINEL_REFRESH_READONLY: Duration = Duration::from_millis(20);
 
 impl SentinelConns {
-    /// Asks the sentinels for the master again; moves the pool if it changed.
-    async fn refresh(&self) {
+    /// Asks the sentinels for the master again, unless they were asked less than `spacing` ago;
+    /// moves the pool if it changed.
+    async fn refresh(&self, spacing: Duration) {
         {
             let mut asked = self
                 .asked
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if asked.elapsed() < SENTINEL_REFRESH {
+            if asked.elapsed() < spacing {
                 return;
             }
             *asked = Instant::now();
@@ -443,7 +448,7 @@ impl Conns {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let Some(conns) = alive() else { return };
             match &*conns {
-                Conns::Sentinel(s) => s.refresh().await,
+                Conns::Sentinel(s) => s.refresh(SENTINEL_REFRESH).await,
                 _ => return,
             }
         }
@@ -453,14 +458,15 @@ impl Conns {
     /// (read-only replica, connection refused or dropped, no answer), asks the sentinels again.
     pub(super) async fn failed(&self, error: Option<&::redis::RedisError>) {
         let Conns::Sentinel(s) = self else { return };
+        if error.is_some_and(|e| e.code() == Some("READONLY")) {
+            s.refresh(SENTINEL_REFRESH_READONLY).await;
+            return;
+        }
         let moved = error.is_none_or(|e| {
-            e.code() == Some("READONLY")
-                || e.is_io_error()
-                || e.is_connection_refusal()
-                || e.is_connection_dropped()
+            e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped()
         });
         if moved {
-            s.refresh().await;
+            s.refresh(SENTINEL_REFRESH).await;
         }
     }
 }
