@@ -3,12 +3,12 @@
 # independent no-op tonic server, and redis-server's CPU per decision; then the same server's
 # instructions per call under callgrind (exact; the number for before/after on a shared machine).
 #
-# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|all] (default: all)
+# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|syscalls|all] (default: all)
 #   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis
-#   CALLS=20000                          calls under callgrind / perf
+#   CALLS=20000                          calls under callgrind / perf (×10), syscalls (×2)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
 #   PERF_BACKEND=memory                  the store `perf` profiles (memory or redis)
@@ -241,12 +241,52 @@ redis_ab() {
   done
 }
 
+# System calls and context switches per decision of each of the server's threads (perf stat on
+# the raw_syscalls tracepoint: counts, not durations, so steady on a busy machine), for the memory
+# and Redis stores at each of SHAPES over the first of KEYS.
+syscalls() {
+  local dir keys=${KEYS%%,*} calls=$((CALLS * 2)); dir=$(mktemp -d); rules "$dir/rules"
+  echo "== system calls and context switches per call, $calls calls over $keys ($BIN)"
+  echo "| store | shape | thread | syscalls per call | context switches per call |"
+  echo "|---|---|---|---|---|"
+  for backend in ${BACKENDS//,/ }; do
+    for shape in ${SHAPES//,/ }; do
+      local grpc http rport rpid="" env=(); grpc=$(free_port); http=$(free_port)
+      if [ "$backend" = redis ]; then
+        rport=$(free_port)
+        redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
+        for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
+        env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load:)
+      fi
+      env SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${env[@]}" "$BIN" serve --config "$dir/rules" \
+        --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/serve.log" 2>&1 & local pid=$!
+      wait_healthy $http
+      "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys "$keys" --shapes "$shape" > /dev/null
+      perf stat --per-thread -e raw_syscalls:sys_enter,context-switches -p $pid -o "$dir/stat" &
+      local stat=$!
+      sleep 0.5
+      "$LOAD" --drive 127.0.0.1:$grpc --calls $calls --keys "$keys" --shapes "$shape" > /dev/null
+      kill -INT $stat; wait $stat || true
+      kill -TERM $pid; wait $pid || true
+      if [ -n "$rpid" ]; then redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true; fi
+      # Lines "<thread name>-<tid> <count> <event>"; threads folded by name (tokio-rt-worker…).
+      awk -v n=$calls -v b=$backend -v s=$shape '$2 ~ /^[0-9,]+$/ {
+          name = $1; sub(/-[0-9]+$/, "", name); gsub(",", "", $2)
+          if ($3 ~ /sys_enter/) sc[name] += $2; else cs[name] += $2; tsc += ($3 ~ /sys_enter/) ? $2 : 0
+          tcs += ($3 ~ /sys_enter/) ? 0 : $2 }
+        END { for (t in sc) if (sc[t] > n / 100) printf "| %s | %s | %s | %.2f | %.2f |\n", b, s, t, sc[t] / n, cs[t] / n
+              printf "| %s | %s | **all** | %.2f | %.2f |\n", b, s, tsc / n, tcs / n }' "$dir/stat" | sort
+    done
+  done
+}
+
 case $MODE in
   load) load ;;
   callgrind) callgrind ;;
   redis) redis_cost ;;
   redis-ab) redis_ab ;;
   perf) perf_profile ;;
+  syscalls) syscalls ;;
   all) load; callgrind ;;
-  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|syscalls|all]" >&2; exit 2 ;;
 esac
