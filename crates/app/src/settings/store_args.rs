@@ -121,7 +121,8 @@ pub struct StoreArgs {
     /// With REDIS_FAILURE_MODE=local: the share of what each limit had left (by the values this
     /// instance last saw in Redis) that this instance may admit alone during an outage; what it
     /// admits is written back into Redis when it answers. `auto`: one over the instances alive on
-    /// this Redis (each says so every 2 s; `ratelimit_redis_instances`), or a fraction (0.5).
+    /// this Redis (each says so every 2 s, sooner at start; `ratelimit_redis_instances`), or a
+    /// fraction (0.5).
     #[arg(long, env = "REDIS_FAILURE_LOCAL_SHARE", default_value = "auto", value_parser = LocalShare::parse)]
     pub redis_failure_local_share: LocalShare,
     /// Bytes for the local over-limit cache (0 = off; 1MiB, 64KiB accepted): a fixed-window key
