@@ -179,27 +179,39 @@ PY
 # calls over 100k zipf keys, on PERF_BACKEND (memory, or redis: a redis-server of its own). Prints
 # the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 / calls x
 # 1e6), then the top symbols.
+# Starts $BIN on the store $1 (memory, or redis on a redis-server of its own) with the rules in
+# $2/rules; sets SERVER_PID, SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server`
+# stops both.
+start_server() {
+  local http env=(); SERVER_GRPC=$(free_port); http=$(free_port); REDIS_PID=""
+  if [ "$1" = redis ]; then
+    REDIS_PORT=$(free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "$2/redis.log" 2>&1 & REDIS_PID=$!
+    for _ in $(seq 300); do redis-cli -p "$REDIS_PORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
+    env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$REDIS_PORT CACHE_KEY_PREFIX=load:)
+  fi
+  env SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${env[@]}" "$BIN" serve --config "$2/rules" \
+    --grpc-addr 127.0.0.1:$SERVER_GRPC --http-addr 127.0.0.1:$http > "$2/serve.log" 2>&1 & SERVER_PID=$!
+  wait_healthy $http
+}
+
+stop_server() {
+  kill -TERM $SERVER_PID; wait $SERVER_PID || true
+  if [ -n "$REDIS_PID" ]; then
+    redis-cli -p "$REDIS_PORT" shutdown nosave > /dev/null 2>&1 || true; wait $REDIS_PID || true
+  fi
+}
+
 perf_profile() {
   local dir; dir=$(mktemp -d); rules "$dir/rules"
-  local grpc http rport rpid=""; grpc=$(free_port); http=$(free_port)
-  local env=()
-  if [ "${PERF_BACKEND:-memory}" = redis ]; then
-    rport=$(free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
-    for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
-    env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load:)
-  fi
-  env SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${env[@]}" "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http \
-    > "$dir/serve.log" 2>&1 & local pid=$!
-  wait_healthy $http
-  "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys 100k-zipf --shapes 4x64 > /dev/null
-  perf record -q -e cpu-clock -F 2999 -g -p $pid -o "$dir/perf.data" -- sleep 60 &
+  start_server "${PERF_BACKEND:-memory}" "$dir"
+  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys 100k-zipf --shapes 4x64 > /dev/null
+  perf record -q -e cpu-clock -F 2999 -g -p $SERVER_PID -o "$dir/perf.data" -- sleep 60 &
   local perf=$!
   sleep 0.5
-  "$LOAD" --drive 127.0.0.1:$grpc --calls $((CALLS * 10)) --keys 100k-zipf --shapes 4x64
+  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $((CALLS * 10)) --keys 100k-zipf --shapes 4x64
   kill -INT $perf; wait $perf || true
-  kill -TERM $pid; wait $pid || true
-  if [ -n "$rpid" ]; then redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true; fi
+  stop_server
   echo "-- samples by thread and where ($((CALLS * 10)) calls, 2999 Hz):"
   perf report -i "$dir/perf.data" --no-children --sort comm,dso --stdio -g none -n 2>/dev/null | grep '%' | head -12
   perf report -i "$dir/perf.data" --no-children --sort symbol --stdio -g none -n 2>/dev/null | grep '%' | head -40 |
@@ -251,31 +263,21 @@ syscalls() {
   echo "|---|---|---|---|---|"
   for backend in ${BACKENDS//,/ }; do
     for shape in ${SHAPES//,/ }; do
-      local grpc http rport rpid="" env=(); grpc=$(free_port); http=$(free_port)
-      if [ "$backend" = redis ]; then
-        rport=$(free_port)
-        redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
-        for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
-        env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load:)
-      fi
-      env SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${env[@]}" "$BIN" serve --config "$dir/rules" \
-        --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/serve.log" 2>&1 & local pid=$!
-      wait_healthy $http
-      "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys "$keys" --shapes "$shape" > /dev/null
-      perf stat --per-thread -e raw_syscalls:sys_enter,context-switches -p $pid -o "$dir/stat" &
+      start_server "$backend" "$dir"
+      "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys "$keys" --shapes "$shape" > /dev/null
+      perf stat --per-thread -e raw_syscalls:sys_enter,context-switches -p $SERVER_PID -o "$dir/stat" &
       local stat=$!
       sleep 0.5
-      "$LOAD" --drive 127.0.0.1:$grpc --calls $calls --keys "$keys" --shapes "$shape" > /dev/null
+      "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $calls --keys "$keys" --shapes "$shape" > /dev/null
       kill -INT $stat; wait $stat || true
-      kill -TERM $pid; wait $pid || true
-      if [ -n "$rpid" ]; then redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true; fi
+      stop_server
       # Lines "<thread name>-<tid> <count> <event>"; threads folded by name (tokio-rt-worker…).
       awk -v n=$calls -v b=$backend -v s=$shape '$2 ~ /^[0-9,]+$/ {
           name = $1; sub(/-[0-9]+$/, "", name); gsub(",", "", $2)
-          if ($3 ~ /sys_enter/) sc[name] += $2; else cs[name] += $2; tsc += ($3 ~ /sys_enter/) ? $2 : 0
-          tcs += ($3 ~ /sys_enter/) ? 0 : $2 }
-        END { for (t in sc) if (sc[t] > n / 100) printf "| %s | %s | %s | %.2f | %.2f |\n", b, s, t, sc[t] / n, cs[t] / n
-              printf "| %s | %s | **all** | %.2f | %.2f |\n", b, s, tsc / n, tcs / n }' "$dir/stat" | sort
+          if ($3 ~ /sys_enter/) sc[name] += $2; else cs[name] += $2 }
+        END { for (t in sc) { all_sc += sc[t]; all_cs += cs[t]
+                if (sc[t] > n / 100) printf "| %s | %s | %s | %.2f | %.2f |\n", b, s, t, sc[t] / n, cs[t] / n }
+              printf "| %s | %s | **all** | %.2f | %.2f |\n", b, s, all_sc / n, all_cs / n }' "$dir/stat" | sort
     done
   done
 }
