@@ -3,12 +3,12 @@
 # independent no-op tonic server, and redis-server's CPU per decision; then the same server's
 # instructions per call under callgrind (exact; the number for before/after on a shared machine).
 #
-# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|syscalls|all] (default: all)
+# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|all] (default: all)
 #   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis
-#   CALLS=20000                          calls under callgrind / perf (×10), syscalls (×2)
+#   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
 #   PERF_BACKEND=memory                  the store `perf` profiles (memory or redis)
@@ -253,6 +253,48 @@ redis_ab() {
   done
 }
 
+# Who wakes whom, and who is switched out sleeping (S) or preempted (R), per decision: the whole
+# machine's sched_wakeup and sched_switch events (perf record -a) while the load runs, the
+# server's threads told apart from the load generator's by thread id. Counts, like `syscalls`.
+wakeups() {
+  local dir keys=${KEYS%%,*} calls=$((CALLS * 2)); dir=$(mktemp -d); rules "$dir/rules"
+  echo "== wake-ups and switches per call, $calls calls over $keys ($BIN); srv: the server's threads"
+  for backend in ${BACKENDS//,/ }; do
+    for shape in ${SHAPES//,/ }; do
+      start_server "$backend" "$dir"
+      "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys "$keys" --shapes "$shape" > /dev/null
+      perf record -q -a -e sched:sched_wakeup,sched:sched_switch -o "$dir/sched.data" -- sleep 600 &
+      local rec=$!
+      sleep 0.5
+      "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $calls --keys "$keys" --shapes "$shape" > /dev/null
+      kill -INT $rec; wait $rec || true
+      ls "/proc/$SERVER_PID/task" > "$dir/server.tids"
+      stop_server
+      perf script -i "$dir/sched.data" -F comm,tid,event,trace 2> /dev/null |
+        python3 -c '
+import collections, re, sys
+n, label, server = int(sys.argv[1]), sys.argv[2], set(open(sys.argv[3]).read().split())
+who = lambda comm, tid: ("srv:" if tid in server else "") + comm
+counts = collections.Counter()
+for line in sys.stdin:
+    m = re.match(r"\s*(.+?)\s+(\d+)\s+(\S+):\s+(.*)", line)
+    if not m:
+        continue
+    comm, tid, event, trace = m.groups()
+    if event.endswith("sched_wakeup"):
+        wakee = re.search(r"comm=(\S+) pid=(\d+)", trace)
+        counts["wakes | " + who(comm, tid) + " -> " + who(*wakee.groups())] += 1
+    elif event.endswith("sched_switch"):
+        state = re.search(r"prev_state=(\S+)", trace).group(1)
+        counts["switched out | " + who(comm, tid) + " " + state] += 1
+for k, v in sorted(counts.items()):
+    if v > n / 200:
+        print("| %s | %s | %.3f |" % (label, k, v / n))
+' "$calls" "$backend $shape" "$dir/server.tids"
+    done
+  done
+}
+
 # System calls and context switches per decision of each of the server's threads (perf stat on
 # the raw_syscalls tracepoint: counts, not durations, so steady on a busy machine), for the memory
 # and Redis stores at each of SHAPES over the first of KEYS.
@@ -289,6 +331,7 @@ case $MODE in
   redis-ab) redis_ab ;;
   perf) perf_profile ;;
   syscalls) syscalls ;;
+  wakeups) wakeups ;;
   all) load; callgrind ;;
-  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|syscalls|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|all]" >&2; exit 2 ;;
 esac

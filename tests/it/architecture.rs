@@ -39,7 +39,16 @@ const CRATES: &[(&str, &[&[&str]])] = &[
         "redis",
         &[
             &[
-                "slot", "key", "queue", "batch", "pack", "io", "retry", "conn", "refusal",
+                "slot",
+                "key",
+                "queue",
+                "batch",
+                "pack",
+                "io",
+                "retry",
+                "conn",
+                "refusal",
+                "test_redis",
             ],
             &["cas", "seen", "pending", "settings", "masters"],
             &["dispatch"],

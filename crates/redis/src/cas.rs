@@ -560,69 +560,22 @@ mod tests {
 #[cfg(test)]
 mod script_tests {
     use super::*;
+    use crate::test_redis::TestRedis;
     use ::redis::Value;
-    use std::process::{Child, Command, Stdio};
 
-    /// A redis-server on a free port, stopped on drop.
+    /// A redis-server of the test's own and a connection to it, the script loaded.
     struct Server {
         con: ::redis::Connection,
-        _process: Process,
-        _dir: tempfile::TempDir,
-    }
-
-    /// A child process, killed and waited for on drop.
-    struct Process(Child);
-
-    impl Drop for Process {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+        _redis: TestRedis,
     }
 
     /// A fresh server with the script loaded; `None` (said loudly) where there is no
     /// redis-server and `CI` is unset, as the root package's tests do.
     fn server() -> Option<Server> {
-        let found = Command::new("redis-server")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            assert!(std::env::var_os("CI").is_none(), "redis-server not on PATH");
-            eprintln!("SKIPPED: redis-server is not on PATH (apt-get install redis-server)");
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let process = Process(
-            Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--dir", &dir.path().display().to_string()])
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let client = ::redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-        for _ in 0..500 {
-            if let Ok(mut con) = client.get_connection()
-                && ::redis::cmd("PING").query::<String>(&mut con).is_ok()
-            {
-                load().query::<String>(&mut con).unwrap();
-                return Some(Server {
-                    con,
-                    _process: process,
-                    _dir: dir,
-                });
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("redis-server on port {port} did not answer");
+        let redis = TestRedis::start()?;
+        let mut con = redis.connection().unwrap();
+        load().query::<String>(&mut con).unwrap();
+        Some(Server { con, _redis: redis })
     }
 
     impl Server {

@@ -3,18 +3,22 @@
 //! for each that needs no script (one key expected absent), and a few script calls for the others
 //! (`pack`: up to 32 compare-and-sets each, each still all-or-nothing on its own keys), pipelined,
 //! then hands each compare-and-set its own part of the reply. One write, one read and one script
-//! set-up serve many decisions on many keys; one made while nothing else waits goes out alone,
-//! at once. A script call that Redis fails as a whole (not for want of the script) is sent again
-//! one compare-and-set per call, so one's error never becomes another's. (Not on a cluster, whose
-//! commands are routed by slot: there each compare-and-set is sent on its own.)
+//! set-up serve many decisions on many keys. One made while no pipeline is out wakes the I/O
+//! thread and goes at once; one made while a pipeline is out does not wake it: it goes with the
+//! others waiting when a reply comes (the thread is awake then anyway), or when the dispatcher's
+//! timer next fires if none comes sooner, and is still answered within `REDIS_TIMEOUT` of when it
+//! was handed over. A script call that Redis fails as a whole (not for want of the script) is
+//! sent again one compare-and-set per call, so one's error never becomes another's. (Not on a
+//! cluster, whose commands are routed by slot: there each compare-and-set is sent on its own.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ::redis::aio::ConnectionLike;
 use ::redis::{ErrorKind, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
 
 use crate::cas::{self, Group};
 use crate::conn::{Conn, Conns};
@@ -36,9 +40,20 @@ struct Job {
     reply: oneshot::Sender<RedisResult<Value>>,
 }
 
+/// The compare-and-sets waiting to be sent, and the pipelines out.
+#[derive(Default)]
+struct Waiting {
+    jobs: Vec<Job>,
+    /// When the oldest of `jobs` was handed over.
+    since: Option<Instant>,
+    /// Pipelines sent and not yet answered: while any is out, a new job does not wake the I/O
+    /// thread (its reply will).
+    out: usize,
+}
+
 /// The list of waiting compare-and-sets and the dispatcher that sends them.
 pub(super) struct Dispatcher {
-    jobs: Mutex<Vec<Job>>,
+    waiting: Mutex<Waiting>,
     wake: Notify,
     closed: AtomicBool,
 }
@@ -48,7 +63,7 @@ impl Dispatcher {
     /// I/O thread until [`Dispatcher::close`].
     pub(super) fn start(conns: Arc<Conns>, timeout: Duration) -> Arc<Dispatcher> {
         let dispatcher = Arc::new(Dispatcher {
-            jobs: Mutex::new(Vec::new()),
+            waiting: Mutex::new(Waiting::default()),
             wake: Notify::new(),
             closed: AtomicBool::new(false),
         });
@@ -60,12 +75,22 @@ impl Dispatcher {
     /// `NOSCRIPT` reply has already been answered by loading the script and calling again).
     pub(super) async fn call(&self, group: Group) -> RedisResult<Value> {
         let (reply, answer) = oneshot::channel();
-        self.jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(Job { group, reply });
-        self.wake.notify_one();
+        let idle = {
+            let mut waiting = self.waiting();
+            if waiting.jobs.is_empty() {
+                waiting.since = Some(Instant::now());
+            }
+            waiting.jobs.push(Job { group, reply });
+            waiting.out == 0
+        };
+        if idle {
+            self.wake.notify_one();
+        }
         answer.await.unwrap_or_else(|_| Err(gone()))
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Stops the dispatcher (the store is gone).
@@ -80,49 +105,75 @@ fn gone() -> RedisError {
 }
 
 async fn dispatch(dispatcher: Arc<Dispatcher>, conns: Arc<Conns>, timeout: Duration) {
-    // While pipelines are sent, a timer due before any pipeline's deadline: tokio's time driver
-    // writes its own eventfd (a syscall, and one more turn of its epoll) whenever a timer is set
-    // that is due before every other, also from its own thread, which each pipeline's timeout did
-    // after the thread had gone quiet (0.13 writes per decision at 4x64). It fires every half
-    // timeout while pipelines go out, and stops after one quiet period.
-    let period = (timeout / 2).max(Duration::from_millis(1));
+    // While pipelines go out, a timer fires every quarter timeout: it sends the jobs that came
+    // while a pipeline was out and no reply has come since (a slow Redis, a dead connection), so
+    // they still have three quarters of their timeout; and, due before any pipeline's deadline, it
+    // keeps tokio's time driver from writing its own eventfd whenever a pipeline's timeout is the
+    // earliest timer (a syscall and one more turn of its epoll: 0.13 per decision at 4x64). It
+    // stops after a quiet period with no pipeline out.
+    let period = (timeout / 4).max(Duration::from_millis(1));
     let mut keeper = std::pin::pin!(tokio::time::sleep(period));
     let (mut armed, mut sent_since) = (false, false);
     loop {
         tokio::select! {
             biased;
-            () = dispatcher.wake.notified() => {}
+            () = dispatcher.wake.notified() => {
+                if !armed {
+                    armed = true;
+                    keeper.as_mut().reset(Instant::now() + period);
+                }
+            }
             () = &mut keeper, if armed => {
-                armed = std::mem::take(&mut sent_since);
-                keeper.as_mut().reset(tokio::time::Instant::now() + period);
-                continue;
+                armed = std::mem::take(&mut sent_since) || dispatcher.waiting().out > 0;
+                keeper.as_mut().reset(Instant::now() + period);
             }
         }
         if dispatcher.closed.load(Ordering::Relaxed) {
             return;
         }
-        if !armed {
-            armed = true;
-            keeper.as_mut().reset(tokio::time::Instant::now() + period);
-        }
+        let (mut jobs, since) = {
+            let mut waiting = dispatcher.waiting();
+            let jobs = std::mem::take(&mut waiting.jobs);
+            waiting.out += jobs.len().div_ceil(MAX_PIPELINE);
+            (jobs, waiting.since.take())
+        };
+        let Some(since) = since else { continue };
         sent_since = true;
-        let mut jobs = std::mem::take(
-            &mut *dispatcher
-                .jobs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        // Answered within `timeout` of the oldest job's hand-over (it waited at most `period`
+        // behind a pipeline out), unless this thread itself could not run for half of it: then
+        // half a timeout from now, so a stalled process does not fail calls unsent.
+        let deadline = (since + timeout).max(Instant::now() + timeout / 2);
         while !jobs.is_empty() {
             let rest = jobs.split_off(jobs.len().min(MAX_PIPELINE));
-            tokio::spawn(send(conns.clone(), jobs, timeout));
+            let out = Out(dispatcher.clone());
+            tokio::spawn(send(conns.clone(), jobs, deadline, timeout, out));
             jobs = rest;
         }
     }
 }
 
+/// A pipeline out: when it is answered (or dropped), the jobs that came meanwhile are sent.
+struct Out(Arc<Dispatcher>);
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        let more = {
+            let mut waiting = self.0.waiting();
+            waiting.out = waiting.out.saturating_sub(1);
+            !waiting.jobs.is_empty()
+        };
+        if more {
+            self.0.wake.notify_one();
+        }
+    }
+}
+
 /// Sends `jobs` pipelined, each that can go as a plain command alone (`cas::Group::plain`), the
-/// others in a few script calls (`pack`), and answers each.
-async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
+/// others in a few script calls (`pack`), and answers each: the pipeline's reply by `deadline`,
+/// any call sent again (the script loaded, one alone) within `timeout`.
+async fn send(conns: Arc<Conns>, jobs: Vec<Job>, deadline: Instant, timeout: Duration, out: Out) {
+    let _out = out;
+    let first = deadline.saturating_duration_since(Instant::now());
     let mut pipeline = Pipeline::with_capacity(jobs.len());
     let mut commands: Vec<Command> = Vec::with_capacity(jobs.len());
     let mut scripted: Vec<usize> = Vec::new();
@@ -141,7 +192,7 @@ async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
         commands.push(Command::Script(call));
     }
     let mut conn = conns.get();
-    let values = match replies(&mut conn, &pipeline, timeout).await {
+    let values = match replies(&mut conn, &pipeline, first, timeout).await {
         Ok(values) => values,
         Err(e) => {
             for job in jobs {
@@ -173,7 +224,7 @@ async fn send(conns: Arc<Conns>, jobs: Vec<Job>, timeout: Duration) {
         for &i in &alone {
             again.add_command(cas::command(std::iter::once(&jobs[i].group)));
         }
-        match replies(&mut conn, &again, timeout).await {
+        match replies(&mut conn, &again, timeout, timeout).await {
             Ok(values) => {
                 for (&i, value) in alone.iter().zip(values) {
                     match value {
@@ -207,15 +258,16 @@ fn spread(call: &[usize], value: Value, answers: &mut [Option<RedisResult<Value>
     }
 }
 
-/// The replies to `pipeline`, one per command, within `timeout` (a script call Redis did not know
-/// the script for is answered after loading it and sending that call again): `Err` when no
-/// reply came (each call's `Err` when its second attempt had none).
+/// The replies to `pipeline`, one per command, within `first` (a script call Redis did not know
+/// the script for is answered after loading it and sending that call again, within `timeout`):
+/// `Err` when no reply came (each call's `Err` when its second attempt had none).
 async fn replies(
     conn: &mut Conn,
     pipeline: &Pipeline,
+    first: Duration,
     timeout: Duration,
 ) -> RedisResult<Vec<RedisResult<Value>>> {
-    let mut values: Vec<RedisResult<Value>> = sent(conn, pipeline, timeout)
+    let mut values: Vec<RedisResult<Value>> = sent(conn, pipeline, first)
         .await?
         .into_iter()
         .map(Ok)
@@ -262,5 +314,96 @@ async fn sent(conn: &mut Conn, pipeline: &Pipeline, timeout: Duration) -> RedisR
         Err(()) => Err(RedisError::from(std::io::Error::from(
             std::io::ErrorKind::TimedOut,
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cas::{Call, Tag};
+    use crate::conn::RedisConfig;
+    use crate::key::TextKey;
+    use crate::test_redis::TestRedis;
+    use ratelimit_core::clock::{Clock, SystemClock};
+    use ratelimit_core::limiter::State;
+
+    /// A compare-and-set writing key `name`, expected absent.
+    fn group(name: &str, seq: u64) -> Group {
+        let now = SystemClock.now();
+        let keys = [TextKey::from_text(name.to_owned())];
+        let new = [Some(State {
+            a: now + 60_000_000_000,
+            b: 1,
+        })];
+        Call {
+            keys: &keys,
+            expected: &[None],
+            new: &new,
+            now,
+            tag: Tag { writer: 0xd, seq },
+        }
+        .group()
+        .unwrap()
+        .0
+    }
+
+    /// Waits (yielding, no timing) until the dispatcher's list says `ready`.
+    async fn until(dispatcher: &Dispatcher, ready: impl Fn(&Waiting) -> bool) {
+        while !ready(&dispatcher.waiting()) {
+            tokio::task::yield_now().await;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Compare-and-sets made while a pipeline is out do not wake the I/O thread: they wait in the
+    /// list and go out when that pipeline's reply comes, not when the dispatcher's timer (a
+    /// quarter of `REDIS_TIMEOUT`, here 15 minutes) would send them.
+    #[tokio::test]
+    async fn compare_and_sets_made_while_a_pipeline_is_out_go_when_its_reply_comes() {
+        let Some(redis) = TestRedis::start() else {
+            return;
+        };
+        let mut config = RedisConfig::single(&redis.url()).unwrap();
+        config.timeout = Duration::from_secs(3600);
+        let timeout = config.timeout;
+        let conns = io::run(async move { Conns::connect(&config).await })
+            .await
+            .unwrap()
+            .unwrap();
+        let dispatcher = Dispatcher::start(Arc::new(conns), timeout);
+        let call = |name: &str, seq| {
+            let (dispatcher, group) = (dispatcher.clone(), group(name, seq));
+            tokio::spawn(async move { dispatcher.call(group).await })
+        };
+
+        redis.signal("STOP");
+        let first = call("first", 1);
+        until(&dispatcher, |w| w.out == 1 && w.jobs.is_empty()).await;
+        let later: Vec<_> = (2..5)
+            .map(|seq| call(&format!("later{seq}"), seq))
+            .collect();
+        until(&dispatcher, |w| w.jobs.len() == 3).await;
+        assert_eq!(dispatcher.waiting().out, 1, "the later ones were not sent");
+        redis.signal("CONT");
+
+        let answers = tokio::time::timeout(Duration::from_secs(60), async {
+            let mut answers = vec![first.await.unwrap()];
+            for call in later {
+                answers.push(call.await.unwrap());
+            }
+            answers
+        })
+        .await
+        .expect("the later compare-and-sets went out with the first one's reply");
+        for answer in answers {
+            assert_eq!(answer.unwrap(), Value::Int(1), "each wrote its key");
+        }
+        let mut c = redis.connection().unwrap();
+        for name in ["first", "later2", "later3", "later4"] {
+            let held: Option<Vec<u8>> = ::redis::cmd("GET").arg(name).query(&mut c).unwrap();
+            assert!(held.is_some(), "{name} was written");
+        }
+        assert_eq!(dispatcher.waiting().out, 0);
+        dispatcher.close();
     }
 }

@@ -72,6 +72,8 @@ mod seen;
 mod settings;
 mod slot;
 mod spread;
+#[cfg(test)]
+mod test_redis;
 mod writer;
 
 pub use admin::{ScanStep, ScannedCounter};
