@@ -282,7 +282,7 @@ for line in sys.stdin:
         continue
     comm, tid, event, trace = m.groups()
     if event.endswith("sched_wakeup"):
-        wakee = re.search(r"comm=(\S+) pid=(\d+)", trace)
+        wakee = re.search(r"comm=(.+?) pid=(\d+)", trace)
         counts["wakes | " + who(comm, tid) + " -> " + who(*wakee.groups())] += 1
     elif event.endswith("sched_switch"):
         state = re.search(r"prev_state=(\S+)", trace).group(1)
