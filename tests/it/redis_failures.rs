@@ -494,3 +494,79 @@ async fn an_outage_in_local_mode_admits_only_what_was_left_and_writes_it_back() 
         "the outage's hits count in Redis: the limit is spent"
     );
 }
+
+/// Decides key `k` = `{tag}-{i}` for every i below `keys`, 16 calls at a time; each must be OK.
+async fn decide_each(s: &TestServer, tag: &str, keys: u64) {
+    let next = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, next, tag) = (s.client.clone(), next.clone(), tag.to_owned());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= keys {
+                        return;
+                    }
+                    let value = format!("{tag}-{i}");
+                    let mut client = client.clone();
+                    let reply = client
+                        .should_rate_limit(request("f", &[&[("k", &value)]]))
+                        .await
+                        .unwrap();
+                    assert_eq!(code(reply.into_inner().overall_code), Code::Ok);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Once Redis answers again after an outage on thousands of keys, what the local mode admitted
+/// is written back a chunk of keys at a time, side by side; a decision on a key the write-back has
+/// not reached writes its own key back and goes to Redis. No decision waits for the whole
+/// write-back and then falls to the local mode (the write-back used to claim every key at once
+/// and write them one after another, two round trips each: the decisions right after an outage
+/// waited 8 × `REDIS_TIMEOUT` each, 800 ms, and were then answered locally). Every hit is written
+/// back once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn after_an_outage_on_many_keys_decisions_go_back_to_redis_without_waiting_for_the_write_back()
+ {
+    const KEYS: u64 = 4000;
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let s = server(&redis.addr(), FailureMode::Local).await;
+    decisions_reach(&s, &redis, "warm").await;
+    redis.freeze();
+    decide_each(&s, "many", KEYS).await;
+    assert!(metric(&s, "ratelimit_outage_keys_handed_over").await >= KEYS as f64);
+    redis.thaw();
+    store_up_becomes(&s, true).await;
+    let local_before = metric(&s, "ratelimit_outage_decisions_awaiting_write_back").await;
+    decide_each(&s, "many", KEYS).await;
+    let local = metric(&s, "ratelimit_outage_decisions_awaiting_write_back").await - local_before;
+    eventually_within(
+        "every hit of the outage is written back",
+        DEADLINE,
+        || async { metric(&s, "ratelimit_outage_hits_written_back").await >= KEYS as f64 },
+    )
+    .await;
+    let written = metric(&s, "ratelimit_outage_hits_written_back").await;
+    eprintln!(
+        "{KEYS} keys: {written} hits written back, {local} decisions after the outage answered \
+         locally while their keys awaited the write-back"
+    );
+    assert_eq!(
+        local, 0.0,
+        "decisions after the outage waited for the write-back"
+    );
+    // The calls in flight into the frozen Redis (16 at most) were answered locally and may also
+    // have landed on SIGCONT: at most one hit more each.
+    assert!(
+        (KEYS as f64..=KEYS as f64 + 16.0).contains(&written),
+        "{written} hits written back for {KEYS}"
+    );
+}

@@ -107,6 +107,34 @@ impl<K: Hash + Eq + Clone> Outage<K> {
         Claim::Settle(claimed)
     }
 
+    /// The keys taken over whose write-back is not under way (the background write-back's work,
+    /// claimed a chunk at a time with [`Outage::claim_free`]).
+    pub(crate) fn not_settling(&self) -> Vec<K> {
+        self.keys
+            .iter()
+            .filter(|(_, t)| !t.settling)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Claims the write-back of those of `keys` that are taken over and not being written back
+    /// already (the others are skipped: gone, or a decision's own write-back has them).
+    pub(crate) fn claim_free<'k>(&mut self, keys: impl IntoIterator<Item = &'k K>) -> Vec<Settle<K>>
+    where
+        K: 'k,
+    {
+        let mut claimed = Vec::new();
+        for key in keys {
+            if let Some(t) = self.keys.get_mut(key)
+                && !t.settling
+            {
+                t.settling = true;
+                claimed.push((key.clone(), t.params, t.hits));
+            }
+        }
+        claimed
+    }
+
     /// Claims the write-back of every key taken over that is not being written back already.
     pub(crate) fn claim_all(&mut self) -> Vec<Settle<K>> {
         self.keys
@@ -183,6 +211,34 @@ mod tests {
         assert_eq!(claimed[0].2, 2);
         assert_eq!(o.release(claimed, &[]), ["a"]);
         assert_eq!(o.len(), 0);
+    }
+
+    /// The background write-back claims a chunk at a time: a key it has not reached is the next
+    /// decision's to write back (not `Busy`, so that decision does not wait for the others).
+    #[test]
+    fn a_chunk_claimed_leaves_the_other_keys_to_their_decisions() {
+        let mut o = Outage::new();
+        for key in ["a", "b", "c"] {
+            o.take_over(key, params());
+            o.count(&key, 1);
+        }
+        let mut pending = o.not_settling();
+        pending.sort();
+        assert_eq!(pending, ["a", "b", "c"]);
+        let chunk = o.claim_free([&"a", &"z"]);
+        assert_eq!(chunk.len(), 1, "only a: z is not taken over");
+        assert_eq!(o.claim([&"a"]), Claim::Busy);
+        let Claim::Settle(mine) = o.claim([&"b"]) else {
+            panic!("b is not in the chunk: its decision writes it back")
+        };
+        assert_eq!(
+            o.claim_free([&"b", &"c"]).len(),
+            1,
+            "b is the decision's now: c only"
+        );
+        assert!(o.not_settling().is_empty());
+        assert_eq!(o.release(chunk, &[]), ["a"]);
+        assert_eq!(o.release(mine, &[]), ["b"]);
     }
 
     #[test]

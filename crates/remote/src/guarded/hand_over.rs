@@ -150,19 +150,26 @@ pub(super) fn release<C: Connect>(
 }
 
 /// Charges `remote` with `hits` admitted elsewhere on each key, at most what its limit has left at
-/// `now` (another instance may charge the key between the read and the write: a few tries).
-/// Returns the hits written, and the keys that could not be written (the remote failed).
+/// `now` (another instance may charge the key between the read and the write: a few tries), the
+/// keys side by side (their reads and writes share the backend's pipelines). Returns the hits
+/// written, and the keys that could not be written (the remote failed).
 pub(super) async fn settle<B: Remote>(
     remote: &B,
     keys: Vec<Settle<B::Key>>,
     now: Nanos,
 ) -> (u64, Vec<Settle<B::Key>>) {
+    let keys: Vec<_> = keys.into_iter().filter(|(_, _, hits)| *hits > 0).collect();
+    let took = futures_util::future::join_all(
+        keys.iter()
+            .map(|(key, params, hits)| settle_one(remote, key, *params, *hits, now)),
+    )
+    .await;
     let mut written = 0u64;
     let mut unsettled = Vec::new();
-    for (key, params, hits) in keys.into_iter().filter(|(_, _, hits)| *hits > 0) {
-        match settle_one(remote, &key, params, hits, now).await {
+    for (settle, took) in keys.into_iter().zip(took) {
+        match took {
             Some(took) => written += took,
-            None => unsettled.push((key, params, hits)),
+            None => unsettled.push(settle),
         }
     }
     (written, unsettled)
