@@ -204,6 +204,17 @@ impl Breaker {
         }
     }
 
+    /// A probe failed at once (a refused connection, an error reply: the backend is down or
+    /// restarting, not slow): the breaker opens again for the base interval, not a doubled one.
+    /// Backing off spares a backend that does not answer in time; one that refuses at once costs
+    /// nothing to ask again, and is found within one base interval of its restart.
+    pub(crate) fn record_fast_probe_failure(&mut self, now: Instant) {
+        if let Phase::HalfOpen { .. } = self.phase {
+            self.interval = self.base;
+            self.open(now);
+        }
+    }
+
     /// The backend was reached some other way (the first connection): decisions go to it now.
     pub(crate) fn connected(&mut self) -> Option<Change> {
         (!self.is_up()).then(|| self.close())
@@ -345,6 +356,33 @@ mod tests {
         // Closed again: the next opening starts from the base interval.
         fail(&mut b, 3, now);
         assert_eq!(b.permit(now + 100 * MS), Permit::Probe);
+    }
+
+    #[test]
+    fn probes_that_fail_at_once_keep_the_base_interval() {
+        let t = ratelimit_core::clock::monotonic();
+        let mut b = breaker();
+        fail(&mut b, 3, t);
+        // One slow failure doubles the interval; fast ones bring it back to the base.
+        assert_eq!(b.permit(t + 100 * MS), Permit::Probe);
+        assert_eq!(b.record(Permit::Probe, false, t + 100 * MS), None);
+        assert_eq!(b.permit(t + 299 * MS), Permit::Reject);
+        assert_eq!(b.permit(t + 300 * MS), Permit::Probe);
+        b.record_fast_probe_failure(t + 300 * MS);
+        for at in [400, 500, 600] {
+            assert_eq!(b.permit(t + (at - 1) * MS), Permit::Reject);
+            assert_eq!(b.permit(t + at * MS), Permit::Probe);
+            b.record_fast_probe_failure(t + at * MS);
+        }
+        assert!(!b.is_up());
+        assert_eq!(b.permit(t + 700 * MS), Permit::Probe);
+        assert_eq!(
+            b.record(Permit::Probe, true, t + 700 * MS),
+            Some(Change::Up)
+        );
+        // Only a probe in flight is recorded: closed, a fast failure changes nothing.
+        b.record_fast_probe_failure(t + 701 * MS);
+        assert!(b.is_up());
     }
 
     #[test]

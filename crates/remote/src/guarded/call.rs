@@ -63,6 +63,13 @@ impl<C: Connect> Guarded<C> {
         permit
     }
 
+    /// Tells the breaker that a probe failed at once (`Breaker::record_fast_probe_failure`).
+    pub(super) fn record_fast_probe_failure(&self) {
+        let mut b = self.breaker();
+        b.record_fast_probe_failure(monotonic());
+        self.shared.metrics.breaker_state.set(b.state() as i64);
+    }
+
     /// Tells the breaker how a call went; starts a check when failures follow an answer, and the
     /// prober when the breaker opens.
     pub(super) fn record(&self, permit: Permit, ok: bool) {

@@ -1,10 +1,13 @@
 //! While the breaker is open, probes the backend with `ping` whenever the breaker allows a probe
 //! (and, when that fails, with a fresh connection), so decisions go back to it (and
-//! `ratelimit_store_up` says so) within a second of it answering, with or without traffic. Ends
-//! once the breaker closes or the store is dropped.
+//! `ratelimit_store_up` says so) within a second of it answering, with or without traffic, and
+//! within the breaker's base interval of a restart (a refused probe does not back off). Ends once
+//! the breaker closes or the store is dropped.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
+
+use ratelimit_core::clock::monotonic;
 
 use crate::breaker::Permit;
 use crate::guarded::{Guarded, Shared, switch};
@@ -27,10 +30,18 @@ pub(in crate::guarded) async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
             Permit::Call => return,
             Permit::Reject => {}
             Permit::Probe => {
+                let started = monotonic();
                 let ok = remote.ping().await.is_ok() || reconnect_now(&store).await;
-                store.record(Permit::Probe, ok);
                 if ok {
+                    store.record(Permit::Probe, true);
                     return;
+                }
+                // Refused before the call timeout (the backend's process is down or restarting,
+                // or it answered with an error), not left unanswered: no backing off.
+                if started.elapsed() < store.shared.connect.timeout() {
+                    store.record_fast_probe_failure();
+                } else {
+                    store.record(Permit::Probe, false);
                 }
             }
         }
