@@ -21,7 +21,7 @@ use common::{Code, code, request};
 const RULES: &str = "domain: lost\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100000000, algorithm: fixed_window}\n";
 
 const TASKS: u64 = 16;
-const PER_TASK: u64 = 250;
+const PER_TASK: u64 = 500;
 const KEYS: u64 = 40;
 
 /// What one run saw.
