@@ -3,15 +3,16 @@
 # independent no-op tonic server, and redis-server's CPU per decision; then the same server's
 # instructions per call under callgrind (exact; the number for before/after on a shared machine).
 #
-# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|all] (default: all)
+# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|commandstats|all] (default: all)
 #   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis
-#   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2)
+#   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2),
+#                                        commandstats (×5)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
-#   PERF_BACKEND=memory                  the store `perf` profiles (memory or redis)
+#   PERF_BACKEND=memory                  the store `perf` profiles (memory or redis), over the first of KEYS
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -176,7 +177,7 @@ PY
 }
 
 # Where the server's CPU goes under load (sampling, all threads): perf over a 4x64 run of CALLS x 10
-# calls over 100k zipf keys, on PERF_BACKEND (memory, or redis: a redis-server of its own). Prints
+# calls over the first of KEYS (100k zipf keys by default), on PERF_BACKEND (memory, or redis: a redis-server of its own). Prints
 # the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 / calls x
 # 1e6), then the top symbols.
 # Starts $BIN on the store $1 (memory, or redis on a redis-server of its own) with the rules in
@@ -203,13 +204,13 @@ stop_server() {
 }
 
 perf_profile() {
-  local dir; dir=$(mktemp -d); rules "$dir/rules"
+  local dir keys=${KEYS%%,*}; dir=$(mktemp -d); rules "$dir/rules"
   start_server "${PERF_BACKEND:-memory}" "$dir"
-  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys 100k-zipf --shapes 4x64 > /dev/null
+  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys "$keys" --shapes 4x64 > /dev/null
   perf record -q -e cpu-clock -F 2999 -g -p $SERVER_PID -o "$dir/perf.data" -- sleep 60 &
   local perf=$!
   sleep 0.5
-  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $((CALLS * 10)) --keys 100k-zipf --shapes 4x64
+  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $((CALLS * 10)) --keys "$keys" --shapes 4x64
   kill -INT $perf; wait $perf || true
   stop_server
   echo "-- samples by thread and where ($((CALLS * 10)) calls, 2999 Hz):"
@@ -324,6 +325,52 @@ syscalls() {
   done
 }
 
+# What redis-server does per decision, by command (its INFO commandstats, reset after the warm-up:
+# commands run inside a script are counted under their own names too, and their time is also in
+# the script's) and its reads, writes and bytes (INFO stats), at each of SHAPES over the first of
+# KEYS on the Redis store, with redis-server's CPU per decision from /proc.
+commandstats() {
+  local dir keys=${KEYS%%,*} calls=$((CALLS * 5)) hz; dir=$(mktemp -d); rules "$dir/rules"; hz=$(getconf CLK_TCK)
+  echo "== redis-server per decision, $calls calls over $keys ($BIN)"
+  echo "| shape | what | per decision | µs per decision | µs per call |"
+  echo "|---|---|---|---|---|"
+  for shape in ${SHAPES//,/ }; do
+    start_server redis "$dir"
+    "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys "$keys" --shapes "$shape" > /dev/null
+    redis-cli -p "$REDIS_PORT" config resetstat > /dev/null
+    local r0 r1; r0=$(awk '{print $14 + $15}' "/proc/$REDIS_PID/stat")
+    "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $calls --keys "$keys" --shapes "$shape" > /dev/null
+    r1=$(awk '{print $14 + $15}' "/proc/$REDIS_PID/stat")
+    { redis-cli -p "$REDIS_PORT" info commandstats; redis-cli -p "$REDIS_PORT" info stats; } > "$dir/info"
+    stop_server
+    python3 -c '
+import re, sys
+n, shape, cpu = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+print("| %s | redis-server CPU | | %.2f | |" % (shape, cpu))
+for line in open(sys.argv[4]):
+    m = re.match(r"cmdstat_(\w+):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)", line)
+    if m and int(m[2]) > n / 1000:
+        print("| %s | %s | %.3f | %.2f | %s |" % (shape, m[1], int(m[2]) / n, int(m[3]) / n, m[4]))
+    m = re.match(r"(total_net_input_bytes|total_reads_processed|total_writes_processed):(\d+)", line)
+    if m:
+        print("| %s | %s | %.2f | | |" % (shape, m[1], int(m[2]) / n))
+' "$calls" "$shape" "$(python3 -c "print(($r1 - $r0) * 1e6 / $hz / $calls)")" "$dir/info"
+  done
+  # The same kinds of command back to back on an otherwise idle redis-server (redis-benchmark, 16
+  # pipelined): what each costs when Redis has a core and warm caches to itself. The script is a
+  # one-key compare-and-set of the shape of ours (`SET … PXAT … GET`, then a compare); ours takes
+  # its group sizes as binary, which redis-benchmark cannot pass.
+  local port sha value="5000000000;d.1234;99999999999999"; port=$(free_port)
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no > "$dir/bench.log" 2>&1 & local bpid=$!
+  for _ in $(seq 300); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.1; done
+  sha=$(redis-cli -p "$port" script load "local v = redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3], 'GET') if v == ARGV[1] then return 1 end return {v}")
+  redis-benchmark -p "$port" -n 200000 -P 16 -q evalsha "$sha" 1 k "$value" "$value" 99999999999999 > /dev/null
+  redis-benchmark -p "$port" -n 200000 -P 16 -q set k2 "$value" NX PXAT 99999999999999 GET > /dev/null
+  redis-cli -p "$port" info commandstats | grep -E '^cmdstat_(evalsha|set):' |
+    sed -E 's/^cmdstat_([a-z]+):.*usec_per_call=([0-9.]+).*/| back to back, idle redis-server | \1 | | | \2 |/'
+  redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true; wait $bpid || true
+}
+
 case $MODE in
   load) load ;;
   callgrind) callgrind ;;
@@ -332,6 +379,7 @@ case $MODE in
   perf) perf_profile ;;
   syscalls) syscalls ;;
   wakeups) wakeups ;;
+  commandstats) commandstats ;;
   all) load; callgrind ;;
-  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|commandstats|all]" >&2; exit 2 ;;
 esac
