@@ -12,7 +12,7 @@
 #                                        commandstats (×5)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
-#   PERF_BACKEND=memory                  the store `perf` profiles (memory or redis), over the first of KEYS
+#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory or redis), over the first of KEYS
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -176,7 +176,7 @@ PY
   echo "(callgrind output kept in $dir)"
 }
 
-# Where the server's CPU goes under load (sampling, all threads): perf over a 4x64 run of CALLS x 10
+# Where the server's CPU goes under load (sampling, all threads): perf over a PERF_SHAPE (4x64) run of CALLS x 10
 # calls over the first of KEYS (100k zipf keys by default), on PERF_BACKEND (memory, or redis: a redis-server of its own). Prints
 # the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 / calls x
 # 1e6), then the top symbols.
@@ -206,16 +206,16 @@ stop_server() {
 perf_profile() {
   local dir keys=${KEYS%%,*}; dir=$(mktemp -d); rules "$dir/rules"
   start_server "${PERF_BACKEND:-memory}" "$dir"
-  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys "$keys" --shapes 4x64 > /dev/null
+  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls 20000 --keys "$keys" --shapes "${PERF_SHAPE:-4x64}" > /dev/null
   perf record -q -e cpu-clock -F 2999 -g -p $SERVER_PID -o "$dir/perf.data" -- sleep 60 &
   local perf=$!
   sleep 0.5
-  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $((CALLS * 10)) --keys "$keys" --shapes 4x64
+  "$LOAD" --drive 127.0.0.1:$SERVER_GRPC --calls $((CALLS * 10)) --keys "$keys" --shapes "${PERF_SHAPE:-4x64}"
   kill -INT $perf; wait $perf || true
   stop_server
   echo "-- samples by thread and where ($((CALLS * 10)) calls, 2999 Hz):"
   perf report -i "$dir/perf.data" --no-children --sort comm,dso --stdio -g none -n 2>/dev/null | grep '%' | head -12
-  perf report -i "$dir/perf.data" --no-children --sort symbol --stdio -g none -n 2>/dev/null | grep '%' | head -40 |
+  perf report -i "$dir/perf.data" --no-children --sort symbol --stdio -g none -n 2>/dev/null | grep '%' | head -${PERF_TOP:-40} |
     sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//'
   echo "(perf data kept in $dir)"
 }
