@@ -12,7 +12,8 @@
 #                                        commandstats (×5)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
-#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory or redis), over the first of KEYS
+#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory or redis) and its shape,
+#   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -176,10 +177,10 @@ PY
   echo "(callgrind output kept in $dir)"
 }
 
-# Where the server's CPU goes under load (sampling, all threads): perf over a PERF_SHAPE (4x64) run of CALLS x 10
-# calls over the first of KEYS (100k zipf keys by default), on PERF_BACKEND (memory, or redis: a redis-server of its own). Prints
-# the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 / calls x
-# 1e6), then the top symbols.
+# Where the server's CPU goes under load (sampling, all threads): perf over a run of CALLS x 10
+# calls at PERF_SHAPE (4x64) over the first of KEYS (100k zipf keys by default), on PERF_BACKEND
+# (memory, or redis: a redis-server of its own). Prints the samples by thread and by user/kernel
+# (at 2999 Hz: µs per call = samples / 2999 / calls x 1e6), then the top PERF_TOP (40) symbols.
 # Starts $BIN on the store $1 (memory, or redis on a redis-server of its own) with the rules in
 # $2/rules; sets SERVER_PID, SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server`
 # stops both.
