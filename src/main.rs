@@ -31,7 +31,18 @@ fn main() {
             tracing::warn!("{warning}");
         }
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The workers' number always given, so tokio does not read TOKIO_WORKER_THREADS itself
+    // (it panics on a value it cannot parse; `serve` has checked it, naming it, by now).
+    let workers = match &cli.command {
+        Some(Command::Serve(settings)) => settings.worker_threads,
+        _ => None,
+    }
+    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

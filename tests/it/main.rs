@@ -68,4 +68,5 @@ mod statsd;
 mod tls;
 mod tracing;
 mod transport;
+mod workers;
 mod xds;

@@ -247,6 +247,12 @@ pub struct ServeSettings {
     /// Longest domain, key or value in bytes.
     #[arg(long, env = "MAX_STRING_LEN", default_value_t = 4096, value_parser = at_least_one)]
     pub max_string_len: usize,
+    /// Threads that serve requests (the async runtime's workers); by default one per CPU the
+    /// process may use. tokio's own variable: set for another tokio program, it means the same
+    /// here. Fewer than the CPUs can cost less per request where the server shares its CPUs
+    /// (docs/performance.md, "Fewer request workers").
+    #[arg(long, env = "TOKIO_WORKER_THREADS", value_parser = at_least_one)]
+    pub worker_threads: Option<usize>,
     #[command(flatten)]
     pub rules_files: RulesFilesArgs,
     #[command(flatten)]

@@ -184,7 +184,8 @@ async fn start_on<B: Backend>(
     serve(&mut tasks, settings, listeners, tls, grpc_router, admin)?;
     spawn_background(&mut tasks, settings, store, clock, &metrics);
     tasks.handles.extend(watcher);
-    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, rules = %summary, "serving");
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, workers, rules = %summary, "serving");
     Ok(Server {
         grpc_addr,
         http_addr,
