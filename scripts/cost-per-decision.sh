@@ -14,6 +14,7 @@
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
 #   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory or redis) and its shape,
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
+#   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -36,6 +37,13 @@ REDIS_UNDER=${REDIS_UNDER:-redis,server}
 for f in "$BIN" "$LOAD"; do
   [ -x "$f" ] || { echo "missing $f: cargo build --release --bin ratelimit-server --example load" >&2; exit 2; }
 done
+# WORKERS=N: the measured server (BIN, and B of redis-ab; not the no-op server nor the load
+# generator) runs with TOKIO_WORKER_THREADS=N, through a wrapper that keeps its process id.
+if [ -n "${WORKERS:-}" ]; then
+  wrapper=$(mktemp)
+  printf '#!/bin/sh\nTOKIO_WORKER_THREADS=%s exec %s "$@"\n' "$WORKERS" "$(realpath "$BIN")" > "$wrapper"
+  chmod +x "$wrapper"; BIN=$wrapper
+fi
 
 # The load's rules (examples/load: a token bucket nobody reaches, so every decision writes).
 rules() {
