@@ -22,7 +22,7 @@ fn file_from_env(name: &str) -> Option<PathBuf> {
 }
 
 fn main() {
-    for name in ["no_redis", "no_envoy", "no_kubectl"] {
+    for name in ["no_redis", "no_valkey", "no_envoy", "no_kubectl"] {
         println!("cargo::rustc-check-cfg=cfg({name})");
     }
     for var in ["CI", "PATH", "ENVOY_BIN", "KUBECTL"] {
@@ -34,6 +34,9 @@ fn main() {
     }
     if !on_path("redis-server") {
         println!("cargo::rustc-cfg=no_redis");
+    }
+    if !on_path("valkey-server") {
+        println!("cargo::rustc-cfg=no_valkey");
     }
     let envoy = file_from_env("ENVOY_BIN").is_some_and(|p| p.is_file()) || on_path("envoy");
     if !envoy {

@@ -68,5 +68,6 @@ mod statsd;
 mod tls;
 mod tracing;
 mod transport;
+mod valkey;
 mod workers;
 mod xds;

@@ -28,19 +28,21 @@ fn instance(rules: &Path, redis: &RedisServer) -> Served {
 }
 
 async fn race(instances: usize) {
-    race_with(instances, || ()).await;
+    race_with(instances, RedisServer::start, || ()).await;
 }
 
-/// `instances` servers on one Redis, each sent 1000 requests per key of `SHARED_RULES`, 256 in
-/// flight, while what `during` starts runs: together they admit exactly each key's limit, and
-/// nothing was answered by the failure mode or failed.
-async fn race_with<T>(instances: usize, during: impl FnOnce() -> T) {
+/// `instances` servers on one Redis (as `start` starts it), each sent 1000 requests per key of
+/// `SHARED_RULES`, 256 in flight, while what `during` starts runs: together they admit exactly
+/// each key's limit, and nothing was answered by the failure mode or failed. Returns the server.
+pub async fn race_with<T>(
+    instances: usize,
+    start: fn() -> Option<RedisServer>,
+    during: impl FnOnce() -> T,
+) -> Option<RedisServer> {
     // One race at a time: each is several server processes with hundreds of calls in flight.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let _turn = ONE_AT_A_TIME.lock().await;
-    let Some(redis) = RedisServer::start() else {
-        return;
-    };
+    let redis = start()?;
     let _during = during();
     let rules = shared_rules();
     let mut servers: Vec<Served> = (0..instances)
@@ -109,6 +111,7 @@ async fn race_with<T>(instances: usize, during: impl FnOnce() -> T) {
             "it:shared|tb=hot|0.0.3600s"
         ]
     );
+    Some(redis)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -125,7 +128,7 @@ async fn three_instances_racing_admit_exactly_the_limit() {
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn two_instances_racing_while_busy_loops_hold_every_core_admit_exactly_the_limit() {
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
-    race_with(2, || BusyLoops::start(cores)).await;
+    race_with(2, RedisServer::start, || BusyLoops::start(cores)).await;
 }
 
 #[tokio::test]

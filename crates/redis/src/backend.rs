@@ -79,6 +79,9 @@ impl RedisBackend {
         });
         let calls = Arc::new(Calls::new(conns, config.timeout, metrics));
         calls.first_ping().await?;
+        calls
+            .probe_conditional_set(&TextKeyBuilder::new(config.prefix.clone()).probe_key())
+            .await;
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 masters,

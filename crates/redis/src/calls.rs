@@ -14,6 +14,7 @@ use ratelimit_remote::Every;
 use ratelimit_remote::RemoteMetrics;
 
 use crate::cas;
+use crate::conditional::ConditionalSet;
 use crate::conn::{Conn, Conns};
 use crate::dispatch::Dispatcher;
 use crate::io::{self, within};
@@ -34,6 +35,8 @@ pub(crate) struct Calls {
     conns: Arc<Conns>,
     /// Pipelines the script calls (`None` on a cluster: each call goes alone, routed by slot).
     dispatcher: Option<Arc<Dispatcher>>,
+    /// Whether the server takes `SET … IFEQ … GET` (probed by [`Calls::probe_conditional_set`]).
+    conditional: Arc<ConditionalSet>,
     timeout: Duration,
     /// When a call last got an answer, in ns after `epoch`.
     answered: AtomicU64,
@@ -46,10 +49,13 @@ pub(crate) struct Calls {
 impl Calls {
     /// Calls on `conns`, each bounded by `timeout`, counted in `metrics`.
     pub(crate) fn new(conns: Arc<Conns>, timeout: Duration, metrics: RemoteMetrics) -> Calls {
-        let dispatcher = (!conns.is_cluster()).then(|| Dispatcher::start(conns.clone(), timeout));
+        let conditional = Arc::new(ConditionalSet::default());
+        let dispatcher = (!conns.is_cluster())
+            .then(|| Dispatcher::start(conns.clone(), timeout, conditional.clone()));
         Calls {
             conns,
             dispatcher,
+            conditional,
             timeout,
             answered: AtomicU64::new(0),
             epoch: monotonic(),
@@ -124,6 +130,32 @@ impl Calls {
         })
     }
 
+    /// Asks the server whether it has a conditional `SET` (`cas::conditional_set_probe` on
+    /// `probe_key`), and says what it found: with one, one-key compare-and-sets of held keys go
+    /// without the script. A probe that fails leaves them on the script.
+    pub(crate) async fn probe_conditional_set(&self, probe_key: &str) {
+        let probe = cas::conditional_set_probe(probe_key);
+        let mut c = self.conns.get();
+        let has = self
+            .quiet(async move { probe.query_async::<::redis::Value>(&mut c).await })
+            .await;
+        match has {
+            Ok(::redis::Value::ServerError(_)) | Err(StoreError::Unavailable(_)) => {
+                self.conditional.found(false);
+            }
+            Ok(_) => {
+                self.conditional.found(true);
+                tracing::info!(
+                    "the Redis server takes SET … IFEQ … GET: one-key compare-and-sets of held keys go without the script"
+                );
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "could not ask the Redis server whether it takes SET … IFEQ: compare-and-sets of held keys go by script"
+            ),
+        }
+    }
+
     /// `call` on the Redis I/O thread within `REDIS_TIMEOUT`, not counted as a store call.
     pub(crate) async fn quiet<T: Send + 'static>(
         &self,
@@ -177,13 +209,17 @@ impl Calls {
         let Some(dispatcher) = &self.dispatcher else {
             let mut c = self.conns.get();
             let timeout = self.timeout;
+            let conditional = self.conditional.clone();
             let call =
                 async move {
                     within(timeout, async move {
-                        // One key expected absent: a plain command, no script.
-                        if let Some(cmd) = group.plain() {
-                            let value = cmd.query_async(&mut c).await?;
-                            return Ok(cas::plain_reply(value, &group));
+                        // One key expected absent, or held on a server with a conditional SET: a
+                        // plain command, no script.
+                        if let Some(cmd) = group.plain(conditional.on()) {
+                            match cmd.query_async(&mut c).await {
+                                Err(e) if cas::no_conditional_set_error(&e) => conditional.lost(),
+                                value => return Ok(cas::plain_reply(value?, &group)),
+                            }
                         }
                         let cmd = cas::command(std::iter::once(&group));
                         let value = script_call(&mut c, &cmd, cas::SCRIPT).await?;

@@ -304,27 +304,35 @@ impl Call<'_> {
 
 impl Group {
     /// This compare-and-set as one plain command, when it can go without the script: one key
-    /// expected absent, with a state to write. `SET key new NX PXAT pxat GET` (Redis 7.0) writes
-    /// only if the key is absent and returns what it held, so a mismatch writes nothing and needs
-    /// nothing put back; it costs Redis about a third of a script call carrying it (no Lua set-up,
-    /// no crossing from Lua into Redis). Read its reply with [`plain_reply`].
-    pub(super) fn plain(&self) -> Option<::redis::Cmd> {
+    /// with a state to write, expected absent (`SET key new NX PXAT pxat GET`, Redis 7.0) or, on a
+    /// server with a conditional `SET` (`conditional_set`: Valkey 8.1, Redis 8.4), expected to
+    /// hold a value (`SET key new IFEQ expected PXAT pxat GET`). Either writes only if the key
+    /// holds what was expected and returns what it held, so a mismatch writes nothing and needs
+    /// nothing put back; it costs the server about a third of a script call carrying it (no Lua
+    /// set-up, no crossing from Lua into Redis). Read its reply with [`plain_reply`].
+    pub(super) fn plain(&self, conditional_set: bool) -> Option<::redis::Cmd> {
         let [key] = self.keys.as_slice() else {
             return None;
         };
         let mut args = self.args();
         let (expected, new, pxat) = (args.next()?, args.next()?, args.next()?);
-        if !expected.is_empty() || new.is_empty() || new == b"-" {
+        if new.is_empty() || new == b"-" || !(expected.is_empty() || conditional_set) {
             return None;
         }
         let mut cmd = ::redis::cmd("SET");
-        cmd.arg(key.as_str())
-            .arg(new)
-            .arg("NX")
-            .arg("PXAT")
-            .arg(pxat)
-            .arg("GET");
+        cmd.arg(key.as_str()).arg(new);
+        if expected.is_empty() {
+            cmd.arg("NX");
+        } else {
+            cmd.arg("IFEQ").arg(expected);
+        }
+        cmd.arg("PXAT").arg(pxat).arg("GET");
         Some(cmd)
+    }
+
+    /// The value this compare-and-set expects in its first key (`b""`: absent).
+    fn first_expected(&self) -> &[u8] {
+        self.args().next().unwrap_or_default()
     }
 
     /// The value this compare-and-set writes into its first key (`b""` for none).
@@ -334,16 +342,40 @@ impl Group {
 }
 
 /// The reply to [`Group::plain`]'s command as the script would have given it: 1 when it wrote
-/// (nil: the key was absent) or its first attempt had (the key holds this call's own value, which
-/// no other call writes); else the value the key holds; anything else (an error) as it came.
+/// (the key held what was expected: nothing, or the value expected) or its first attempt had (the
+/// key holds this call's own value, which no other call writes); else what the key holds (nil:
+/// absent); anything else (an error) as it came.
 pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Value {
     use ::redis::Value;
+    let expected = group.first_expected();
     match value {
-        Value::Nil => Value::Int(1),
-        Value::BulkString(held) if held == group.first_new() => Value::Int(1),
+        Value::Nil if expected.is_empty() => Value::Int(1),
+        Value::BulkString(held) if held == expected || held == group.first_new() => Value::Int(1),
+        Value::Nil => Value::Array(vec![Value::Nil]),
         Value::BulkString(held) => Value::Array(vec![Value::BulkString(held)]),
         other => other,
     }
+}
+
+/// Whether a reply to a conditional `SET` says the server has none (`ERR syntax error`: a Redis
+/// before 8.4, a Valkey before 8.1, e.g. one failed over to or restarted with an older version).
+pub(super) fn no_conditional_set(value: &::redis::Value) -> bool {
+    matches!(value, ::redis::Value::ServerError(e)
+        if e.code() == "ERR" && e.details().is_some_and(|d| d.contains("syntax")))
+}
+
+/// [`no_conditional_set`] of a command's error.
+pub(super) fn no_conditional_set_error(e: &::redis::RedisError) -> bool {
+    e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("syntax"))
+}
+
+/// The probe of a conditional `SET` that returns what the key held (`SET … IFEQ … GET`), on
+/// `probe_key`, a key no compare-and-set writes: a server that has one answers nil (it never
+/// creates a key it compares), one that has none an error.
+pub(super) fn conditional_set_probe(probe_key: &str) -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("SET");
+    cmd.arg(probe_key).arg("").arg("IFEQ").arg("-").arg("GET");
+    cmd
 }
 
 /// One script call carrying `groups`, in order (`EVALSHA`; see [`load`] and
@@ -572,7 +604,15 @@ mod script_tests {
     /// A fresh server with the script loaded; `None` (said loudly) where there is no
     /// redis-server and `CI` is unset, as the root package's tests do.
     fn server() -> Option<Server> {
-        let redis = TestRedis::start()?;
+        serve(TestRedis::start()?)
+    }
+
+    /// [`server`] on Valkey, which has `SET … IFEQ`.
+    fn valkey() -> Option<Server> {
+        serve(TestRedis::start_valkey()?)
+    }
+
+    fn serve(redis: TestRedis) -> Option<Server> {
         let mut con = redis.connection().unwrap();
         load().query::<String>(&mut con).unwrap();
         Some(Server { con, _redis: redis })
@@ -754,31 +794,137 @@ mod script_tests {
 
     /// One compare-and-set sent as its plain command, the reply as the script would give it.
     fn plain_call(redis: &mut Server, group: &Group) -> Vec<Value> {
-        let cmd = group.plain().expect("a plain command");
+        let cmd = group.plain(false).expect("a plain command");
         vec![plain_reply(redis.run(&cmd), group)]
+    }
+
+    /// [`plain_call`] on a server with a conditional `SET`.
+    fn conditional_call(redis: &mut Server, group: &Group) -> Vec<Value> {
+        let cmd = group.plain(true).expect("a plain command");
+        vec![plain_reply(redis.run(&cmd), group)]
+    }
+
+    #[test]
+    fn one_key_held_goes_as_a_plain_command_only_where_the_server_has_a_conditional_set() {
+        let s = state(60, 1);
+        let held = group(&["k"], &[Some(b"1;a.1;5")], &[Some(s)], 1).0;
+        assert!(held.plain(false).is_none());
+        let cmd = held.plain(true).expect("SET … IFEQ");
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|a| match a {
+                ::redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(args[0], b"SET");
+        assert_eq!(args[3..5], [b"IFEQ".to_vec(), b"1;a.1;5".to_vec()]);
+        assert_eq!(args.last().unwrap(), b"GET");
+        // Absent still goes as NX, and what needs the script still does.
+        assert!(
+            group(&["k"], &[None], &[Some(s)], 1)
+                .0
+                .plain(true)
+                .is_some()
+        );
+        let gone = State { a: 1, b: 0 };
+        assert!(
+            group(&["k"], &[Some(b"1")], &[Some(gone)], 1)
+                .0
+                .plain(true)
+                .is_none(),
+            "a delete"
+        );
+        assert!(
+            group(&["k"], &[Some(b"1")], &[None], 1)
+                .0
+                .plain(true)
+                .is_none(),
+            "check only"
+        );
+        let two = group(&["k", "l"], &[Some(b"1"), None], &[Some(s), Some(s)], 1).0;
+        assert!(two.plain(true).is_none());
+    }
+
+    /// On Valkey (8.1: `SET … IFEQ … GET`) a one-key compare-and-set of a held key answers as the
+    /// script does: it writes when the key holds what it expects (same value and expiry as the
+    /// script's write), leaves another value exactly as it was and returns it, leaves an absent
+    /// key absent and says so, and a resend whose first attempt landed answers 1.
+    #[test]
+    fn a_conditional_compare_and_set_answers_and_leaves_what_the_script_would() {
+        let Some(mut redis) = valkey() else { return };
+        let old = b"3:1;b.4;99999999999";
+        let s = state(60, 2);
+        redis.set("s", old, None);
+        redis.set("c", old, None);
+        let (by_script, script_written) = group(&["s"], &[Some(old)], &[Some(s)], 1);
+        let (conditional, written) = group(&["c"], &[Some(old)], &[Some(s)], 1);
+        assert_eq!(call(&mut redis, &[&by_script]), [Value::Int(1)]);
+        assert_eq!(conditional_call(&mut redis, &conditional), [Value::Int(1)]);
+        assert_eq!(redis.get("s"), script_written[0]);
+        assert_eq!(redis.get("c"), written[0]);
+        assert_eq!(redis.expiry("c"), redis.expiry("s"));
+        assert_eq!(redis.expiry("c"), pxat(&s) as i64);
+        // Sent again (its reply lost): its own value found, 1, nothing changed.
+        let before = held(&mut redis, "c");
+        assert_eq!(conditional_call(&mut redis, &conditional), [Value::Int(1)]);
+        assert_as_before(&before, &held(&mut redis, "c"));
+        // Another writer expecting what is no longer there: nothing written, the value returned.
+        let (other, _) = group(&["c"], &[Some(old)], &[Some(state(120, 9))], 7);
+        let reply = conditional_call(&mut redis, &other);
+        assert_eq!(reply_of(reply), Some(written[0].clone()));
+        assert_as_before(&before, &held(&mut redis, "c"));
+        // An absent key stays absent, and the reply says it is.
+        let (absent, _) = group(&["a"], &[Some(old)], &[Some(s)], 8);
+        let reply = conditional_call(&mut redis, &absent);
+        assert_eq!(reply, call(&mut redis, &[&absent]), "as the script answers");
+        assert_eq!(reply_of(reply), Some(None));
+        assert_eq!(held(&mut redis, "a"), (None, -2, -2));
+    }
+
+    /// The probe tells a server with a conditional `SET` from one without, and creates nothing.
+    #[test]
+    fn the_probe_tells_a_conditional_set_apart_and_writes_nothing() {
+        let Some(mut redis) = server() else { return };
+        let probe = conditional_set_probe("p%conditional-set-probe");
+        let Err(e) = probe.query::<Value>(&mut redis.con) else {
+            panic!("Redis 7.0 has no SET … IFEQ");
+        };
+        assert!(no_conditional_set_error(&e), "{e}");
+        let Some(mut valkey) = valkey() else { return };
+        assert_eq!(valkey.run(&probe), Value::Nil);
+        assert_eq!(held(&mut valkey, "p%conditional-set-probe"), (None, -2, -2));
     }
 
     #[test]
     fn only_one_key_expected_absent_with_a_state_to_write_goes_as_a_plain_command() {
         let s = state(60, 1);
-        assert!(group(&["k"], &[None], &[Some(s)], 1).0.plain().is_some());
+        assert!(
+            group(&["k"], &[None], &[Some(s)], 1)
+                .0
+                .plain(false)
+                .is_some()
+        );
         assert!(
             group(&["k"], &[Some(b"1;a.1;5")], &[Some(s)], 1)
                 .0
-                .plain()
+                .plain(false)
                 .is_none()
         );
         assert!(
-            group(&["k"], &[None], &[None], 1).0.plain().is_none(),
+            group(&["k"], &[None], &[None], 1).0.plain(false).is_none(),
             "check only"
         );
         let gone = State { a: 1, b: 0 };
         assert!(
-            group(&["k"], &[None], &[Some(gone)], 1).0.plain().is_none(),
+            group(&["k"], &[None], &[Some(gone)], 1)
+                .0
+                .plain(false)
+                .is_none(),
             "a delete"
         );
         let two = group(&["k", "l"], &[None, None], &[Some(s), Some(s)], 1).0;
-        assert!(two.plain().is_none());
+        assert!(two.plain(false).is_none());
     }
 
     /// The plain command answers as the script does: it writes an absent key with the same value

@@ -21,6 +21,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::cas::{self, Group};
+use crate::conditional::ConditionalSet;
 use crate::conn::{Conn, Conns};
 use crate::io::{self, within};
 use crate::pack;
@@ -56,16 +57,23 @@ pub(super) struct Dispatcher {
     waiting: Mutex<Waiting>,
     wake: Notify,
     closed: AtomicBool,
+    /// Whether one key held goes as `SET … IFEQ … GET`.
+    conditional: Arc<ConditionalSet>,
 }
 
 impl Dispatcher {
     /// A dispatcher sending on `conns`, each pipeline bounded by `timeout`; it runs on the Redis
     /// I/O thread until [`Dispatcher::close`].
-    pub(super) fn start(conns: Arc<Conns>, timeout: Duration) -> Arc<Dispatcher> {
+    pub(super) fn start(
+        conns: Arc<Conns>,
+        timeout: Duration,
+        conditional: Arc<ConditionalSet>,
+    ) -> Arc<Dispatcher> {
         let dispatcher = Arc::new(Dispatcher {
             waiting: Mutex::new(Waiting::default()),
             wake: Notify::new(),
             closed: AtomicBool::new(false),
+            conditional,
         });
         io::handle().spawn(dispatch(dispatcher.clone(), conns, timeout));
         dispatcher
@@ -146,7 +154,15 @@ async fn dispatch(dispatcher: Arc<Dispatcher>, conns: Arc<Conns>, timeout: Durat
         while !jobs.is_empty() {
             let rest = jobs.split_off(jobs.len().min(MAX_PIPELINE));
             let out = Out(dispatcher.clone());
-            tokio::spawn(send(conns.clone(), jobs, deadline, timeout, out));
+            let conditional = dispatcher.conditional.clone();
+            tokio::spawn(send(
+                conns.clone(),
+                jobs,
+                deadline,
+                timeout,
+                conditional,
+                out,
+            ));
             jobs = rest;
         }
     }
@@ -171,14 +187,22 @@ impl Drop for Out {
 /// Sends `jobs` pipelined, each that can go as a plain command alone (`cas::Group::plain`), the
 /// others in a few script calls (`pack`), and answers each: the pipeline's reply by `deadline`,
 /// any call sent again (the script loaded, one alone) within `timeout`.
-async fn send(conns: Arc<Conns>, jobs: Vec<Job>, deadline: Instant, timeout: Duration, out: Out) {
+async fn send(
+    conns: Arc<Conns>,
+    jobs: Vec<Job>,
+    deadline: Instant,
+    timeout: Duration,
+    conditional: Arc<ConditionalSet>,
+    out: Out,
+) {
     let _out = out;
+    let conditional_set = conditional.on();
     let first = deadline.saturating_duration_since(Instant::now());
     let mut pipeline = Pipeline::with_capacity(jobs.len());
     let mut commands: Vec<Command> = Vec::with_capacity(jobs.len());
     let mut scripted: Vec<usize> = Vec::new();
     for (i, job) in jobs.iter().enumerate() {
-        match job.group.plain() {
+        match job.group.plain(conditional_set) {
             Some(cmd) => {
                 pipeline.add_command(cmd);
                 commands.push(Command::Plain(i));
@@ -202,11 +226,16 @@ async fn send(conns: Arc<Conns>, jobs: Vec<Job>, deadline: Instant, timeout: Dur
         }
     };
     // A script call Redis failed as a whole (a key of the wrong type, say) carrying several
-    // compare-and-sets: each is sent again alone, so the error is only its own.
+    // compare-and-sets: each is sent again alone, so the error is only its own. So is one sent as
+    // a conditional `SET` to a server that turned out to have none.
     let mut alone: Vec<usize> = Vec::new();
     let mut answers: Vec<Option<RedisResult<Value>>> = (0..jobs.len()).map(|_| None).collect();
     for (command, value) in commands.into_iter().zip(values) {
         match (command, value) {
+            (Command::Plain(i), Ok(value)) if cas::no_conditional_set(&value) => {
+                conditional.lost();
+                alone.push(i);
+            }
             (Command::Plain(i), value) => {
                 answers[i] = Some(value.map(|v| cas::plain_reply(v, &jobs[i].group)));
             }
@@ -370,7 +399,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        let dispatcher = Dispatcher::start(Arc::new(conns), timeout);
+        let dispatcher = Dispatcher::start(Arc::new(conns), timeout, Default::default());
         let call = |name: &str, seq| {
             let (dispatcher, group) = (dispatcher.clone(), group(name, seq));
             tokio::spawn(async move { dispatcher.call(group).await })

@@ -386,6 +386,12 @@ impl TextKeyBuilder {
     pub(crate) fn quota_moves_key(&self) -> TextKey {
         TextKey::new(format!("{}%rlqs-moves", self.prefix))
     }
+
+    /// The key the probe of a conditional `SET` compares, never written:
+    /// `<prefix>%conditional-set-probe`.
+    pub(crate) fn probe_key(&self) -> String {
+        format!("{}%conditional-set-probe", self.prefix)
+    }
 }
 
 #[cfg(test)]

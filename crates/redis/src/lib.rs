@@ -33,7 +33,8 @@
 //!   [`RedisConfig`]; `conn`: connections by topology; `refusal`: a failure to connect sorted
 //!   into a refusal (start-up stops) or unreachable; `io`: the redis-io thread; `dispatch`:
 //!   compare-and-sets sent together, pipelined (`pack`: several in one script call; one key
-//!   expected absent as a plain command).
+//!   expected absent as a plain command, and one held as a plain `SET … IFEQ` where the server
+//!   has it, `conditional`).
 //! - `calls`: every call bounded by `REDIS_TIMEOUT` and counted; `cas`: the compare-and-set script
 //!   and the text of a state; `seen`: last-seen values; `writer`: compare-and-set calls through
 //!   the seen-value cache; `retry`: attempts and backoff.
@@ -55,6 +56,7 @@ mod backend;
 mod batch;
 mod calls;
 mod cas;
+mod conditional;
 mod conn;
 mod connect;
 mod demand;

@@ -1,5 +1,6 @@
-//! A redis-server of a test's own, on a free port, for the crate's tests that need Redis itself
-//! (the script's effects, the dispatcher's pipelines): killed and waited for on drop.
+//! A redis-server (or valkey-server) of a test's own, on a free port, for the crate's tests that
+//! need Redis itself (the script's effects, the dispatcher's pipelines, the conditional `SET`):
+//! killed and waited for on drop.
 
 use std::process::{Child, Command, Stdio};
 
@@ -14,14 +15,24 @@ impl TestRedis {
     /// A fresh server that answers `PING`; `None` (said loudly) where there is no redis-server
     /// and `CI` is unset, as the root package's tests do.
     pub(crate) fn start() -> Option<TestRedis> {
-        let found = Command::new("redis-server")
+        Self::start_program("redis-server", "apt-get install redis-server")
+    }
+
+    /// A fresh Valkey (8.1 or later: it has `SET … IFEQ`), the same way; `None` (said loudly)
+    /// where there is no valkey-server and `CI` is unset.
+    pub(crate) fn start_valkey() -> Option<TestRedis> {
+        Self::start_program("valkey-server", "scripts/install-valkey.sh")
+    }
+
+    fn start_program(program: &str, install: &str) -> Option<TestRedis> {
+        let found = Command::new(program)
             .arg("--version")
             .stdout(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
         if !found {
-            assert!(std::env::var_os("CI").is_none(), "redis-server not on PATH");
-            eprintln!("SKIPPED: redis-server is not on PATH (apt-get install redis-server)");
+            assert!(std::env::var_os("CI").is_none(), "{program} not on PATH");
+            eprintln!("SKIPPED: {program} is not on PATH ({install})");
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -30,7 +41,7 @@ impl TestRedis {
             .local_addr()
             .unwrap()
             .port();
-        let process = Command::new("redis-server")
+        let process = Command::new(program)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", &dir.path().display().to_string()])
@@ -51,7 +62,7 @@ impl TestRedis {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        panic!("redis-server on port {port} did not answer");
+        panic!("{program} on port {port} did not answer");
     }
 
     pub(crate) fn url(&self) -> String {

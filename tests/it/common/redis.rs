@@ -30,8 +30,30 @@ pub fn available() -> bool {
     found
 }
 
+/// Whether `valkey-server` (8.1 or later, for `SET … IFEQ`) can be run: as [`available`], for
+/// the tests marked `no_valkey`.
+pub fn valkey_available() -> bool {
+    let found = Command::new(VALKEY)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "valkey-server is not on PATH (scripts/install-valkey.sh; .ci/run runs it). \
+         Outside CI, rebuild the tests to have them listed as ignored instead."
+    );
+    found
+}
+
+const REDIS: &str = "redis-server";
+const VALKEY: &str = "valkey-server";
+
 pub struct RedisServer {
     pub port: u16,
+    /// The server's program: `redis-server` or `valkey-server`.
+    program: &'static str,
     child: Child,
     /// Where the server runs (its logs and files), removed on drop.
     pub dir: tempfile::TempDir,
@@ -56,13 +78,31 @@ impl RedisServer {
         Some(Self::spawn(port, extra, Vec::new()))
     }
 
+    /// A Valkey server (8.1 or later) on a free port, or None (after a loud message) without one.
+    pub fn start_valkey() -> Option<RedisServer> {
+        if !valkey_available() {
+            return None;
+        }
+        Some(Self::spawn_program(VALKEY, free_port(), &[], Vec::new()))
+    }
+
     /// Starts redis-server on `port` with `extra` arguments, reached by redis-cli with `cli_args`.
     pub fn spawn(port: u16, extra: &[&str], cli_args: Vec<String>) -> RedisServer {
+        Self::spawn_program(REDIS, port, extra, cli_args)
+    }
+
+    fn spawn_program(
+        program: &'static str,
+        port: u16,
+        extra: &[&str],
+        cli_args: Vec<String>,
+    ) -> RedisServer {
         let dir = tempfile::tempdir().expect("temp dir");
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
-        let child = Self::run(port, dir.path(), &extra);
+        let child = Self::run(program, port, dir.path(), &extra);
         let server = RedisServer {
             port,
+            program,
             child,
             dir,
             cli_args,
@@ -72,8 +112,8 @@ impl RedisServer {
         server
     }
 
-    fn run(port: u16, dir: &Path, extra: &[String]) -> Child {
-        let mut cmd = Command::new("redis-server");
+    fn run(program: &str, port: u16, dir: &Path, extra: &[String]) -> Child {
+        let mut cmd = Command::new(program);
         cmd.args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", &dir.display().to_string()])
@@ -82,7 +122,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        cmd.spawn().expect("redis-server starts")
+        cmd.spawn().expect("the server starts")
     }
 
     /// The redis-server process id.
@@ -120,8 +160,15 @@ impl RedisServer {
     /// saved) and waits until it answers.
     pub fn restart(&mut self) {
         self.kill();
-        self.child = Self::run(self.port, self.dir.path(), &self.extra);
+        self.child = Self::run(self.program, self.port, self.dir.path(), &self.extra);
         self.wait_ready();
+    }
+
+    /// [`RedisServer::restart`] as redis-server (7.0 here, without `SET … IFEQ`): a Valkey
+    /// replaced by an older server on the same address.
+    pub fn restart_as_redis(&mut self) {
+        self.program = REDIS;
+        self.restart();
     }
 
     fn wait_ready(&self) {
@@ -217,6 +264,26 @@ impl RedisServer {
                 let name = e[3][0].as_str().unwrap_or_default().to_ascii_lowercase();
                 let client = e[4].as_str().unwrap_or("?");
                 names.contains(&name.as_str()) && !client.starts_with('?')
+            })
+            .count() as u64
+    }
+
+    /// Commands named `name` (lower case) that clients sent with `arg` among their arguments,
+    /// since [`RedisServer::count_commands`].
+    pub fn commands_sent_with(&self, name: &str, arg: &str) -> u64 {
+        let out = self
+            .cli(&["--json", "SLOWLOG", "GET", "-1"])
+            .expect("SLOWLOG GET");
+        let entries: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
+        entries
+            .iter()
+            .filter(|e| {
+                let args = e[3].as_array().cloned().unwrap_or_default();
+                let named = args.first().and_then(|a| a.as_str()).unwrap_or_default();
+                let client = e[4].as_str().unwrap_or("?");
+                named.eq_ignore_ascii_case(name)
+                    && !client.starts_with('?')
+                    && args.iter().any(|a| a.as_str() == Some(arg))
             })
             .count() as u64
     }
