@@ -15,6 +15,7 @@
 #   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory or redis) and its shape,
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
+#   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -34,6 +35,8 @@ CALLS=${CALLS:-20000}
 REDIS_KEYS=${REDIS_KEYS:-100k-zipf,1}
 REDIS_SHAPE=${REDIS_SHAPE:-4x64}
 REDIS_UNDER=${REDIS_UNDER:-redis,server}
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
+export REDIS_SERVER  # examples/load starts it too
 for f in "$BIN" "$LOAD"; do
   [ -x "$f" ] || { echo "missing $f: cargo build --release --bin ratelimit-server --example load" >&2; exit 2; }
 done
@@ -141,7 +144,7 @@ PY
 redis_one() {
   local under=$1 keys=$2 calls=$3 rport grpc http rpid spid tag=$1.$2.$3
   rport=$(free_port); grpc=$(free_port); http=$(free_port)
-  local rcmd=(redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no)
+  local rcmd=("$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no)
   local scmd=("$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http)
   if [ "$under" = redis ]; then rcmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${rcmd[@]}"); fi
   if [ "$under" = server ]; then scmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${scmd[@]}"); fi
@@ -196,7 +199,7 @@ start_server() {
   local http env=(); SERVER_GRPC=$(free_port); http=$(free_port); REDIS_PID=""
   if [ "$1" = redis ]; then
     REDIS_PORT=$(free_port)
-    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "$2/redis.log" 2>&1 & REDIS_PID=$!
+    "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "$2/redis.log" 2>&1 & REDIS_PID=$!
     for _ in $(seq 300); do redis-cli -p "$REDIS_PORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
     env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$REDIS_PORT CACHE_KEY_PREFIX=load:)
   fi
@@ -238,7 +241,7 @@ redis_ab() {
   one() { # BIN -> "redis-server µs, server µs" per decision
     local rport grpc http rpid spid r0 s0 r1 s1
     rport=$(free_port); grpc=$(free_port); http=$(free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
+    "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
     for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
     SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
       "$1" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.log" 2>&1 & spid=$!
@@ -370,7 +373,7 @@ for line in open(sys.argv[4]):
   # one-key compare-and-set of the shape of ours (`SET … PXAT … GET`, then a compare); ours takes
   # its group sizes as binary, which redis-benchmark cannot pass.
   local port sha value="5000000000;d.1234;99999999999999"; port=$(free_port)
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no > "$dir/bench.log" 2>&1 & local bpid=$!
+  "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --save '' --appendonly no > "$dir/bench.log" 2>&1 & local bpid=$!
   for _ in $(seq 300); do redis-cli -p "$port" ping > /dev/null 2>&1 && break; sleep 0.1; done
   sha=$(redis-cli -p "$port" script load "local v = redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3], 'GET') if v == ARGV[1] then return 1 end return {v}")
   redis-benchmark -p "$port" -n 200000 -P 16 -q evalsha "$sha" 1 k "$value" "$value" 99999999999999 > /dev/null

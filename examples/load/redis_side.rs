@@ -35,7 +35,8 @@ fn field(info: &str, name: &str) -> Option<u64> {
 }
 
 impl Redis {
-    /// Uses `url` (host:port), or starts `redis-server` on a free port.
+    /// Uses `url` (host:port), or starts `redis-server` (or the program `REDIS_SERVER` names, e.g.
+    /// `valkey-server`) on a free port.
     pub fn start_or_use(url: Option<&str>) -> Redis {
         let (addr, child) = match url {
             Some(url) => (url.to_owned(), None),
@@ -44,12 +45,16 @@ impl Redis {
                     .and_then(|l| l.local_addr())
                     .expect("free port")
                     .port();
-                let child = Command::new("redis-server")
+                let program =
+                    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+                let child = Command::new(&program)
                     .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                     .args(["--save", "", "--appendonly", "no"])
                     .stdout(Stdio::null())
                     .spawn()
-                    .expect("redis-server on PATH (apt-get install redis-server)");
+                    .unwrap_or_else(|e| {
+                        panic!("{program} on PATH (apt-get install redis-server): {e}")
+                    });
                 (format!("127.0.0.1:{port}"), Some(child))
             }
         };

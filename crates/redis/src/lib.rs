@@ -9,7 +9,8 @@
 //! One source of truth for the arithmetic: a call runs the same Rust decision as the memory store
 //! (`store::decide`, i.e. `limiter`) on the states this instance last saw in its keys (`seen`; a
 //! key not seen is expected absent), and sends one compare-and-set (`cas`) straight away: a Lua
-//! script, or for one key expected absent the plain `SET … NX … GET`. Every key must hold the
+//! script, or for one key expected absent the plain `SET … NX … GET` (and for one key held, on a
+//! server with a conditional `SET`, `SET … IFEQ … GET`). Every key must hold the
 //! expected value, else nothing is written and the reply holds the keys' current values, on which the batch is decided again, with no separate read. A batch that
 //! writes nothing (denied, check-only) is verified by the same script, so no verdict rests on a
 //! stale guess. On success each changed key is `SET … PXAT` the instant its state equals no state
