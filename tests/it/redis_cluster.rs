@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::contract::{Redis, charges, guarded, key, memory_store, params, run, trace};
 use common::process::Served;
 use common::race::{SHARED_LIMITS, fire, shared_rules};
-use common::redis::{RedisServer, available, free_port};
+use common::redis::{REDIS, RedisServer, VALKEY, available, free_port, valkey_available};
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, SystemClock};
 use ratelimit_server::config::Algorithm;
@@ -43,10 +43,23 @@ impl Cluster {
         if !available() {
             return None;
         }
+        Some(Self::start_program(REDIS, replicas, node_timeout_ms))
+    }
+
+    /// Three Valkey masters (8.1 or later: `SET … IFEQ`), no replicas.
+    pub(crate) fn start_valkey() -> Option<Cluster> {
+        if !valkey_available() {
+            return None;
+        }
+        Some(Self::start_program(VALKEY, 0, "5000"))
+    }
+
+    fn start_program(program: &'static str, replicas: usize, node_timeout_ms: &str) -> Cluster {
         let replicas_arg = replicas.to_string();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
-                RedisServer::spawn(
+                RedisServer::spawn_program(
+                    program,
                     cluster_port(),
                     &[
                         "--cluster-enabled",
@@ -90,7 +103,7 @@ impl Cluster {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Some(Cluster { nodes })
+        Cluster { nodes }
     }
 
     pub(crate) fn seeds(&self) -> String {
@@ -318,11 +331,96 @@ async fn racing_requests_across_slots_admit_exactly_and_a_denied_one_leaves_no_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
-    let Some(cluster) = Cluster::start() else {
+    if let Some(cluster) = Cluster::start() {
+        two_instances_admit_exactly_the_limit(&cluster).await;
+    }
+}
+
+/// On a Valkey cluster one-key compare-and-sets go as plain `SET … NX` / `SET … IFEQ` commands,
+/// each to its key's master: the same exact limits, no failure-mode answer, no error. Then every
+/// master restarted as Redis 7.0 (no `IFEQ`): each instance's first conditional `SET` is refused,
+/// sent again by script (no error counted, said once), and racing instances stay exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[cfg_attr(
+    no_valkey,
+    ignore = "needs valkey-server 8.1 or later (scripts/install-valkey.sh)"
+)]
+async fn a_valkey_cluster_takes_conditional_sets_and_an_older_one_in_its_place_the_script() {
+    let Some(cluster) = Cluster::start_valkey() else {
         return;
     };
+    for node in &cluster.nodes {
+        node.count_commands();
+    }
+    let (a, b) = two_instances_admit_exactly_the_limit(&cluster).await;
+    for s in [&a, &b] {
+        assert_eq!(s.log_lines("takes SET … IFEQ … GET"), 1, "{}", s.log());
+        let page = common::metrics::scrape(&format!("{}/metrics", s.http)).await;
+        for name in [
+            "ratelimit_store_failure_mode_decisions",
+            "ratelimit_redis_errors",
+        ] {
+            assert_eq!(common::metrics::sum(&page, name), 0.0, "{name}");
+        }
+    }
+    let conditional: u64 = cluster
+        .nodes
+        .iter()
+        .map(|n| n.commands_sent_with("set", "IFEQ"))
+        .sum();
+    assert!(conditional > 0, "held keys went as SET … IFEQ");
+
+    // Every master restarted as Redis 7.0 (no IFEQ), empty, the same cluster: each instance's
+    // first conditional SET is refused and sent again by script, and the limits start over.
+    let mut cluster = cluster;
+    for node in &mut cluster.nodes {
+        node.restart_as_redis();
+    }
+    let started = monotonic();
+    while !cluster.nodes.iter().all(|n| {
+        n.cli(&["CLUSTER", "INFO"])
+            .is_ok_and(|i| i.contains("cluster_state:ok"))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "cluster never became ok"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (mut a, mut b) = (a, b);
+    let (ca, cb) = (a.client().await, b.client().await);
+    // Each instance connected again (a key of its own written through the new masters: NX, no
+    // IFEQ to refuse), then the race on the key both wrote before.
+    for (c, own) in [(&ca, "warm-a"), (&cb, "warm-b")] {
+        common::wait::eventually("an instance writes through the new masters", || async {
+            fire(c.clone(), "tb", own.into(), 1, 1).await;
+            cluster
+                .nodes
+                .iter()
+                .any(|n| !n.keys(&format!("it:*{own}*")).is_empty())
+        })
+        .await;
+    }
+    let (oa, ob) = tokio::join!(
+        fire(ca.clone(), "tb", "hot".into(), 1000, 256),
+        fire(cb.clone(), "tb", "hot".into(), 1000, 256),
+    );
+    assert_eq!(oa + ob, 300, "{oa} + {ob}");
+    for s in [&a, &b] {
+        assert_eq!(s.log_lines("no longer takes SET … IFEQ"), 1, "{}", s.log());
+        let page = common::metrics::scrape(&format!("{}/metrics", s.http)).await;
+        assert_eq!(
+            common::metrics::labelled(&page, "ratelimit_redis_errors", "kind=\"script\""),
+            0
+        );
+    }
+}
+
+/// Two server processes on `cluster`, each sent 1000 requests per key of `SHARED_RULES`, 256 in
+/// flight: together they admit exactly each key's limit. Returns the two servers.
+async fn two_instances_admit_exactly_the_limit(cluster: &Cluster) -> (Served, Served) {
     let rules = shared_rules();
-    let (_a, _b, ca, cb) = two_servers(&cluster, rules.path(), "it:").await;
+    let (a, b, ca, cb) = two_servers(cluster, rules.path(), "it:").await;
     for (key, limit) in SHARED_LIMITS {
         let (oa, ob) = tokio::join!(
             fire(ca.clone(), key, "hot".into(), 1000, 256),
@@ -331,6 +429,7 @@ async fn two_instances_on_a_cluster_admit_exactly_the_limit() {
         eprintln!("{key}: {oa} + {ob}");
         assert_eq!(oa + ob, limit, "{key}");
     }
+    (a, b)
 }
 
 /// One request on `k=v` of domain `m`: its code and what remains.

@@ -47,8 +47,8 @@ pub fn valkey_available() -> bool {
     found
 }
 
-const REDIS: &str = "redis-server";
-const VALKEY: &str = "valkey-server";
+pub const REDIS: &str = "redis-server";
+pub const VALKEY: &str = "valkey-server";
 
 pub struct RedisServer {
     pub port: u16,
@@ -91,7 +91,8 @@ impl RedisServer {
         Self::spawn_program(REDIS, port, extra, cli_args)
     }
 
-    fn spawn_program(
+    /// [`RedisServer::spawn`] of `program` (`redis-server` or `valkey-server`).
+    pub fn spawn_program(
         program: &'static str,
         port: u16,
         extra: &[&str],
