@@ -131,8 +131,9 @@ impl Calls {
     }
 
     /// Asks the server whether it has a conditional `SET` (`cas::conditional_set_probe` on
-    /// `probe_key`), and says what it found: with one, one-key compare-and-sets of held keys go
-    /// without the script. A probe that fails leaves them on the script.
+    /// `probe_key`): with one, one-key compare-and-sets of held keys go without the script
+    /// (`ConditionalSet::found` says so when it changes). A probe that fails leaves them on the
+    /// script.
     pub(crate) async fn probe_conditional_set(&self, probe_key: &str) {
         let probe = cas::conditional_set_probe(probe_key);
         let mut c = self.conns.get();
@@ -143,12 +144,7 @@ impl Calls {
             Ok(::redis::Value::ServerError(_)) | Err(StoreError::Unavailable(_)) => {
                 self.conditional.found(false);
             }
-            Ok(_) => {
-                self.conditional.found(true);
-                tracing::info!(
-                    "the Redis server takes SET … IFEQ … GET: one-key compare-and-sets of held keys go without the script"
-                );
-            }
+            Ok(_) => self.conditional.found(true),
             Err(e) => tracing::warn!(
                 error = %e,
                 "could not ask the Redis server whether it takes SET … IFEQ: compare-and-sets of held keys go by script"
