@@ -48,6 +48,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
                 "retry",
                 "conn",
                 "refusal",
+                "conditional",
                 "test_redis",
             ],
             &["cas", "seen", "pending", "settings", "masters"],

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::contract::{Redis, charges, guarded, key, memory_store, params, run, trace};
 use common::process::Served;
 use common::race::{SHARED_LIMITS, fire, shared_rules};
-use common::redis::{REDIS, RedisServer, VALKEY, available, free_port, valkey_available};
+use common::redis::{RedisServer, VALKEY, available, free_port, valkey_available};
 use ratelimit_server::clock::monotonic;
 use ratelimit_server::clock::{Clock, SystemClock};
 use ratelimit_server::config::Algorithm;
@@ -43,7 +43,11 @@ impl Cluster {
         if !available() {
             return None;
         }
-        Some(Self::start_program(REDIS, replicas, node_timeout_ms))
+        Some(Self::start_program(
+            common::redis::server_program(),
+            replicas,
+            node_timeout_ms,
+        ))
     }
 
     /// Three Valkey masters (8.1 or later: `SET … IFEQ`), no replicas.

@@ -16,7 +16,7 @@ pub use super::ports::free_port;
 /// Whether `redis-server` can be run. A test that needs it is ignored where the build found none
 /// (`build.rs`, `no_redis`), so here it must be there: a missing one fails the test.
 pub fn available() -> bool {
-    let found = Command::new("redis-server")
+    let found = Command::new(server_program())
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -49,6 +49,16 @@ pub fn valkey_available() -> bool {
 
 pub const REDIS: &str = "redis-server";
 pub const VALKEY: &str = "valkey-server";
+
+/// The server the Redis tests start: redis-server, or valkey-server where `REDIS_TEST_SERVER`
+/// says so (.ci/run runs the Redis tests a second time on Valkey that way). Tests that start a
+/// server of their own kind (`start_valkey`, `restart_as_redis`, Sentinel's) keep it.
+pub fn server_program() -> &'static str {
+    match std::env::var("REDIS_TEST_SERVER").as_deref() {
+        Ok(VALKEY) => VALKEY,
+        _ => REDIS,
+    }
+}
 
 pub struct RedisServer {
     pub port: u16,
@@ -88,7 +98,7 @@ impl RedisServer {
 
     /// Starts redis-server on `port` with `extra` arguments, reached by redis-cli with `cli_args`.
     pub fn spawn(port: u16, extra: &[&str], cli_args: Vec<String>) -> RedisServer {
-        Self::spawn_program(REDIS, port, extra, cli_args)
+        Self::spawn_program(server_program(), port, extra, cli_args)
     }
 
     /// [`RedisServer::spawn`] of `program` (`redis-server` or `valkey-server`).
