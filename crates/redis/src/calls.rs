@@ -130,21 +130,22 @@ impl Calls {
         })
     }
 
-    /// Asks the server whether it has a conditional `SET` (`cas::conditional_set_probe` on
-    /// `probe_key`): with one, one-key compare-and-sets of held keys go without the script
-    /// (`ConditionalSet::found` says so when it changes). A probe that fails leaves them on the
-    /// script.
+    /// Asks the server whether it has a conditional `SET` that answers as the store needs
+    /// (`cas::conditional_set_probe` on `probe_key`): with one, one-key compare-and-sets of held
+    /// keys go without the script (`ConditionalSet::found` says so when it changes). A probe that
+    /// fails leaves them on the script.
     pub(crate) async fn probe_conditional_set(&self, probe_key: &str) {
         let probe = cas::conditional_set_probe(probe_key);
         let mut c = self.conns.get();
-        let has = self
-            .quiet(async move { probe.query_async::<::redis::Value>(&mut c).await })
+        let replies = self
+            .quiet(async move { probe.query_async::<Vec<::redis::Value>>(&mut c).await })
             .await;
-        match has {
-            Ok(::redis::Value::ServerError(_)) | Err(StoreError::Unavailable(_)) => {
-                self.conditional.found(false);
-            }
-            Ok(_) => self.conditional.found(true),
+        match replies {
+            Ok(replies) => self
+                .conditional
+                .found(cas::conditional_set_answers(&replies)),
+            // An error: no such option (or no right to use it).
+            Err(StoreError::Unavailable(_)) => self.conditional.found(false),
             Err(e) => tracing::warn!(
                 error = %e,
                 "could not ask the Redis server whether it takes SET … IFEQ: compare-and-sets of held keys go by script"

@@ -370,12 +370,50 @@ pub(super) fn no_conditional_set_error(e: &::redis::RedisError) -> bool {
 }
 
 /// The probe of a conditional `SET` that returns what the key held (`SET … IFEQ … GET`), on
-/// `probe_key`, a key no compare-and-set writes: a server that has one answers nil (it never
-/// creates a key it compares), one that has none an error.
-pub(super) fn conditional_set_probe(probe_key: &str) -> ::redis::Cmd {
-    let mut cmd = ::redis::cmd("SET");
-    cmd.arg(probe_key).arg("").arg("IFEQ").arg("-").arg("GET");
-    cmd
+/// `probe_key`, a key no compare-and-set writes, left absent: it asks for every answer the
+/// compare-and-set relies on, so a server whose `IFEQ` answers otherwise (one that returns nil
+/// when the condition fails, say) is not taken for one that has it ([`conditional_set_answers`]).
+pub(super) fn conditional_set_probe(probe_key: &str) -> ::redis::Pipeline {
+    let mut pipe = ::redis::pipe();
+    pipe.cmd("SET")
+        .arg(probe_key)
+        .arg("a")
+        .arg("PX")
+        .arg(60_000);
+    // Not the value expected: nothing written, the value held returned.
+    pipe.cmd("SET")
+        .arg(probe_key)
+        .arg("b")
+        .arg("IFEQ")
+        .arg("x")
+        .arg("GET");
+    // The value expected: written, the value held returned.
+    pipe.cmd("SET")
+        .arg(probe_key)
+        .arg("c")
+        .arg("IFEQ")
+        .arg("a")
+        .arg("GET");
+    pipe.cmd("GET").arg(probe_key);
+    pipe.cmd("DEL").arg(probe_key);
+    // An absent key: nil, and not created.
+    pipe.cmd("SET")
+        .arg(probe_key)
+        .arg("d")
+        .arg("IFEQ")
+        .arg("x")
+        .arg("GET");
+    pipe.cmd("EXISTS").arg(probe_key);
+    pipe
+}
+
+/// Whether the replies to [`conditional_set_probe`] are those of a conditional `SET` this store
+/// can use.
+pub(super) fn conditional_set_answers(replies: &[::redis::Value]) -> bool {
+    use ::redis::Value::{BulkString, Int, Nil};
+    let held = |v: &::redis::Value, want: &[u8]| matches!(v, BulkString(b) if b == want);
+    matches!(replies, [_, refused, written, now, _, Nil, Int(0)]
+        if held(refused, b"a") && held(written, b"a") && held(now, b"c"))
 }
 
 /// One script call carrying `groups`, in order (`EVALSHA`; see [`load`] and
@@ -882,18 +920,26 @@ mod script_tests {
         assert_eq!(held(&mut redis, "a"), (None, -2, -2));
     }
 
-    /// The probe tells a server with a conditional `SET` from one without, and creates nothing.
+    /// The probe tells a conditional `SET` apart and leaves nothing behind.
     #[test]
-    fn the_probe_tells_a_conditional_set_apart_and_writes_nothing() {
+    fn the_probe_tells_a_conditional_set_apart_and_leaves_nothing() {
+        let key = "p%conditional-set-probe";
+        let probe = conditional_set_probe(key);
         let Some(mut redis) = server() else { return };
-        let probe = conditional_set_probe("p%conditional-set-probe");
-        let Err(e) = probe.query::<Value>(&mut redis.con) else {
-            panic!("Redis 7.0 has no SET … IFEQ");
-        };
-        assert!(no_conditional_set_error(&e), "{e}");
+        let answer = probe.query::<Vec<Value>>(&mut redis.con);
+        assert!(answer.is_err(), "Redis 7.0 has no SET … IFEQ: {answer:?}");
         let Some(mut valkey) = valkey() else { return };
-        assert_eq!(valkey.run(&probe), Value::Nil);
-        assert_eq!(held(&mut valkey, "p%conditional-set-probe"), (None, -2, -2));
+        let replies: Vec<Value> = probe.query(&mut valkey.con).unwrap();
+        assert!(conditional_set_answers(&replies), "{replies:?}");
+        assert_eq!(held(&mut valkey, key), (None, -2, -2));
+        // A server whose IFEQ answered nil where the condition failed would not pass, nor one
+        // that created the absent key.
+        let mut otherwise = replies.clone();
+        otherwise[1] = Value::Nil;
+        assert!(!conditional_set_answers(&otherwise));
+        let mut created = replies;
+        created[6] = Value::Int(1);
+        assert!(!conditional_set_answers(&created));
     }
 
     #[test]
