@@ -350,7 +350,11 @@ pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Valu
     let expected = group.first_expected();
     match value {
         Value::Nil if expected.is_empty() => Value::Int(1),
-        Value::BulkString(held) if held == expected || held == group.first_new() => Value::Int(1),
+        Value::BulkString(held)
+            if (!expected.is_empty() && held == expected) || held == group.first_new() =>
+        {
+            Value::Int(1)
+        }
         Value::Nil => Value::Array(vec![Value::Nil]),
         Value::BulkString(held) => Value::Array(vec![Value::BulkString(held)]),
         other => other,
@@ -1005,6 +1009,11 @@ mod script_tests {
             Some(Some(b"junk".to_vec()))
         );
         assert_eq!(held(&mut redis, "f"), (Some(b"junk".to_vec()), -1, -1));
+        // A foreign empty value is a value: not taken for the absent key expected.
+        redis.set("e", b"", None);
+        let (other, _) = group(&["e"], &[None], &[Some(state(1, 1))], 9);
+        assert_eq!(reply_of(plain_call(&mut redis, &other)), Some(Some(Vec::new())));
+        assert_eq!(held(&mut redis, "e"), (Some(Vec::new()), -1, -1));
     }
 
     #[test]
