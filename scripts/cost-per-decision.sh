@@ -16,6 +16,7 @@
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
 #   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
+#   RULE_RPU=1000000000                  the rule's requests per second per key (1: mostly denials)
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -48,14 +49,15 @@ if [ -n "${WORKERS:-}" ]; then
   chmod +x "$wrapper"; BIN=$wrapper
 fi
 
-# The load's rules (examples/load: a token bucket nobody reaches, so every decision writes).
+# The load's rules (examples/load: a token bucket nobody reaches, so every decision writes;
+# RULE_RPU=1 for one a key reaches, so most decisions are denials that write nothing).
 rules() {
   mkdir -p "$1"
-  cat > "$1/load.yaml" <<'RULES'
+  cat > "$1/load.yaml" <<RULES
 domain: load
 descriptors:
   - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
+    rate_limit: {unit: second, requests_per_unit: ${RULE_RPU:-1000000000}}
 RULES
 }
 

@@ -326,14 +326,16 @@ async fn redis_down_at_start_up_the_server_starts_then_uses_redis_once_it_appear
 }
 
 /// Round trips of decisions that Redis answered: `MGET`s and scripts, less failed calls (a first
-/// `EVALSHA` fails with NOSCRIPT before the script is loaded), and plain compare-and-sets (`SET`s
-/// sent by a client since [`RedisServer::count_commands`], not those a script runs).
+/// `EVALSHA` fails with NOSCRIPT before the script is loaded), and plain compare-and-sets (`SET`s,
+/// and denials' `GET`s of counters, sent by a client since [`RedisServer::count_commands`], not
+/// those a script runs).
 fn decisions_at_redis(redis: &RedisServer) -> u64 {
     ["mget", "evalsha", "eval"]
         .iter()
         .map(|c| command_calls(redis, c) - command_field(redis, c, "failed_calls"))
         .sum::<u64>()
         + redis.commands_sent(&["set"])
+        + redis.counter_gets_sent()
 }
 
 /// One numeric field of one command in `INFO commandstats` (0 if never called).

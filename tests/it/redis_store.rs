@@ -324,9 +324,9 @@ fn calls(redis: &RedisServer, command: &str) -> u64 {
 }
 
 /// Round trips of decisions since the last [`RedisServer::count_commands`]: `MGET`s, scripts and
-/// plain compare-and-sets (a `SET` sent by a client, not run by a script).
+/// plain compare-and-sets (a `SET` or a denial's `GET` sent by a client, not run by a script).
 fn round_trips(redis: &RedisServer) -> u64 {
-    redis.commands_sent(&["mget", "evalsha", "eval", "set"])
+    redis.commands_sent(&["mget", "evalsha", "eval", "set"]) + redis.counter_gets_sent()
 }
 
 async fn decide_one(
@@ -409,6 +409,12 @@ async fn a_repeated_key_costs_one_round_trip_per_decision_and_a_stale_cache_stay
         assert!(!decide_one(&b, "hot", &p).await);
     }
     assert_eq!(round_trips(&redis), 5, "one round trip per denied decision");
+    assert_eq!(
+        redis.counter_gets_sent(),
+        5,
+        "a denial's check is a plain GET"
+    );
+    assert_eq!(redis.commands_sent(&["evalsha", "eval"]), 0, "no script");
 }
 
 /// A key that holds another type (a list written under the store's prefix) fails only its own

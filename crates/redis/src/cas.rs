@@ -303,20 +303,26 @@ impl Call<'_> {
 }
 
 impl Group {
-    /// This compare-and-set as one plain command, when it can go without the script: one key
-    /// with a state to write, expected absent (`SET key new NX PXAT pxat GET`, Redis 7.0) or, on a
-    /// server with a conditional `SET` (`conditional_set`: Valkey 8.1, Redis 8.4), expected to
-    /// hold a value (`SET key new IFEQ expected PXAT pxat GET`). Either writes only if the key
-    /// holds what was expected and returns what it held, so a mismatch writes nothing and needs
-    /// nothing put back; it costs the server about a third of a script call carrying it (no Lua
-    /// set-up, no crossing from Lua into Redis). Read its reply with [`plain_reply`].
+    /// This compare-and-set as one plain command, when it can go without the script: one key,
+    /// and either only checked (a denial writes nothing: `GET key`, compared here) or with a state
+    /// to write, expected absent (`SET key new NX PXAT pxat GET`, Redis 7.0) or, on a server with
+    /// a conditional `SET` (`conditional_set`: Valkey 8.1), expected to hold a value (`SET key new
+    /// IFEQ expected PXAT pxat GET`). Each writes only if the key holds what was expected and
+    /// returns what it held, so a mismatch writes nothing and needs nothing put back; each costs
+    /// the server about a third of a script call carrying it (no Lua set-up, no crossing from Lua
+    /// into Redis). Read its reply with [`plain_reply`]. (A delete still goes by script.)
     pub(super) fn plain(&self, conditional_set: bool) -> Option<::redis::Cmd> {
         let [key] = self.keys.as_slice() else {
             return None;
         };
         let mut args = self.args();
         let (expected, new, pxat) = (args.next()?, args.next()?, args.next()?);
-        if new.is_empty() || new == b"-" || !(expected.is_empty() || conditional_set) {
+        if new.is_empty() {
+            let mut cmd = ::redis::cmd("GET");
+            cmd.arg(key.as_str());
+            return Some(cmd);
+        }
+        if new == b"-" || !(expected.is_empty() || conditional_set) {
             return None;
         }
         let mut cmd = ::redis::cmd("SET");
@@ -341,20 +347,19 @@ impl Group {
     }
 }
 
-/// The reply to [`Group::plain`]'s command as the script would have given it: 1 when it wrote
-/// (the key held what was expected: nothing, or the value expected) or its first attempt had (the
-/// key holds this call's own value, which no other call writes); else what the key holds (nil:
-/// absent); anything else (an error) as it came.
+/// The reply to [`Group::plain`]'s command as the script would have given it: 1 when it wrote or
+/// checked (the key held what was expected: nothing, or the value expected) or its first attempt
+/// had written (the key holds this call's own value, which no other call writes); else what the
+/// key holds (nil: absent); anything else (an error) as it came.
 pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Value {
     use ::redis::Value;
-    let expected = group.first_expected();
+    let (expected, new) = (group.first_expected(), group.first_new());
+    // An empty text is no value here: the key expected absent, or nothing to write.
+    let as_expected = |held: &[u8]| !expected.is_empty() && held == expected;
+    let own = |held: &[u8]| !new.is_empty() && held == new;
     match value {
         Value::Nil if expected.is_empty() => Value::Int(1),
-        Value::BulkString(held)
-            if (!expected.is_empty() && held == expected) || held == group.first_new() =>
-        {
-            Value::Int(1)
-        }
+        Value::BulkString(held) if as_expected(&held) || own(&held) => Value::Int(1),
         Value::Nil => Value::Array(vec![Value::Nil]),
         Value::BulkString(held) => Value::Array(vec![Value::BulkString(held)]),
         other => other,
@@ -877,13 +882,6 @@ mod script_tests {
                 .is_none(),
             "a delete"
         );
-        assert!(
-            group(&["k"], &[Some(b"1")], &[None], 1)
-                .0
-                .plain(true)
-                .is_none(),
-            "check only"
-        );
         let two = group(&["k", "l"], &[Some(b"1"), None], &[Some(s), Some(s)], 1).0;
         assert!(two.plain(true).is_none());
     }
@@ -924,6 +922,48 @@ mod script_tests {
         assert_eq!(held(&mut redis, "a"), (None, -2, -2));
     }
 
+    /// A one-key compare-and-set that writes nothing (a denial: only checked) is a plain `GET`,
+    /// on any server, answered as the script answers it: 1 when the key holds what was expected
+    /// (nothing, or the value), else what it holds, nil included; a foreign empty value is a
+    /// value. Nothing is written either way.
+    #[test]
+    fn a_check_of_one_key_is_a_plain_get_answered_as_the_script_would() {
+        let Some(mut redis) = server() else { return };
+        for conditional_set in [false, true] {
+            let cmd = group(&["k"], &[Some(b"1")], &[None], 1)
+                .0
+                .plain(conditional_set);
+            let cmd = cmd.expect("a plain command");
+            assert_eq!(cmd.args_iter().count(), 2, "GET k");
+        }
+        let old: &[u8] = b"3:1;b.4;99999999999";
+        redis.set("held", old, None);
+        redis.set("empty", b"", None);
+        let cases: [(&str, Option<&[u8]>); 6] = [
+            ("held", Some(old)),
+            ("held", Some(b"3:1;b.4;1")),
+            ("held", None),
+            ("absent", None),
+            ("absent", Some(old)),
+            ("empty", None),
+        ];
+        for (i, (key, expected)) in cases.into_iter().enumerate() {
+            let (check, _) = group(&[key], &[expected], &[None], i as u64);
+            let before = held(&mut redis, key);
+            let by_script = call(&mut redis, &[&check]);
+            let plain = plain_call(&mut redis, &check);
+            assert_eq!(plain, by_script, "{key} expecting {expected:?}");
+            assert_as_before(&before, &held(&mut redis, key));
+        }
+        let (check, _) = group(&["held"], &[Some(old)], &[None], 9);
+        assert_eq!(plain_call(&mut redis, &check), [Value::Int(1)]);
+        let (check, _) = group(&["empty"], &[None], &[None], 9);
+        assert_eq!(
+            reply_of(plain_call(&mut redis, &check)),
+            Some(Some(Vec::new()))
+        );
+    }
+
     /// The probe tells a conditional `SET` apart and leaves nothing behind.
     #[test]
     fn the_probe_tells_a_conditional_set_apart_and_leaves_nothing() {
@@ -947,7 +987,8 @@ mod script_tests {
     }
 
     #[test]
-    fn only_one_key_expected_absent_with_a_state_to_write_goes_as_a_plain_command() {
+    fn only_one_key_expected_absent_with_a_state_to_write_or_only_checked_goes_as_a_plain_command()
+    {
         let s = state(60, 1);
         assert!(
             group(&["k"], &[None], &[Some(s)], 1)
@@ -960,10 +1001,6 @@ mod script_tests {
                 .0
                 .plain(false)
                 .is_none()
-        );
-        assert!(
-            group(&["k"], &[None], &[None], 1).0.plain(false).is_none(),
-            "check only"
         );
         let gone = State { a: 1, b: 0 };
         assert!(
@@ -1012,7 +1049,10 @@ mod script_tests {
         // A foreign empty value is a value: not taken for the absent key expected.
         redis.set("e", b"", None);
         let (other, _) = group(&["e"], &[None], &[Some(state(1, 1))], 9);
-        assert_eq!(reply_of(plain_call(&mut redis, &other)), Some(Some(Vec::new())));
+        assert_eq!(
+            reply_of(plain_call(&mut redis, &other)),
+            Some(Some(Vec::new()))
+        );
         assert_eq!(held(&mut redis, "e"), (Some(Vec::new()), -1, -1));
     }
 

@@ -1,6 +1,7 @@
 //! The compare-and-sets of one instance, sent together: those made while the Redis I/O thread is
 //! busy wait in one list, and its dispatcher sends all of them in one write: one plain command
-//! for each that needs no script (one key expected absent), and a few script calls for the others
+//! for each that needs no script (one key: only checked, expected absent, or held on a server
+//! with a conditional `SET`; `cas::Group::plain`), and a few script calls for the others
 //! (`pack`: up to 32 compare-and-sets each, each still all-or-nothing on its own keys), pipelined,
 //! then hands each compare-and-set its own part of the reply. One write, one read and one script
 //! set-up serve many decisions on many keys. One made while no pipeline is out wakes the I/O

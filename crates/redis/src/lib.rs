@@ -12,8 +12,8 @@
 //! script, or for one key expected absent the plain `SET … NX … GET` (and for one key held, on a
 //! server with a conditional `SET`, `SET … IFEQ … GET`). Every key must hold the
 //! expected value, else nothing is written and the reply holds the keys' current values, on which the batch is decided again, with no separate read. A batch that
-//! writes nothing (denied, check-only) is verified by the same script, so no verdict rests on a
-//! stale guess. On success each changed key is `SET … PXAT` the instant its state equals no state
+//! writes nothing (denied, check-only) is verified the same way (on one key, a plain `GET`), so
+//! no verdict rests on a stale guess. On success each changed key is `SET … PXAT` the instant its state equals no state
 //! (plus a second's grace, for clocks apart).
 //!
 //! Keys are hashed whole on a Redis Cluster (no hash tag), so one domain's counters spread over

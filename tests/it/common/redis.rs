@@ -279,6 +279,26 @@ impl RedisServer {
             .count() as u64
     }
 
+    /// `GET`s of counters that clients sent since [`RedisServer::count_commands`]: a one-key
+    /// compare-and-set that writes nothing (a denial's check). Not those of the store's own keys
+    /// (`<prefix>%…`: the instances' beat reads one every second or two).
+    pub fn counter_gets_sent(&self) -> u64 {
+        let out = self
+            .cli(&["--json", "SLOWLOG", "GET", "-1"])
+            .expect("SLOWLOG GET");
+        let entries: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
+        entries
+            .iter()
+            .filter(|e| {
+                let args = e[3].as_array().cloned().unwrap_or_default();
+                let named = args.first().and_then(|a| a.as_str()).unwrap_or_default();
+                let key = args.get(1).and_then(|a| a.as_str()).unwrap_or_default();
+                let client = e[4].as_str().unwrap_or("?");
+                named.eq_ignore_ascii_case("get") && !client.starts_with('?') && !key.contains('%')
+            })
+            .count() as u64
+    }
+
     /// Commands named `name` (lower case) that clients sent with `arg` among their arguments,
     /// since [`RedisServer::count_commands`].
     pub fn commands_sent_with(&self, name: &str, arg: &str) -> u64 {
