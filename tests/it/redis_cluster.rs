@@ -28,6 +28,21 @@ fn cluster_port() -> u16 {
     }
 }
 
+/// Waits (at most 20 s) until every node says the cluster is ok.
+fn wait_ok(nodes: &[RedisServer]) {
+    let started = monotonic();
+    while !nodes.iter().all(|n| {
+        n.cli(&["CLUSTER", "INFO"])
+            .is_ok_and(|i| i.contains("cluster_state:ok"))
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "cluster never became ok"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Three masters, no replicas (also for `rlqs`); or with a replica each.
 pub(crate) struct Cluster {
     pub(crate) nodes: Vec<RedisServer>,
@@ -86,16 +101,7 @@ impl Cluster {
         args.extend(["--cluster-replicas", replicas_arg.as_str(), "--cluster-yes"]);
         nodes[0].cli(&args).expect("redis-cli --cluster create");
         let started = monotonic();
-        while !nodes.iter().all(|n| {
-            n.cli(&["CLUSTER", "INFO"])
-                .is_ok_and(|i| i.contains("cluster_state:ok"))
-        }) {
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "cluster never became ok"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_ok(&nodes);
         // Replicas hold the data only once their first sync is done.
         while !nodes.iter().all(|n| {
             n.cli(&["INFO", "replication"])
@@ -380,17 +386,7 @@ async fn a_valkey_cluster_takes_conditional_sets_and_an_older_one_in_its_place_t
     for node in &mut cluster.nodes {
         node.restart_as_redis();
     }
-    let started = monotonic();
-    while !cluster.nodes.iter().all(|n| {
-        n.cli(&["CLUSTER", "INFO"])
-            .is_ok_and(|i| i.contains("cluster_state:ok"))
-    }) {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "cluster never became ok"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_ok(&cluster.nodes);
     let (mut a, mut b) = (a, b);
     let (ca, cb) = (a.client().await, b.client().await);
     // Each instance connected again (a key of its own written through the new masters: NX, no

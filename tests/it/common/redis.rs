@@ -261,21 +261,33 @@ impl RedisServer {
         self.cli(&["SLOWLOG", "RESET"]).expect("SLOWLOG RESET");
     }
 
-    /// Commands named `names` (lower case) that clients sent since
-    /// [`RedisServer::count_commands`]: round trips, where `INFO commandstats` also counts the
-    /// commands a script runs inside Redis (the slow log has those too, with no client: `?:0`).
-    pub fn commands_sent(&self, names: &[&str]) -> u64 {
+    /// The commands clients sent since [`RedisServer::count_commands`], each as its name (lower
+    /// case) and arguments: round trips, where `INFO commandstats` also counts the commands a
+    /// script runs inside Redis (the slow log has those too, with no client: `?:0`).
+    fn sent(&self) -> Vec<(String, Vec<String>)> {
         let out = self
             .cli(&["--json", "SLOWLOG", "GET", "-1"])
             .expect("SLOWLOG GET");
         let entries: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
         entries
             .iter()
-            .filter(|e| {
-                let name = e[3][0].as_str().unwrap_or_default().to_ascii_lowercase();
-                let client = e[4].as_str().unwrap_or("?");
-                names.contains(&name.as_str()) && !client.starts_with('?')
+            .filter(|e| !e[4].as_str().unwrap_or("?").starts_with('?'))
+            .filter_map(|e| {
+                let mut words = e[3]
+                    .as_array()?
+                    .iter()
+                    .map(|a| a.as_str().unwrap_or_default().to_owned());
+                Some((words.next()?.to_ascii_lowercase(), words.collect()))
             })
+            .collect()
+    }
+
+    /// Commands named `names` (lower case) that clients sent since
+    /// [`RedisServer::count_commands`].
+    pub fn commands_sent(&self, names: &[&str]) -> u64 {
+        self.sent()
+            .iter()
+            .filter(|(name, _)| names.contains(&name.as_str()))
             .count() as u64
     }
 
@@ -283,39 +295,18 @@ impl RedisServer {
     /// compare-and-set that writes nothing (a denial's check). Not those of the store's own keys
     /// (`<prefix>%…`: the instances' beat reads one every second or two).
     pub fn counter_gets_sent(&self) -> u64 {
-        let out = self
-            .cli(&["--json", "SLOWLOG", "GET", "-1"])
-            .expect("SLOWLOG GET");
-        let entries: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
-        entries
+        self.sent()
             .iter()
-            .filter(|e| {
-                let args = e[3].as_array().cloned().unwrap_or_default();
-                let named = args.first().and_then(|a| a.as_str()).unwrap_or_default();
-                let key = args.get(1).and_then(|a| a.as_str()).unwrap_or_default();
-                let client = e[4].as_str().unwrap_or("?");
-                named.eq_ignore_ascii_case("get") && !client.starts_with('?') && !key.contains('%')
-            })
+            .filter(|(name, args)| name == "get" && args.first().is_some_and(|k| !k.contains('%')))
             .count() as u64
     }
 
     /// Commands named `name` (lower case) that clients sent with `arg` among their arguments,
     /// since [`RedisServer::count_commands`].
     pub fn commands_sent_with(&self, name: &str, arg: &str) -> u64 {
-        let out = self
-            .cli(&["--json", "SLOWLOG", "GET", "-1"])
-            .expect("SLOWLOG GET");
-        let entries: Vec<serde_json::Value> = serde_json::from_str(&out).expect("JSON");
-        entries
+        self.sent()
             .iter()
-            .filter(|e| {
-                let args = e[3].as_array().cloned().unwrap_or_default();
-                let named = args.first().and_then(|a| a.as_str()).unwrap_or_default();
-                let client = e[4].as_str().unwrap_or("?");
-                named.eq_ignore_ascii_case(name)
-                    && !client.starts_with('?')
-                    && args.iter().any(|a| a.as_str() == Some(arg))
-            })
+            .filter(|(named, args)| named == name && args.iter().any(|a| a == arg))
             .count() as u64
     }
 
