@@ -13,27 +13,24 @@ use std::time::Duration;
 
 pub use super::ports::free_port;
 
-/// Whether `redis-server` can be run. A test that needs it is ignored where the build found none
-/// (`build.rs`, `no_redis`), so here it must be there: a missing one fails the test.
+/// Whether `redis-server` (or the server `REDIS_TEST_SERVER` names) can be run. A test that needs
+/// it is ignored where the build found none (`build.rs`, `no_redis`), so here it must be there: a
+/// missing one fails the test.
 pub fn available() -> bool {
-    let found = Command::new(server_program())
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "redis-server is not on PATH (apt-get install -y redis-server; .ci/run installs it). \
-         Outside CI, rebuild the tests to have them listed as ignored instead."
-    );
-    found
+    runs(
+        server_program(),
+        "apt-get install -y redis-server; .ci/run installs it",
+    )
 }
 
 /// Whether `valkey-server` (8.1 or later, for `SET … IFEQ`) can be run: as [`available`], for
 /// the tests marked `no_valkey`.
 pub fn valkey_available() -> bool {
-    let found = Command::new(VALKEY)
+    runs(VALKEY, "scripts/install-valkey.sh; .ci/run runs it")
+}
+
+fn runs(program: &str, install: &str) -> bool {
+    let found = Command::new(program)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -41,7 +38,7 @@ pub fn valkey_available() -> bool {
         .is_ok_and(|s| s.success());
     assert!(
         found,
-        "valkey-server is not on PATH (scripts/install-valkey.sh; .ci/run runs it). \
+        "{program} is not on PATH ({install}). \
          Outside CI, rebuild the tests to have them listed as ignored instead."
     );
     found
