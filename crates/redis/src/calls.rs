@@ -210,8 +210,8 @@ impl Calls {
             let call =
                 async move {
                     within(timeout, async move {
-                        // One key expected absent, or held on a server with a conditional SET: a
-                        // plain command, no script.
+                        // One key only checked, expected absent, or held on a server with a
+                        // conditional SET: a plain command, no script (`cas::Group::plain`).
                         if let Some(cmd) = group.plain(conditional.on()) {
                             match cmd.query_async(&mut c).await {
                                 Err(e) if cas::no_conditional_set_error(&e) => conditional.lost(),

@@ -387,7 +387,7 @@ impl TextKeyBuilder {
         TextKey::new(format!("{}%rlqs-moves", self.prefix))
     }
 
-    /// The key the probe of a conditional `SET` compares, never written:
+    /// The key the probe of a conditional `SET` writes and deletes (`cas::conditional_set_probe`):
     /// `<prefix>%conditional-set-probe`.
     pub(crate) fn probe_key(&self) -> String {
         format!("{}%conditional-set-probe", self.prefix)
