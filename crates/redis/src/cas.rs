@@ -366,8 +366,9 @@ pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Valu
     }
 }
 
-/// Whether a reply to a conditional `SET` says the server has none (`ERR syntax error`: a Redis
-/// before 8.4, a Valkey before 8.1, e.g. one failed over to or restarted with an older version).
+/// Whether a plain command's reply says the server lacks its option (`ERR syntax error`: `IFEQ`
+/// on a Valkey before 8.1, e.g. one failed over to or restarted as an older version; `NX` with
+/// `GET` on a Redis before 7.0): the compare-and-set is then sent again by script.
 pub(super) fn no_conditional_set(value: &::redis::Value) -> bool {
     matches!(value, ::redis::Value::ServerError(e)
         if e.code() == "ERR" && e.details().is_some_and(|d| d.contains("syntax")))
