@@ -101,7 +101,9 @@ impl LatencyProxy {
         )
     }
 
-    /// Cuts each connection (both ways, at once) after `replies` reads from upstream.
+    /// Cuts each connection (both ways, at once) after `replies` to 2 × `replies` reads from
+    /// upstream, drawn per connection: a client spreading its calls over a pool round robin
+    /// would otherwise have every connection cut at the same moment.
     pub fn cutting(upstream: SocketAddr, replies: u64) -> LatencyProxy {
         Self::run(
             upstream,
@@ -170,10 +172,11 @@ async fn relay(client: TcpStream, upstream: SocketAddr, fault: Fault, cuts: Arc<
     };
     // Either direction ending ends the relay: every half is dropped, so a cut connection is cut
     // both ways at once (and requests sent after it are lost, as on a real network).
+    let seed = SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1;
     let replies = Cut {
-        after: fault.cut_after,
+        after: fault.cut_after.map(|n| n + (seed >> 32) % n.max(1)),
         lose_per_10k: fault.lose_per_10k,
-        seed: SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) | 1,
+        seed,
     };
     let cut = tokio::select! {
         _ = pump(client_read, server_write, fault.delay, Cut::NEVER) => false,
