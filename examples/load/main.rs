@@ -12,7 +12,9 @@
 //! same run (a `redis-server` it starts itself, or `--redis-url`), and reports its `MGET`s and
 //! script calls per decision (`INFO commandstats`: a compare-and-set sent as a plain `SET` is not
 //! told apart there from the `SET`s scripts run, so those are not counted); `--redis-memory-keys 100000` also reports Redis memory per
-//! held counter (`INFO memory`).
+//! held counter (`INFO memory`). `--backend memory,redis,noop-redis` adds the Redis baseline
+//! (`noop_redis.rs`: the reference's `INCRBY` + `EXPIRE` per descriptor through redis-rs, no
+//! exactness, none of our code) on the same redis-server, its CPU and redis-server's read alike.
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
 //! (`--record` to a file in the run's temporary directory) and reports its throughput, latency and
@@ -25,6 +27,7 @@ mod cpu;
 mod fixed;
 mod h2_client;
 mod noop;
+mod noop_redis;
 mod redis_side;
 
 use std::net::SocketAddr;
@@ -84,7 +87,8 @@ struct Args {
     server_bin: Option<std::path::PathBuf>,
     /// Servers to measure, each beside the no-op server: memory, redis, record (the memory
     /// server with `--record FILE`; compared with memory when both run), control (the memory
-    /// server again, compared with memory: the noise of the run).
+    /// server again, compared with memory: the noise of the run), noop-redis (the Redis
+    /// baseline, `noop_redis.rs`, on the same redis-server; compared with redis).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
     /// Redis for `--backend redis` (host:port); default: a redis-server started for the run.
@@ -114,7 +118,7 @@ struct Args {
     /// Calls for `--drive`.
     #[arg(long, default_value_t = 20_000)]
     calls: u64,
-    /// Internal: serve `real` or `noop` on this address and wait.
+    /// Internal: serve `real`, `redis`, `noop` or `noop-redis` on this address and wait.
     #[arg(long, hide = true)]
     serve: Option<String>,
     #[arg(long, hide = true)]
@@ -199,7 +203,7 @@ fn spawn_server(
     let addr = free_addr();
     let admin = free_addr();
     let mut command = match server_bin {
-        Some(bin) if kind != "noop" => {
+        Some(bin) if !kind.starts_with("noop") => {
             let mut c = Command::new(bin);
             c.args(["serve", "--grpc-addr", &addr.to_string()])
                 .args(["--http-addr", &admin.to_string(), "--config"])
@@ -216,6 +220,12 @@ fn spawn_server(
             c
         }
     };
+    if kind == "noop-redis" {
+        command.env(
+            "REDIS_URL",
+            redis_url.expect("a Redis for the no-op Redis server"),
+        );
+    }
     if kind == "redis" {
         command
             .env("BACKEND_TYPE", "redis")
@@ -240,6 +250,13 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
             .serve(addr)
             .await
             .expect("noop server");
+    } else if kind == "noop-redis" {
+        let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL (set by `spawn_server`)");
+        tonic::transport::Server::builder()
+            .add_service(noop_redis::server(&redis_url).await)
+            .serve(addr)
+            .await
+            .expect("noop-redis server");
     } else {
         // BACKEND_TYPE, REDIS_URL, RECORD_FILE… come from the environment (set by
         // `spawn_server`).
@@ -515,11 +532,16 @@ async fn main() {
             "redis" => kinds.push("redis"),
             "record" => kinds.push("record"),
             "control" => kinds.push("control"),
-            other => panic!("unknown backend {other} (memory, redis, record or control)"),
+            "noop-redis" => kinds.push("noop-redis"),
+            other => {
+                panic!("unknown backend {other} (memory, redis, noop-redis, record or control)")
+            }
         }
     }
+    let on_redis = |kind: &str| kind == "redis" || kind == "noop-redis";
     let redis = kinds
-        .contains(&"redis")
+        .iter()
+        .any(|kind| on_redis(kind))
         .then(|| redis_side::Redis::start_or_use(args.redis_url.as_deref()));
     let redis_url = redis.as_ref().map(|r| r.addr.clone());
     let mut failed = Vec::new();
@@ -570,7 +592,7 @@ async fn main() {
                         servers: servers.iter().map(|s| s.0.id()).collect(),
                         redis: redis
                             .as_ref()
-                            .filter(|_| *kind == "redis")
+                            .filter(|_| on_redis(kind))
                             .and_then(redis_side::Redis::pid),
                     };
                     let mut outcome = match args.client.as_str() {
@@ -591,7 +613,7 @@ async fn main() {
                         .map(ServerProcess::peak_rss_mib)
                         .fold(0.0, f64::max);
                     drop(servers);
-                    if *kind == "redis"
+                    if on_redis(kind)
                         && let (Some(r), Some((calls, reads))) = (&redis, before)
                     {
                         let (calls_after, reads_after) = r.commands();
@@ -609,7 +631,8 @@ async fn main() {
                 .zip(runs.into_iter().map(median))
                 .collect();
             let base = &results[0].1;
-            for (kind, real) in results.iter().skip(1) {
+            // The worst shape is ours: the Redis baseline is not one of our servers.
+            for (kind, real) in results.iter().skip(1).filter(|(k, _)| *k != "noop-redis") {
                 let ratio = real.throughput / base.throughput;
                 let scenario = format!("{mix} keys, {shape}, {kind}");
                 if worst.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
@@ -781,6 +804,12 @@ fn cpu_round_header(kinds: &[&str]) -> String {
         }
         columns.push("redis-server µs per decision".into());
     }
+    if kinds.contains(&"noop-redis") {
+        if kinds.contains(&"redis") {
+            columns.push("redis / noop-redis".into());
+        }
+        columns.push("redis-server µs per decision, noop-redis".into());
+    }
     columns.join(" | ")
 }
 
@@ -808,6 +837,12 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
                     cells.push(redis.server_us() / memory.server_us());
                 }
                 cells.push(redis.redis_us().unwrap_or(f64::NAN));
+            }
+            if let Some(baseline) = of("noop-redis", round) {
+                if let Some(redis) = of("redis", round) {
+                    cells.push(redis.server_us() / baseline.server_us());
+                }
+                cells.push(baseline.redis_us().unwrap_or(f64::NAN));
             }
             cells
         })

@@ -1,0 +1,99 @@
+//! The Redis baseline: a RateLimitService that counts each descriptor as envoyproxy/ratelimit
+//! does on Redis — one pipeline of `INCRBY key hits` and `EXPIRE key 1` per call, the key built
+//! from the domain, the descriptor's entries and the second — and answers OK below a limit no
+//! load reaches. Written as a tonic and redis-rs user would write it (envoy-types' generated
+//! server, one redis-rs multiplexed connection shared by every call, which pipelines concurrent
+//! calls by itself), none of our code: what one Redis exchange per decision costs a server with
+//! well-kept crates and no exactness, against which ours on Redis is read.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration;
+use redis::aio::MultiplexedConnection;
+use tonic::{Request, Response, Status};
+
+const LIMIT: u64 = 1_000_000_000;
+
+pub struct NoopRedis {
+    redis: MultiplexedConnection,
+}
+
+#[tonic::async_trait]
+impl RateLimitService for NoopRedis {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = request.into_inner();
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the baseline shares none of our code, the clock included"
+        )]
+        let second = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let hits = u64::from(request.hits_addend.max(1));
+        let mut pipe = redis::pipe();
+        for descriptor in &request.descriptors {
+            let mut key = format!("noop:{}_", request.domain);
+            for entry in &descriptor.entries {
+                key.push_str(&entry.key);
+                key.push('_');
+                key.push_str(&entry.value);
+                key.push('_');
+            }
+            key.push_str(&second.to_string());
+            pipe.cmd("INCRBY").arg(&key).arg(hits);
+            pipe.cmd("EXPIRE").arg(&key).arg(1).ignore();
+        }
+        let counts: Vec<u64> = pipe
+            .query_async(&mut self.redis.clone())
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        let statuses: Vec<DescriptorStatus> = counts
+            .iter()
+            .map(|&count| DescriptorStatus {
+                code: if count > LIMIT {
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                } as i32,
+                current_limit: Some(RateLimit {
+                    name: String::new(),
+                    requests_per_unit: LIMIT as u32,
+                    unit: Unit::Second as i32,
+                }),
+                limit_remaining: LIMIT.saturating_sub(count) as u32,
+                duration_until_reset: Some(Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+        Ok(Response::new(RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            ..Default::default()
+        }))
+    }
+}
+
+/// The service on a multiplexed connection to `redis_url` (`host:port`).
+pub async fn server(redis_url: &str) -> RateLimitServiceServer<NoopRedis> {
+    let client = redis::Client::open(format!("redis://{redis_url}")).expect("a Redis URL");
+    let redis = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the no-op server connects to Redis");
+    RateLimitServiceServer::new(NoopRedis { redis })
+}
