@@ -12,6 +12,8 @@
 #                                        commandstats (×5)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
+#   REDIS_BASELINE=1                     `redis` measures the Redis baseline (examples/load/noop_redis.rs:
+#                                        the reference's INCRBY + EXPIRE through redis-rs) instead of BIN
 #   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory or redis) and its shape,
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
@@ -148,13 +150,16 @@ redis_one() {
   rport=$(free_port); grpc=$(free_port); http=$(free_port)
   local rcmd=("$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no)
   local scmd=("$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http)
+  if [ -n "${REDIS_BASELINE:-}" ]; then
+    scmd=("$LOAD" --serve noop-redis --addr 127.0.0.1:$grpc --admin-addr 127.0.0.1:$http --config "$dir/rules")
+  fi
   if [ "$under" = redis ]; then rcmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${rcmd[@]}"); fi
   if [ "$under" = server ]; then scmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${scmd[@]}"); fi
   "${rcmd[@]}" > "$dir/redis.$tag.log" 2>&1 & rpid=$!
   for _ in $(seq 600); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
   SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
     "${scmd[@]}" > "$dir/server.$tag.log" 2>&1 & spid=$!
-  wait_healthy $http
+  if [ -n "${REDIS_BASELINE:-}" ]; then wait_port $grpc; else wait_healthy $http; fi
   redis-cli -p "$rport" config resetstat > /dev/null
   if [ "$calls" -gt 0 ]; then
     "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
@@ -176,7 +181,7 @@ redis_cost() {
       redis_one $under "$keys" 0
       redis_one $under "$keys" "$CALLS"
       base=$(total "$dir/cg.$under.$keys.0"); full=$(total "$dir/cg.$under.$keys.$CALLS")
-      echo "== $keys, $REDIS_SHAPE: $under $(( (full - base) / CALLS )) instructions per decision"
+      echo "== $keys, $REDIS_SHAPE: $under${REDIS_BASELINE:+ (the Redis baseline)} $(( (full - base) / CALLS )) instructions per decision"
     done
     python3 - "$dir/stats.$under.$keys.$CALLS" "$CALLS" <<'PY'
 import re, sys
