@@ -91,7 +91,8 @@ struct Args {
     /// baseline, `noop_redis.rs`, on the same redis-server; compared with redis).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
-    /// Redis for `--backend redis` (host:port); default: a redis-server started for the run.
+    /// Redis for `--backend redis` and `noop-redis` (host:port); default: a redis-server started
+    /// for the run.
     #[arg(long)]
     redis_url: Option<String>,
     /// Server instances sharing the Redis for `--backend redis` (connections spread over them):
