@@ -7,7 +7,8 @@
 #   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
-#   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis
+#   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis (for `load`: memory,redis,noop-redis,
+#                                        noop-redis being the Redis baseline, examples/load/noop_redis.rs)
 #   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2),
 #                                        commandstats (×5)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
@@ -33,6 +34,7 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-3}
 SHAPES=${SHAPES:-1x16,4x64,8x64}
 KEYS=${KEYS:-100k-zipf,1}
+LOAD_BACKENDS=${BACKENDS:-memory,redis,noop-redis}
 BACKENDS=${BACKENDS:-memory,redis}
 CALLS=${CALLS:-20000}
 REDIS_KEYS=${REDIS_KEYS:-100k-zipf,1}
@@ -71,9 +73,9 @@ wait_healthy() {
 }
 
 load() {
-  echo "== CPU per call: no-op tonic server vs $BIN ($BACKENDS), $ROUNDS alternating rounds of ${DURATION}s"
+  echo "== CPU per call: no-op tonic server vs $BIN ($LOAD_BACKENDS), $ROUNDS alternating rounds of ${DURATION}s"
   "$LOAD" --client h2 --duration "$DURATION" --rounds "$ROUNDS" --keys "$KEYS" --shapes "$SHAPES" \
-    --backend "$BACKENDS" --server-bin "$BIN"
+    --backend "$LOAD_BACKENDS" --server-bin "$BIN"
 }
 
 wait_port() {
