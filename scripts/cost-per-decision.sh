@@ -8,7 +8,8 @@
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis (for `load`: memory,redis,noop-redis,
-#                                        noop-redis being the Redis baseline, examples/load/noop_redis.rs)
+#                                        noop-redis being the Redis baseline, examples/load/noop_redis.rs;
+#                                        `syscalls` and `wakeups` take it too, in place of BIN)
 #   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2),
 #                                        commandstats (×5)
 #   REDIS_KEYS=100k-zipf,1 REDIS_SHAPE=4x64  the key mixes and shape of `redis`
@@ -23,7 +24,8 @@
 #   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
-#                                        CPU (user + system, /proc) of each process per decision
+#                                        CPU (user + system, /proc) of each process per decision, and
+#                                        the measured calls a second (wall clock; the load shares the CPUs)
 # Build first: cargo build --release --bin ratelimit-server --example load
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -201,16 +203,21 @@ PY
 # calls at PERF_SHAPE (4x64) over the first of KEYS (100k zipf keys by default), on PERF_BACKEND
 # (memory, or redis: a redis-server of its own). Prints the samples by thread and by user/kernel
 # (at 2999 Hz: µs per call = samples / 2999 / calls x 1e6), then the top PERF_TOP (40) symbols.
-# Starts $BIN on the store $1 (memory, or redis on a redis-server of its own) with the rules in
-# $2/rules; sets SERVER_PID, SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server`
-# stops both.
+# Starts $BIN on the store $1 (memory, or redis on a redis-server of its own; noop-redis: the
+# Redis baseline, examples/load/noop_redis.rs, in its place) with the rules in $2/rules; sets
+# SERVER_PID, SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server` stops both.
 start_server() {
   local http env=(); SERVER_GRPC=$(free_port); http=$(free_port); REDIS_PID=""
-  if [ "$1" = redis ]; then
+  if [ "$1" = redis ] || [ "$1" = noop-redis ]; then
     REDIS_PORT=$(free_port)
     "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "$2/redis.log" 2>&1 & REDIS_PID=$!
     for _ in $(seq 300); do redis-cli -p "$REDIS_PORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
     env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$REDIS_PORT CACHE_KEY_PREFIX=load:)
+  fi
+  if [ "$1" = noop-redis ]; then
+    env "${env[@]}" "$LOAD" --serve noop-redis --addr 127.0.0.1:$SERVER_GRPC --admin-addr 127.0.0.1:$http \
+      --config "$2/rules" > "$2/serve.log" 2>&1 & SERVER_PID=$!
+    wait_port $SERVER_GRPC; return
   fi
   env SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${env[@]}" "$BIN" serve --config "$2/rules" \
     --grpc-addr 127.0.0.1:$SERVER_GRPC --http-addr 127.0.0.1:$http > "$2/serve.log" 2>&1 & SERVER_PID=$!
@@ -247,8 +254,8 @@ redis_ab() {
   local a=${A:?redis-ab: A=<the other build>} b=${B:-$BIN} calls=$((CALLS * 5)) keys=${REDIS_KEYS%%,*}
   local dir hz r name bin; dir=$(mktemp -d); rules "$dir/rules"; hz=$(getconf CLK_TCK)
   ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-  one() { # BIN -> "redis-server µs, server µs" per decision
-    local rport grpc http rpid spid r0 s0 r1 s1
+  one() { # BIN -> "redis-server µs, server µs" per decision, decisions a second
+    local rport grpc http rpid spid r0 s0 r1 s1 t0 t1
     rport=$(free_port); grpc=$(free_port); http=$(free_port)
     "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
     for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
@@ -256,21 +263,21 @@ redis_ab() {
       "$1" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.log" 2>&1 & spid=$!
     wait_healthy $http
     "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
-    r0=$(ticks $rpid); s0=$(ticks $spid)
+    r0=$(ticks $rpid); s0=$(ticks $spid); t0=$(date +%s.%N)
     "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
-    r1=$(ticks $rpid); s1=$(ticks $spid)
+    r1=$(ticks $rpid); s1=$(ticks $spid); t1=$(date +%s.%N)
     kill -TERM $spid; wait $spid || true
     redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true
-    python3 -c "print(f'{($r1-$r0)*1e6/$hz/$calls:.1f} {($s1-$s0)*1e6/$hz/$calls:.1f}')"
+    python3 -c "print(f'{($r1-$r0)*1e6/$hz/$calls:.1f} {($s1-$s0)*1e6/$hz/$calls:.1f} {$calls/($t1-$t0):.0f}')"
   }
   echo "== Redis store, $calls calls at $REDIS_SHAPE over $keys: A=$a B=$b"
-  echo "| round | build | redis-server CPU µs per decision | server CPU µs per decision | load average |"
-  echo "|---|---|---|---|---|"
+  echo "| round | build | redis-server CPU µs per decision | server CPU µs per decision | decisions a second | load average |"
+  echo "|---|---|---|---|---|---|"
   for r in $(seq "$ROUNDS"); do
     for name in A B; do
       if [ $name = A ]; then bin=$a; else bin=$b; fi
-      read -r redis server < <(one "$bin")
-      echo "| $r | $name | $redis | $server | $(cut -d' ' -f1 /proc/loadavg) |"
+      read -r redis server rate < <(one "$bin")
+      echo "| $r | $name | $redis | $server | $rate | $(cut -d' ' -f1 /proc/loadavg) |"
     done
   done
 }
