@@ -284,7 +284,10 @@ redis_ab() {
 
 # Who wakes whom, and who is switched out sleeping (S) or preempted (R), per decision: the whole
 # machine's sched_wakeup and sched_switch events (perf record -a) while the load runs, the
-# server's threads told apart from the load generator's by thread id. Counts, like `syscalls`.
+# server's threads told apart from the load generator's by thread id; and the wakes into the
+# server's threads and elsewhere, by whether the wakee runs on the waker's CPU (a wake across CPUs
+# costs this VM about 14 µs of CPU, one on the same CPU 2.6: `perf bench sched pipe`, with and
+# without `taskset -c 0`). Counts, like `syscalls`.
 wakeups() {
   local dir keys=${KEYS%%,*} calls=$((CALLS * 2)); dir=$(mktemp -d); rules "$dir/rules"
   echo "== wake-ups and switches per call, $calls calls over $keys ($BIN); srv: the server's threads"
@@ -299,20 +302,22 @@ wakeups() {
       kill -INT $rec; wait $rec || true
       ls "/proc/$SERVER_PID/task" > "$dir/server.tids"
       stop_server
-      perf script -i "$dir/sched.data" -F comm,tid,event,trace 2> /dev/null |
+      perf script -i "$dir/sched.data" -F comm,tid,cpu,event,trace 2> /dev/null |
         python3 -c '
 import collections, re, sys
 n, label, server = int(sys.argv[1]), sys.argv[2], set(open(sys.argv[3]).read().split())
 who = lambda comm, tid: ("srv:" if tid in server else "") + comm
 counts = collections.Counter()
 for line in sys.stdin:
-    m = re.match(r"\s*(.+?)\s+(\d+)\s+(\S+):\s+(.*)", line)
+    m = re.match(r"\s*(.+?)\s+(\d+)\s+\[(\d+)\]\s+(\S+):\s+(.*)", line)
     if not m:
         continue
-    comm, tid, event, trace = m.groups()
+    comm, tid, cpu, event, trace = m.groups()
     if event.endswith("sched_wakeup"):
-        wakee = re.search(r"comm=(.+?) pid=(\d+)", trace)
-        counts["wakes | " + who(comm, tid) + " -> " + who(*wakee.groups())] += 1
+        wakee = re.search(r"comm=(.+?) pid=(\d+).*target_cpu=(\d+)", trace)
+        across = "across CPUs" if int(wakee.group(3)) != int(cpu) else "same CPU"
+        counts["wakes | " + who(comm, tid) + " -> " + who(*wakee.groups()[:2])] += 1
+        counts["wakes %s | into the server" % across if wakee.group(2) in server else "wakes %s | elsewhere" % across] += 1
     elif event.endswith("sched_switch"):
         state = re.search(r"prev_state=(\S+)", trace).group(1)
         counts["switched out | " + who(comm, tid) + " " + state] += 1
