@@ -21,7 +21,7 @@
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
 #   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
 #   RULE_RPU=1000000000                  the rule's requests per second per key (1: mostly denials)
-#   A=… (B=$BIN)                         `redis-ab`: two builds in alternating ROUNDS, natively: per
+#   A=… (B=$BIN)                         `redis-ab`: two builds (or noop-redis, the Redis baseline) in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
 #                                        CPU (user + system, /proc) of each process per decision, and
@@ -259,9 +259,15 @@ redis_ab() {
     rport=$(free_port); grpc=$(free_port); http=$(free_port)
     "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
     for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
-    SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
-      "$1" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.log" 2>&1 & spid=$!
-    wait_healthy $http
+    if [ "$1" = noop-redis ]; then
+      REDIS_URL=127.0.0.1:$rport "$LOAD" --serve noop-redis --addr 127.0.0.1:$grpc --admin-addr 127.0.0.1:$http \
+        --config "$dir/rules" > "$dir/server.log" 2>&1 & spid=$!
+      wait_port $grpc
+    else
+      SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
+        "$1" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.log" 2>&1 & spid=$!
+      wait_healthy $http
+    fi
     "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
     r0=$(ticks $rpid); s0=$(ticks $spid); t0=$(date +%s.%N)
     "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
