@@ -16,12 +16,14 @@
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
 #   REDIS_BASELINE=1                     `redis` measures the Redis baseline (examples/load/noop_redis.rs:
 #                                        the reference's INCRBY + EXPIRE through redis-rs) instead of BIN
-#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory or redis) and its shape,
+#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory, redis, or noop-redis: the
+#                                        Redis baseline in place of BIN) and its shape,
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
 #   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
 #   RULE_RPU=1000000000                  the rule's requests per second per key (1: mostly denials)
-#   A=… (B=$BIN)                         `redis-ab`: two builds (or noop-redis, the Redis baseline) in alternating ROUNDS, natively: per
+#   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be noop-redis, the
+#                                        Redis baseline), in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
 #                                        CPU (user + system, /proc) of each process per decision, and
@@ -242,9 +244,27 @@ perf_profile() {
   kill -INT $perf; wait $perf || true
   stop_server
   echo "-- samples by thread and where ($((CALLS * 10)) calls, 2999 Hz):"
-  perf report -i "$dir/perf.data" --no-children --sort comm,dso --stdio -g none -n 2>/dev/null | grep '%' | head -12
+  # (`|| true`: `head` closing the pipe early is not a failure)
+  perf report -i "$dir/perf.data" --no-children --sort comm,dso --stdio -g none -n 2>/dev/null | grep '%' | head -12 || true
   perf report -i "$dir/perf.data" --no-children --sort symbol --stdio -g none -n 2>/dev/null | grep '%' | head -${PERF_TOP:-40} |
-    sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//'
+    sed -E 's/[[:space:]]+-[[:space:]]+-[[:space:]]*$//' || true
+  echo "-- µs of samples per call by part (symbols grouped by name: the kernel, the allocator, mem*, the"
+  echo "   server's own crates or the baseline's service, redis-rs, h2/hyper/tonic/prost, tokio, the rest):"
+  perf report -i "$dir/perf.data" --no-children --sort symbol --stdio -g none -n 2>/dev/null |
+    python3 -c '
+import collections, re, sys
+calls, parts = int(sys.argv[1]), collections.Counter()
+rules = [("allocator", r"mi_|malloc|free|_int_|unlink_chunk|realloc"), ("mem*", r"mem(move|cpy|set|cmp)"),
+         ("ours / the baseline service", r"ratelimit_|noop_redis"), ("redis-rs", r"redis::|combine::"),
+         ("h2/hyper/tonic/prost", r"h2::|hyper|tonic|tower|http::|prost|bytes::"), ("tokio", r"tokio")]
+for line in sys.stdin:
+    m = re.match(r"\s*[\d.]+%\s+(\d+)\s+\[(.)\]\s+(.*)", line)
+    if m:
+        part = "kernel" if m[2] == "k" else next((p for p, r in rules if re.search(r, m[3])), "the rest")
+        parts[part] += int(m[1])
+for part, samples in parts.most_common() + [("all", sum(parts.values()))]:
+    print("%-30s %6.2f" % (part, samples * 1e6 / 2999 / calls))
+' $((CALLS * 10))
   echo "(perf data kept in $dir)"
 }
 
@@ -276,12 +296,12 @@ redis_ab() {
     redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true
     python3 -c "print(f'{($r1-$r0)*1e6/$hz/$calls:.1f} {($s1-$s0)*1e6/$hz/$calls:.1f} {$calls/($t1-$t0):.0f}')"
   }
-  echo "== Redis store, $calls calls at $REDIS_SHAPE over $keys: A=$a B=$b"
+  echo "== Redis store, $calls calls at $REDIS_SHAPE over $keys: A=$a B=$b${C:+ C=$C}"
   echo "| round | build | redis-server CPU µs per decision | server CPU µs per decision | decisions a second | load average |"
   echo "|---|---|---|---|---|---|"
   for r in $(seq "$ROUNDS"); do
-    for name in A B; do
-      if [ $name = A ]; then bin=$a; else bin=$b; fi
+    for name in A B ${C:+C}; do
+      case $name in A) bin=$a ;; B) bin=$b ;; C) bin=$C ;; esac
       read -r redis server rate < <(one "$bin")
       echo "| $r | $name | $redis | $server | $rate | $(cut -d' ' -f1 /proc/loadavg) |"
     done
