@@ -278,7 +278,19 @@ impl<B: Backend> Engine<B> {
             .iter()
             .any(|p| matches!(p.kind, plan::Kind::Concurrency(_)))
         {
-            true => Some(concurrency::run(&self.store, metrics, request, &mut plans, now).await?),
+            // Boxed, as are the other concurrency steps below: their futures are several times
+            // the size of the rest of this one, which every call would otherwise carry and copy
+            // at each await of the layers above (docs/performance.md "The decision's future").
+            true => Some(
+                Box::pin(concurrency::run(
+                    &self.store,
+                    metrics,
+                    request,
+                    &mut plans,
+                    now,
+                ))
+                .await?,
+            ),
             false => None,
         };
         let blocked = slots.as_ref().is_some_and(|s| s.blocked);
@@ -307,13 +319,20 @@ impl<B: Backend> Engine<B> {
         }
         let verdicts = match blocked {
             // Denied for concurrency: the rate limits are told, not charged.
-            true => concurrency::uncharged(&self.store, &charges, now).await?,
+            true => Box::pin(concurrency::uncharged(&self.store, &charges, now)).await?,
             false => match self.store.apply(&charges, now).await {
                 Ok(verdicts) => verdicts,
                 Err(e) => {
                     if let Some(slots) = &slots {
-                        concurrency::give_back(&self.store, metrics, request, &plans, slots, now)
-                            .await;
+                        Box::pin(concurrency::give_back(
+                            &self.store,
+                            metrics,
+                            request,
+                            &plans,
+                            slots,
+                            now,
+                        ))
+                        .await;
                     }
                     return Err(e.into());
                 }
@@ -326,7 +345,15 @@ impl<B: Backend> Engine<B> {
         {
             // Denied by a rate limit: the slots this request took go back at once (its
             // stream-done call will find none).
-            concurrency::give_back(&self.store, metrics, request, &plans, slots, now).await;
+            Box::pin(concurrency::give_back(
+                &self.store,
+                metrics,
+                request,
+                &plans,
+                slots,
+                now,
+            ))
+            .await;
         }
         if self.settings.dynamic_metadata {
             response.dynamic_metadata = Some(metadata::build(request, &plans, &response.statuses));

@@ -313,3 +313,17 @@ async fn explain_answers_from_the_decisions_plan() {
     let explained = e.explain("other", &entries(&[("k", "v")]), START).await;
     assert!(matches!(explained, Ok(Explained::UnknownDomain)));
 }
+
+/// Every call carries its decision's future and moves it at each layer above (the service, the
+/// front door): the rarely taken concurrency steps are boxed so that they do not set its size
+/// (docs/performance.md "The decision's future"). This bound fails if an unboxed step grows it.
+#[test]
+fn a_decisions_future_stays_small() {
+    let e = engine(
+        "domain: d\ndescriptors:\n  - key: q\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+    );
+    let request = request(&[&[("q", "1")]]);
+    let decision = e.decide(&request);
+    let size = std::mem::size_of_val(&decision);
+    assert!(size <= 2048, "the decision's future is {size} bytes");
+}
