@@ -262,6 +262,27 @@ impl<B: Backend> Engine<B> {
         self.run(request, now, Turns::Skip, Some(attribution)).await
     }
 
+    /// Gives back the concurrency slots a request took (boxed, as the other concurrency steps of
+    /// [`Engine::run`]).
+    async fn give_back(
+        &self,
+        request: &RateLimitRequest,
+        plans: &[plan::Plan<'_>],
+        slots: &concurrency::Taken<'_, B::Key>,
+        now: Nanos,
+    ) {
+        let metrics = self.metrics.as_deref();
+        Box::pin(concurrency::give_back(
+            &self.store,
+            metrics,
+            request,
+            plans,
+            slots,
+            now,
+        ))
+        .await;
+    }
+
     /// One decision at `now`; `attribution`: where to say which rule decided each descriptor.
     async fn run(
         &self,
@@ -280,7 +301,8 @@ impl<B: Backend> Engine<B> {
         {
             // Boxed, as are the other concurrency steps below: their futures are several times
             // the size of the rest of this one, which every call would otherwise carry and copy
-            // at each await of the layers above (docs/performance.md "The decision's future").
+            // at each await of the layers above (docs/performance.md "Who wakes whom, against
+            // the baseline; the decision's future").
             true => Some(
                 Box::pin(concurrency::run(
                     &self.store,
@@ -324,15 +346,7 @@ impl<B: Backend> Engine<B> {
                 Ok(verdicts) => verdicts,
                 Err(e) => {
                     if let Some(slots) = &slots {
-                        Box::pin(concurrency::give_back(
-                            &self.store,
-                            metrics,
-                            request,
-                            &plans,
-                            slots,
-                            now,
-                        ))
-                        .await;
+                        self.give_back(request, &plans, slots, now).await;
                     }
                     return Err(e.into());
                 }
@@ -345,15 +359,7 @@ impl<B: Backend> Engine<B> {
         {
             // Denied by a rate limit: the slots this request took go back at once (its
             // stream-done call will find none).
-            Box::pin(concurrency::give_back(
-                &self.store,
-                metrics,
-                request,
-                &plans,
-                slots,
-                now,
-            ))
-            .await;
+            self.give_back(request, &plans, slots, now).await;
         }
         if self.settings.dynamic_metadata {
             response.dynamic_metadata = Some(metadata::build(request, &plans, &response.statuses));
