@@ -203,8 +203,9 @@ PY
 
 # Where the server's CPU goes under load (sampling, all threads): perf over a run of CALLS x 10
 # calls at PERF_SHAPE (4x64) over the first of KEYS (100k zipf keys by default), on PERF_BACKEND
-# (memory, or redis: a redis-server of its own). Prints the samples by thread and by user/kernel
-# (at 2999 Hz: µs per call = samples / 2999 / calls x 1e6), then the top PERF_TOP (40) symbols.
+# (memory, redis: a redis-server of its own, or noop-redis: the Redis baseline in place of BIN).
+# Prints the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 /
+# calls x 1e6), the top PERF_TOP (40) symbols, and µs per call by part (kernel, allocator, ...).
 # Starts $BIN on the store $1 (memory, or redis on a redis-server of its own; noop-redis: the
 # Redis baseline, examples/load/noop_redis.rs, in its place) with the rules in $2/rules; sets
 # SERVER_PID, SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server` stops both.
