@@ -82,6 +82,12 @@ load() {
     --backend "$LOAD_BACKENDS" --server-bin "$BIN"
 }
 
+# The Redis baseline's command (examples/load/noop_redis.rs, on the Redis in REDIS_URL) serving
+# gRPC on $1 with the rules in $3/rules, in the array BASELINE ($2: the admin port it is given).
+baseline_cmd() {
+  BASELINE=("$LOAD" --serve noop-redis --addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 --config "$3/rules")
+}
+
 wait_port() {
   for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
   echo "nothing listens on $1" >&2; return 1
@@ -157,7 +163,7 @@ redis_one() {
   local rcmd=("$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no)
   local scmd=("$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http)
   if [ -n "${REDIS_BASELINE:-}" ]; then
-    scmd=("$LOAD" --serve noop-redis --addr 127.0.0.1:$grpc --admin-addr 127.0.0.1:$http --config "$dir/rules")
+    baseline_cmd $grpc $http "$dir"; scmd=("${BASELINE[@]}")
   fi
   if [ "$under" = redis ]; then rcmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${rcmd[@]}"); fi
   if [ "$under" = server ]; then scmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${scmd[@]}"); fi
@@ -218,8 +224,8 @@ start_server() {
     env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$REDIS_PORT CACHE_KEY_PREFIX=load:)
   fi
   if [ "$1" = noop-redis ]; then
-    env "${env[@]}" "$LOAD" --serve noop-redis --addr 127.0.0.1:$SERVER_GRPC --admin-addr 127.0.0.1:$http \
-      --config "$2/rules" > "$2/serve.log" 2>&1 & SERVER_PID=$!
+    baseline_cmd $SERVER_GRPC $http "$2"
+    env "${env[@]}" "${BASELINE[@]}" > "$2/serve.log" 2>&1 & SERVER_PID=$!
     wait_port $SERVER_GRPC; return
   fi
   env SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${env[@]}" "$BIN" serve --config "$2/rules" \
@@ -281,8 +287,8 @@ redis_ab() {
     "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
     for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
     if [ "$1" = noop-redis ]; then
-      REDIS_URL=127.0.0.1:$rport "$LOAD" --serve noop-redis --addr 127.0.0.1:$grpc --admin-addr 127.0.0.1:$http \
-        --config "$dir/rules" > "$dir/server.log" 2>&1 & spid=$!
+      baseline_cmd $grpc $http "$dir"
+      REDIS_URL=127.0.0.1:$rport "${BASELINE[@]}" > "$dir/server.log" 2>&1 & spid=$!
       wait_port $grpc
     else
       SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
