@@ -433,7 +433,10 @@ mod tests {
             let held: Option<Vec<u8>> = ::redis::cmd("GET").arg(name).query(&mut c).unwrap();
             assert!(held.is_some(), "{name} was written");
         }
-        assert_eq!(dispatcher.waiting().out, 0);
+        // The pipeline is counted out until `send` returns, which is after it answers its jobs.
+        tokio::time::timeout(Duration::from_secs(60), until(&dispatcher, |w| w.out == 0))
+            .await
+            .expect("no pipeline is left counted out once every job is answered");
         dispatcher.close();
     }
 }
