@@ -59,16 +59,16 @@ struct Waiting<K, P> {
 /// The keys in flight and the requests waiting for them.
 #[derive(Debug)]
 pub(crate) struct Queues<K, P> {
-    lanes: HashMap<K, Lane>,
-    waiting: HashMap<Ticket, Waiting<K, P>>,
+    lanes: HashMap<K, Lane, foldhash::fast::RandomState>,
+    waiting: HashMap<Ticket, Waiting<K, P>, foldhash::fast::RandomState>,
     next: u64,
 }
 
 impl<K: Clone + Eq + Hash, P> Default for Queues<K, P> {
     fn default() -> Self {
         Queues {
-            lanes: HashMap::new(),
-            waiting: HashMap::new(),
+            lanes: HashMap::default(),
+            waiting: HashMap::default(),
             next: 0,
         }
     }
