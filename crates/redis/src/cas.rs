@@ -318,15 +318,15 @@ impl Group {
         let mut args = self.args();
         let (expected, new, pxat) = (args.next()?, args.next()?, args.next()?);
         if new.is_empty() {
-            let mut cmd = ::redis::cmd("GET");
-            cmd.arg(key.as_str());
+            let mut cmd = sized(2, key.len() + 3);
+            cmd.arg("GET").arg(key.as_str());
             return Some(cmd);
         }
         if new == b"-" || !(expected.is_empty() || conditional_set) {
             return None;
         }
-        let mut cmd = ::redis::cmd("SET");
-        cmd.arg(key.as_str()).arg(new);
+        let mut cmd = sized(8, 20 + key.len() + new.len() + expected.len() + pxat.len());
+        cmd.arg("SET").arg(key.as_str()).arg(new);
         if expected.is_empty() {
             cmd.arg("NX");
         } else {
@@ -430,9 +430,12 @@ pub(super) fn conditional_set_answers(replies: &[::redis::Value]) -> bool {
 /// [`crate::calls::script_call`] for a Redis that does not know the script). Each group has at
 /// most [`MAX_KEYS`] keys.
 pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::redis::Cmd {
-    let keys: usize = groups.clone().map(|g| g.keys.len()).sum();
-    let mut cmd = ::redis::cmd("EVALSHA");
-    cmd.arg(script().get_hash()).arg(keys);
+    let (keys, bytes) = groups.clone().fold((0, 0), |(keys, bytes), g| {
+        let text: usize = g.keys.iter().map(TextKey::len).sum();
+        (keys + g.keys.len(), bytes + text + g.args.len() + 2)
+    });
+    let mut cmd = sized(3 + keys * 4 + 1, 7 + 40 + 5 + bytes);
+    cmd.arg("EVALSHA").arg(script().get_hash()).arg(keys);
     for group in groups.clone() {
         for key in &group.keys {
             cmd.arg(key.as_str());
@@ -449,6 +452,12 @@ pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::
         }
     }
     cmd
+}
+
+/// An empty command with room for `args` arguments of `bytes` bytes in all: built in place, not
+/// grown (a decision's command grew its buffers four times, each a reallocation).
+fn sized(args: usize, bytes: usize) -> ::redis::Cmd {
+    ::redis::Cmd::with_capacity(args, bytes)
 }
 
 /// `SCRIPT LOAD` of the script, for a Redis that answered a call with `NOSCRIPT` (a restarted or

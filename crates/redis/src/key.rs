@@ -62,6 +62,11 @@ impl TextKey {
         &self.text
     }
 
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.text.len()
+    }
+
     /// A 128-bit digest of the key (for a memory store holding text keys).
     pub(crate) fn digest(&self) -> u128 {
         self.digest
