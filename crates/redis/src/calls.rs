@@ -178,6 +178,9 @@ impl Calls {
     /// connection: it recognises its own write if the first attempt landed, so it is charged once
     /// (`ratelimit_redis_retries`).
     pub(crate) async fn script(&self, group: cas::Group) -> Result<::redis::Value, StoreError> {
+        // Shared, not copied: the retry sends the same one, and each step's future holds a
+        // pointer where it held the whole (256 bytes, several times over).
+        let group = Arc::new(group);
         let started = monotonic();
         let first = self.send_script(group.clone()).await;
         if !self.lost(&first, started) {
@@ -202,7 +205,7 @@ impl Calls {
     }
 
     /// Sends one compare-and-set, uncounted.
-    async fn send_script(&self, group: cas::Group) -> Sent {
+    async fn send_script(&self, group: Arc<cas::Group>) -> Sent {
         let Some(dispatcher) = &self.dispatcher else {
             let mut c = self.conns.get();
             let timeout = self.timeout;
@@ -218,7 +221,7 @@ impl Calls {
                                 value => return Ok(cas::plain_reply(value?, &group)),
                             }
                         }
-                        let cmd = cas::command(std::iter::once(&group));
+                        let cmd = cas::command(std::iter::once(&*group));
                         let value = script_call(&mut c, &cmd, cas::SCRIPT).await?;
                         // Its part of the reply (one that cannot be split: whole, for the writer
                         // to refuse).
@@ -227,7 +230,11 @@ impl Calls {
                     })
                     .await
                 };
-            return io::run(call).await.unwrap_or_else(|| Ok(Err(io_gone())));
+            // Boxed: this branch's state (a redis-rs query in flight) is 1.8 KB, and inline it
+            // would size every decision's future, the dispatcher's branch's too.
+            return Box::pin(io::run(call))
+                .await
+                .unwrap_or_else(|| Ok(Err(io_gone())));
         };
         // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is no answer.
         match dispatcher.call(group).await {

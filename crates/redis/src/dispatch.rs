@@ -38,7 +38,7 @@ enum Command {
 }
 
 struct Job {
-    group: Group,
+    group: Arc<Group>,
     reply: oneshot::Sender<RedisResult<Value>>,
 }
 
@@ -82,7 +82,7 @@ impl Dispatcher {
 
     /// Sends `group` with the compare-and-sets waiting beside it; its part of the reply (a
     /// `NOSCRIPT` reply has already been answered by loading the script and calling again).
-    pub(super) async fn call(&self, group: Group) -> RedisResult<Value> {
+    pub(super) async fn call(&self, group: Arc<Group>) -> RedisResult<Value> {
         let (reply, answer) = oneshot::channel();
         let idle = {
             let mut waiting = self.waiting();
@@ -213,7 +213,7 @@ async fn send(
     }
     for call in pack::calls(scripted.iter().map(|&i| jobs[i].group.keys.len())) {
         let call = scripted[call].to_vec();
-        pipeline.add_command(cas::command(call.iter().map(|&i| &jobs[i].group)));
+        pipeline.add_command(cas::command(call.iter().map(|&i| &*jobs[i].group)));
         commands.push(Command::Script(call));
     }
     let mut conn = conns.get();
@@ -252,7 +252,7 @@ async fn send(
     if !alone.is_empty() {
         let mut again = Pipeline::with_capacity(alone.len());
         for &i in &alone {
-            again.add_command(cas::command(std::iter::once(&jobs[i].group)));
+            again.add_command(cas::command(std::iter::once(&*jobs[i].group)));
         }
         match replies(&mut conn, &again, timeout, timeout).await {
             Ok(values) => {
@@ -358,23 +358,21 @@ mod tests {
     use ratelimit_core::limiter::State;
 
     /// A compare-and-set writing key `name`, expected absent.
-    fn group(name: &str, seq: u64) -> Group {
+    fn group(name: &str, seq: u64) -> Arc<Group> {
         let now = SystemClock.now();
         let keys = [TextKey::from_text(name.to_owned())];
         let new = [Some(State {
             a: now + 60_000_000_000,
             b: 1,
         })];
-        Call {
+        let call = Call {
             keys: &keys,
             expected: &[None],
             new: &new,
             now,
             tag: Tag { writer: 0xd, seq },
-        }
-        .group()
-        .unwrap()
-        .0
+        };
+        Arc::new(call.group().unwrap().0)
     }
 
     /// Waits (yielding, no timing) until the dispatcher's list says `ready`.
