@@ -22,6 +22,8 @@
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
 #   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
 #   RULE_RPU=1000000000                  the rule's requests per second per key (1: mostly denials)
+#   CACHE_SIM=1                          `callgrind` and `redis` simulate the caches too and print
+#                                        first-level and last-level misses per call beside instructions
 #   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be noop-redis, the
 #                                        Redis baseline), in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
@@ -34,6 +36,7 @@ cd "$(dirname "$0")/.."
 MODE=${1:-all}
 BIN=${BIN:-target/release/ratelimit-server}
 LOAD=${LOAD:-target/release/examples/load}
+CALLGRIND=(valgrind --tool=callgrind ${CACHE_SIM:+--cache-sim=yes})
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-3}
 SHAPES=${SHAPES:-1x16,4x64,8x64}
@@ -98,12 +101,12 @@ callgrind_one() {
   local label=$1 calls=$2 grpc http pid
   grpc=$(free_port); http=$(free_port)
   if [ "$label" = noop ]; then
-    valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$label.$calls" \
+    "${CALLGRIND[@]}" --callgrind-out-file="$dir/cg.$label.$calls" \
       "$LOAD" --serve noop --addr 127.0.0.1:$grpc --admin-addr 127.0.0.1:$http --config "$dir/rules" \
       > "$dir/$label.$calls.log" 2>&1 & pid=$!
     wait_port $grpc
   else
-    SHUTDOWN_DELAY=0s LOG_LEVEL=warn valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$label.$calls" \
+    SHUTDOWN_DELAY=0s LOG_LEVEL=warn "${CALLGRIND[@]}" --callgrind-out-file="$dir/cg.$label.$calls" \
       "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http \
       > "$dir/$label.$calls.log" 2>&1 & pid=$!
     wait_healthy $http
@@ -115,6 +118,24 @@ callgrind_one() {
 }
 
 total() { callgrind_annotate "$1" | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'; }
+
+# Under CACHE_SIM=1, each event callgrind counted, per call: ($1 - $2) / $3 for the runs with and
+# without calls ($1 and $2 their output files). Ir instructions; D1mr / D1mw first-level data
+# read / write misses, I1mr instruction misses; DLmr / DLmw / ILmr the same at the last level.
+misses() {
+  [ -n "${CACHE_SIM:-}" ] || return 0
+  python3 - "$1" "$2" "$3" <<'PY'
+import subprocess, sys
+def events(path):
+    out = subprocess.run(["callgrind_annotate", path], capture_output=True, text=True).stdout
+    names = next(l.split(":", 1)[1].split() for l in out.splitlines() if l.startswith("Events shown:"))
+    totals = next(l for l in out.splitlines() if "PROGRAM TOTALS" in l)
+    values = [int(t.replace(",", "")) for t in totals.split() if t.replace(",", "").isdigit()]
+    return dict(zip(names, values))
+full, base, calls = events(sys.argv[1]), events(sys.argv[2]), int(sys.argv[3])
+print("   per call: " + "  ".join(f"{k} {(full[k] - base.get(k, 0)) / calls:,.1f}" for k in full))
+PY
+}
 
 # Instructions per call of the whole request path (listener, HTTP/2, decode, engine, metrics,
 # encode, allocation): each server under callgrind, CALLS calls at 4x64 over 100k zipf keys, then
@@ -128,6 +149,7 @@ callgrind() {
     local base full
     base=$(total "$dir/cg.$label.0"); full=$(total "$dir/cg.$label.$CALLS")
     echo "== callgrind, $label: $(( (full - base) / CALLS )) instructions per call"
+    misses "$dir/cg.$label.$CALLS" "$dir/cg.$label.0" "$CALLS"
     callgrind_annotate "$dir/cg.$label.$CALLS" > "$dir/self.$label.txt"
   done
   python3 - "$dir" "$CALLS" <<'PY'
@@ -165,8 +187,8 @@ redis_one() {
   if [ -n "${REDIS_BASELINE:-}" ]; then
     baseline_cmd $grpc $http "$dir"; scmd=("${BASELINE[@]}")
   fi
-  if [ "$under" = redis ]; then rcmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${rcmd[@]}"); fi
-  if [ "$under" = server ]; then scmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.$tag" "${scmd[@]}"); fi
+  if [ "$under" = redis ]; then rcmd=("${CALLGRIND[@]}" --callgrind-out-file="$dir/cg.$tag" "${rcmd[@]}"); fi
+  if [ "$under" = server ]; then scmd=("${CALLGRIND[@]}" --callgrind-out-file="$dir/cg.$tag" "${scmd[@]}"); fi
   "${rcmd[@]}" > "$dir/redis.$tag.log" 2>&1 & rpid=$!
   for _ in $(seq 600); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
   SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
@@ -194,6 +216,7 @@ redis_cost() {
       redis_one $under "$keys" "$CALLS"
       base=$(total "$dir/cg.$under.$keys.0"); full=$(total "$dir/cg.$under.$keys.$CALLS")
       echo "== $keys, $REDIS_SHAPE: $under${REDIS_BASELINE:+ (the Redis baseline)} $(( (full - base) / CALLS )) instructions per decision"
+      misses "$dir/cg.$under.$keys.$CALLS" "$dir/cg.$under.$keys.0" "$CALLS"
     done
     python3 - "$dir/stats.$under.$keys.$CALLS" "$CALLS" <<'PY'
 import re, sys
