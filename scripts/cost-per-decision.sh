@@ -150,7 +150,7 @@ callgrind() {
     base=$(total "$dir/cg.$label.0"); full=$(total "$dir/cg.$label.$CALLS")
     echo "== callgrind, $label: $(( (full - base) / CALLS )) instructions per call"
     misses "$dir/cg.$label.$CALLS" "$dir/cg.$label.0" "$CALLS"
-    callgrind_annotate "$dir/cg.$label.$CALLS" > "$dir/self.$label.txt"
+    callgrind_annotate --show=Ir "$dir/cg.$label.$CALLS" > "$dir/self.$label.txt"
   done
   python3 - "$dir" "$CALLS" <<'PY'
 import re, sys
