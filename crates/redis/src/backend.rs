@@ -414,3 +414,26 @@ impl Backend for RedisBackend {
         self.delete(key).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_redis::TestRedis;
+
+    /// Each decision boxes its Redis call (`apply`), copying the whole future into a fresh
+    /// allocation: the compare-and-set is shared rather than held by value at each level, and the
+    /// cluster's direct call is boxed, so the call stays a third of its old 3,664 bytes
+    /// (docs/performance.md "Cache misses, not instructions"). This bound fails if a step grows it
+    /// back.
+    #[tokio::test]
+    async fn a_decisions_redis_call_stays_small() {
+        let Some(redis) = TestRedis::start() else {
+            return;
+        };
+        let backend = RedisBackend::connect(&RedisConfig::single(&redis.url()).unwrap())
+            .await
+            .unwrap();
+        let size = std::mem::size_of_val(&backend.run(Vec::new()));
+        assert!(size <= 2048, "the Redis call's future is {size} bytes");
+    }
+}
