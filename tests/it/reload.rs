@@ -330,6 +330,15 @@ async fn two_servers_on_one_directory_stay_quiet() {
     second.shutdown_after(std::time::Duration::ZERO).await;
 }
 
+/// Replaces `path`'s content at once: `text` written to a hidden file beside it (which the
+/// reloader does not read), then renamed over it.
+fn replace_whole(path: &Path, text: &str) {
+    let name = path.file_name().unwrap().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    fs::write(&tmp, text).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
 #[tokio::test]
 async fn a_broken_file_is_counted_once_and_logged_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -337,7 +346,10 @@ async fn a_broken_file_is_counted_once_and_logged_once() {
     let mut served = common::process::Served::start(dir.path(), &[]);
     served.wait_ready().await;
     let broken = rules("a", 5).replace("requests_per_unit", "request_per_unit");
-    fs::write(dir.path().join("a.yaml"), &broken).unwrap();
+    // Each edit lands whole (written beside, then renamed): written in place, a loaded CI machine
+    // can stall the writer between truncating and writing for longer than the reload's debounce,
+    // and the reloader rightly refuses the empty file it sees meanwhile, a second error.
+    replace_whole(&dir.path().join("a.yaml"), &broken);
     served.wait_for_metric(ERROR, 1).await;
     read_and_stat(dir.path());
     settle(dir.path(), &format!("{}/metrics", served.http)).await;
@@ -349,11 +361,10 @@ async fn a_broken_file_is_counted_once_and_logged_once() {
         served.log()
     );
     // A second, different broken edit is a new error.
-    fs::write(
-        dir.path().join("a.yaml"),
-        broken.replace("hour", "fortnight"),
-    )
-    .unwrap();
+    replace_whole(
+        &dir.path().join("a.yaml"),
+        &broken.replace("hour", "fortnight"),
+    );
     served.wait_for_metric(ERROR, 2).await;
     settle(dir.path(), &format!("{}/metrics", served.http)).await;
     assert_eq!(served.metric(ERROR).await, 2);
