@@ -317,15 +317,19 @@ impl Group {
         };
         let mut args = self.args();
         let (expected, new, pxat) = (args.next()?, args.next()?, args.next()?);
+        // Each command is built in buffers sized for it (arguments, bytes), not grown: a
+        // decision's command grew them four times, each a reallocation.
         if new.is_empty() {
-            let mut cmd = sized(2, key.len() + 3);
+            let mut cmd = ::redis::Cmd::with_capacity(2, 3 + key.len());
             cmd.arg("GET").arg(key.as_str());
             return Some(cmd);
         }
         if new == b"-" || !(expected.is_empty() || conditional_set) {
             return None;
         }
-        let mut cmd = sized(8, 20 + key.len() + new.len() + expected.len() + pxat.len());
+        // The words: SET, NX or IFEQ, PXAT, GET (14 bytes at most).
+        let bytes = 14 + key.len() + new.len() + expected.len() + pxat.len();
+        let mut cmd = ::redis::Cmd::with_capacity(8, bytes);
         cmd.arg("SET").arg(key.as_str()).arg(new);
         if expected.is_empty() {
             cmd.arg("NX");
@@ -434,7 +438,9 @@ pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::
         let text: usize = g.keys.iter().map(TextKey::len).sum();
         (keys + g.keys.len(), bytes + text + g.args.len() + 2)
     });
-    let mut cmd = sized(3 + keys * 4 + 1, 7 + 40 + 5 + bytes);
+    // EVALSHA, the hash, the key count, then per key its name and three arguments, then the
+    // groups' sizes (two bytes each): sized for them, not grown.
+    let mut cmd = ::redis::Cmd::with_capacity(3 + keys * 4 + 1, 7 + 40 + 20 + bytes);
     cmd.arg("EVALSHA").arg(script().get_hash()).arg(keys);
     for group in groups.clone() {
         for key in &group.keys {
@@ -452,12 +458,6 @@ pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::
         }
     }
     cmd
-}
-
-/// An empty command with room for `args` arguments of `bytes` bytes in all: built in place, not
-/// grown (a decision's command grew its buffers four times, each a reallocation).
-fn sized(args: usize, bytes: usize) -> ::redis::Cmd {
-    ::redis::Cmd::with_capacity(args, bytes)
 }
 
 /// `SCRIPT LOAD` of the script, for a Redis that answered a call with `NOSCRIPT` (a restarted or
