@@ -850,15 +850,16 @@ async fn a_master_killed_under_racing_load_and_its_replica_promoted_keeps_the_li
         written += common::metrics::sum(&page, "ratelimit_outage_hits_written_back");
     }
     let total = first + ha + hb + oa + ob + after;
-    eprintln!(
+    let account = format!(
         "300/hour through a master kill: {first} + {ha} + {hb} before, {oa} + {ob} while it was \
          dead, {after} after the \
          replica took over ({failover:?} after the load); {local} decided locally, {written} \
          hits written back; {total} in all (failover forced: {forced})"
     );
+    eprintln!("{account}");
     assert!(
         (300..=300 + 2 * 64).contains(&total),
-        "{total} admitted through the failover"
+        "{total} admitted through the failover: {account}"
     );
 }
 
