@@ -28,9 +28,14 @@ pub(super) struct Seen {
     stamps: AtomicU64,
 }
 
-/// Per key: the value (`None`: absent) and the stamp of the call that saw it. (A key hashes as
-/// its digest, already a hash of its text: foldhash's seeded mix of it costs a tenth of SipHash.)
-type Entries = HashMap<TextKey, (Option<Vec<u8>>, u64), foldhash::fast::RandomState>;
+/// Per key, by its digest: the value (`None`: absent) and the stamp of the call that saw it.
+/// Keyed by the digest alone, not the key's text: an entry holds no pointer to the text, so a
+/// lookup reads no second allocation to compare texts and an insert or eviction touches no
+/// reference count (at 100k keys each of those was a cache miss). Two texts with one digest would
+/// share an entry, which costs only a wrong guess (the compare-and-set checks it, a retry
+/// follows); the local failure mode already keys its counters by the same digest.
+/// (foldhash's seeded mix of a digest costs a tenth of SipHash.)
+type Entries = HashMap<u128, (Option<Vec<u8>>, u64), foldhash::fast::RandomState>;
 
 /// One shard's two generations.
 #[derive(Default)]
@@ -40,16 +45,16 @@ struct SeenShard {
 }
 
 impl SeenShard {
-    /// `key`'s entry, moved into the young generation.
-    fn touch(&mut self, key: &TextKey) -> Option<&mut (Option<Vec<u8>>, u64)> {
-        if !self.young.contains_key(key) {
-            let entry = self.old.remove(key)?;
-            self.insert(key.clone(), entry);
+    /// The entry of the key whose digest is `key`, moved into the young generation.
+    fn touch(&mut self, key: u128) -> Option<&mut (Option<Vec<u8>>, u64)> {
+        if !self.young.contains_key(&key) {
+            let entry = self.old.remove(&key)?;
+            self.insert(key, entry);
         }
-        self.young.get_mut(key)
+        self.young.get_mut(&key)
     }
 
-    fn insert(&mut self, key: TextKey, entry: (Option<Vec<u8>>, u64)) {
+    fn insert(&mut self, key: u128, entry: (Option<Vec<u8>>, u64)) {
         if self.young.len() >= SEEN_PER_SHARD / 2 {
             // The old generation's table, emptied, is the new young one: no table is grown from
             // nothing again (a 100k-key load rotated each shard every few hundred decisions).
@@ -82,21 +87,23 @@ impl Seen {
     }
 
     pub(super) fn get(&self, key: &TextKey) -> Option<Vec<u8>> {
-        self.shard(key).touch(key).and_then(|(v, _)| v.clone())
+        self.shard(key)
+            .touch(key.digest())
+            .and_then(|(v, _)| v.clone())
     }
 
     /// Remembers `value` (`None`: the key is absent) for `key`, as seen by the call stamped
     /// `stamp`, unless a newer call's value is held.
     pub(super) fn put(&self, key: &TextKey, value: Option<&[u8]>, stamp: u64) {
         let mut shard = self.shard(key);
-        if let Some((held, held_stamp)) = shard.touch(key) {
+        if let Some((held, held_stamp)) = shard.touch(key.digest()) {
             if *held_stamp <= stamp {
                 *held = value.map(<[u8]>::to_vec);
                 *held_stamp = stamp;
             }
             return;
         }
-        shard.insert(key.clone(), (value.map(<[u8]>::to_vec), stamp));
+        shard.insert(key.digest(), (value.map(<[u8]>::to_vec), stamp));
     }
 }
 
