@@ -35,8 +35,8 @@ pub(crate) const MAX_KEY: usize = 256;
 pub(crate) const MAX_DOMAIN: usize = 64;
 
 /// A key in a shared store. Cheap to clone. Its digest is taken once, when it is made: it is the
-/// key's id in a memory store, its seen-cache shard, and what the maps keyed by it hash (eight
-/// bytes, not the text, several times per decision).
+/// key's id in a memory store, its seen-cache shard and entry, and what the maps keyed by it hash
+/// (eight bytes, not the text, several times per decision).
 #[derive(Clone)]
 pub struct TextKey {
     text: std::sync::Arc<str>,
