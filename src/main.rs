@@ -1,14 +1,16 @@
 //! The `ratelimit-server` binary: read the reference's environment, parse the command line, set up
 //! logging, run the command.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use clap::{CommandFactory, FromArgMatches};
 use ratelimit_server::cli::{Cli, Command, run};
 use ratelimit_server::reference_env;
 
-/// The process's allocator (why: Cargo.toml).
+mod allocator;
+
+/// The process's allocator (why mimalloc: Cargo.toml; why our own entry to it: `allocator`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 fn main() {
     // envoyproxy/ratelimit's settings fill in ours that are not set (flag > our env > theirs):
