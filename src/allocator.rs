@@ -80,32 +80,37 @@ unsafe impl GlobalAlloc for Mimalloc {
 mod tests {
     use super::*;
 
-    /// Every block is aligned as asked, whichever entry point served it, through growth and
-    /// shrinking, and a zeroed one reads zero.
+    /// Every block is aligned as asked, whichever entry point served it (many of one size held
+    /// at once, so not only a page's first block is looked at), through growth and shrinking,
+    /// and a zeroed one reads zero.
     #[test]
     fn blocks_are_aligned_as_asked_and_zeroed_ones_read_zero() {
         let sizes = (1..=64).chain([100, 1000, 1500, 3000, 4096, 5000, 70_000]);
         for size in sizes {
             for align in [1, 2, 4, 8, 16, 32, 64, 128, 4096] {
                 let layout = Layout::from_size_align(size, align).unwrap();
-                // SAFETY: a non-zero size; each block is freed once, with its layout.
+                let grown = Layout::from_size_align(size * 3, align).unwrap();
+                // SAFETY: non-zero sizes; each block is freed once, with the layout it has then.
                 unsafe {
-                    let p = Mimalloc.alloc_zeroed(layout);
-                    assert!(!p.is_null());
-                    assert_eq!(p as usize % align, 0, "size {size}, align {align}");
-                    assert!((0..size).all(|i| *p.add(i) == 0), "size {size} zeroed");
-                    let q = Mimalloc.realloc(p, layout, size * 3);
-                    assert_eq!(q as usize % align, 0, "grown: size {size}, align {align}");
-                    let r = Mimalloc.realloc(
-                        q,
-                        Layout::from_size_align(size * 3, align).unwrap(),
-                        size,
-                    );
-                    assert_eq!(r as usize % align, 0, "shrunk: size {size}, align {align}");
-                    Mimalloc.dealloc(r, layout);
-                    let s = Mimalloc.alloc(layout);
-                    assert_eq!(s as usize % align, 0, "size {size}, align {align}");
-                    Mimalloc.dealloc(s, layout);
+                    let held: Vec<*mut u8> = (0..64)
+                        .map(|_| {
+                            let p = Mimalloc.alloc_zeroed(layout);
+                            assert!(!p.is_null());
+                            assert_eq!(p as usize % align, 0, "size {size}, align {align}");
+                            assert!((0..size).all(|i| *p.add(i) == 0), "size {size} zeroed");
+                            let q = Mimalloc.realloc(p, layout, grown.size());
+                            assert_eq!(q as usize % align, 0, "grown: {size}, align {align}");
+                            let r = Mimalloc.realloc(q, grown, size);
+                            assert_eq!(r as usize % align, 0, "shrunk: {size}, align {align}");
+                            let s = Mimalloc.alloc(layout);
+                            assert_eq!(s as usize % align, 0, "size {size}, align {align}");
+                            Mimalloc.dealloc(s, layout);
+                            r
+                        })
+                        .collect();
+                    for p in held {
+                        Mimalloc.dealloc(p, layout);
+                    }
                 }
             }
         }
