@@ -20,6 +20,8 @@
 #                                        Redis baseline in place of BIN) and its shape,
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
+#   NOOP_TRANSPORT_AS_OURS=1             the no-op server with the server's default HTTP/2 settings
+#                                        (keepalive every 30 s, 10 s to answer, 1,024 streams) instead of tonic's
 #   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
 #   RULE_RPU=1000000000                  the rule's requests per second per key (1: mostly denials)
 #   CACHE_SIM=1                          `callgrind` and `redis` simulate the caches too and print

@@ -246,7 +246,16 @@ fn spawn_server(
 async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::path::PathBuf) {
     use ratelimit_server::{clock::SystemClock, server, settings::ServeSettings};
     if kind == "noop" {
-        tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        // The server's default HTTP/2 settings (`grpc_server`), for a no-op measured alike: with
+        // keepalive on, hyper takes a lock and reads the clock for every frame it receives.
+        if std::env::var_os("NOOP_TRANSPORT_AS_OURS").is_some() {
+            builder = builder
+                .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+                .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
+                .max_concurrent_streams(Some(1024));
+        }
+        builder
             .add_service(noop::server())
             .serve(addr)
             .await
