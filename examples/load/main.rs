@@ -247,13 +247,15 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
     use ratelimit_server::{clock::SystemClock, server, settings::ServeSettings};
     if kind == "noop" {
         let mut builder = tonic::transport::Server::builder();
-        // The server's default HTTP/2 settings (`grpc_server`), for a no-op measured alike: with
-        // keepalive on, hyper takes a lock and reads the clock for every frame it receives.
+        // The server's default HTTP/2 settings, read from its own defaults, for a no-op measured
+        // alike: with keepalive on, hyper takes a lock and reads the clock for every frame it
+        // receives.
         if std::env::var_os("NOOP_TRANSPORT_AS_OURS").is_some() {
+            let ours = ServeSettings::for_tests(config.clone()).transport;
             builder = builder
-                .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
-                .http2_keepalive_timeout(Some(std::time::Duration::from_secs(10)))
-                .max_concurrent_streams(Some(1024));
+                .http2_keepalive_interval(Some(ours.grpc_keepalive_interval))
+                .http2_keepalive_timeout(Some(ours.grpc_keepalive_timeout))
+                .max_concurrent_streams(Some(ours.grpc_max_concurrent_streams));
         }
         builder
             .add_service(noop::server())
