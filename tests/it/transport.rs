@@ -1,6 +1,8 @@
 //! The transport from outside, as a hostile or unlucky client sees it: oversized, stalled and
-//! malformed calls are refused with the right gRPC code and counted; silent connections are
-//! closed; a descriptor-limited process survives a connection flood without spinning.
+//! malformed calls are refused with the right gRPC code and counted; a call past its
+//! `grpc-timeout` is answered DEADLINE_EXCEEDED; a connection past its maximum age is closed
+//! gracefully, then cut after the grace; silent connections are closed; a descriptor-limited
+//! process survives a connection flood without spinning.
 
 use crate::common;
 
@@ -22,10 +24,21 @@ const PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
 
 /// A raw HTTP/2 connection to the gRPC port.
 async fn h2_client(server: &common::TestServer) -> h2::client::SendRequest<Bytes> {
+    h2_connection(server).await.0
+}
+
+/// A raw HTTP/2 connection to the gRPC port, and the task driving it (it ends when the
+/// connection does).
+async fn h2_connection(
+    server: &common::TestServer,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+) {
     let tcp = TcpStream::connect(server.server.grpc_addr).await.unwrap();
     let (client, connection) = h2::client::handshake(tcp).await.unwrap();
-    tokio::spawn(connection);
-    client.ready().await.unwrap()
+    let driving = tokio::spawn(connection);
+    (client.ready().await.unwrap(), driving)
 }
 
 /// Starts a ShouldRateLimit call whose gRPC frame declares `declared` bytes, and sends `sent` of
@@ -35,19 +48,39 @@ async fn partial_call(
     declared: u32,
     sent: usize,
 ) -> h2::client::ResponseFuture {
-    let request = http::Request::post(format!("http://localhost{PATH}"))
+    let (response, body) = started_call(client, declared, sent, &[]).await;
+    // Keep the stream open (neither ended nor reset) for the rest of the test.
+    std::mem::forget(body);
+    response
+}
+
+/// Starts a ShouldRateLimit call with `headers` whose gRPC frame declares `declared` bytes and
+/// sends `sent` of them; the stream's sending half is returned open.
+async fn started_call(
+    client: &mut h2::client::SendRequest<Bytes>,
+    declared: u32,
+    sent: usize,
+    headers: &[(&str, &str)],
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut request = http::Request::post(format!("http://localhost{PATH}"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .unwrap();
+        .header("te", "trailers");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(()).unwrap();
     let (response, mut body) = client.send_request(request, false).unwrap();
     let mut frame = vec![0u8];
     frame.extend_from_slice(&declared.to_be_bytes());
     frame.resize(5 + sent, 0x0a);
     body.send_data(Bytes::from(frame), false).unwrap();
-    // Keep the stream open (neither ended nor reset) for the rest of the test.
-    std::mem::forget(body);
-    response
+    (response, body)
+}
+
+/// A ShouldRateLimit request for `k=v` in domain `d`, encoded.
+fn encoded_request() -> Vec<u8> {
+    use prost::Message;
+    common::probe("d", &[("k", "v")]).encode_to_vec()
 }
 
 /// The grpc-status of a trailers-only answer.
@@ -127,6 +160,78 @@ async fn bytes_past_the_buffer_budget_are_refused_while_small_calls_still_pass()
     // A real call is small and fits beside the stalled one.
     assert_eq!(s.hit("d", &[("k", "v")]).await.0, common::Code::Ok);
     drop(first);
+}
+
+#[tokio::test]
+async fn a_call_past_its_grpc_timeout_is_answered_deadline_exceeded() {
+    // The server's own stall timeout is far away: only the caller's deadline can end the call.
+    let mut s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.request_timeout = Duration::from_secs(3600);
+    })
+    .await;
+    let mut client = h2_client(&s).await;
+    let (stalled, _body) = started_call(&mut client, 100, 10, &[("grpc-timeout", "50m")]).await;
+    assert_eq!(
+        grpc_status(stalled).await,
+        tonic::Code::DeadlineExceeded as i32
+    );
+    // Not a stalled request of the server's: the caller's deadline passed.
+    assert_eq!(error_count(&s, "stalled_request").await, 0);
+    assert_eq!(s.hit("d", &[("k", "v")]).await.0, common::Code::Ok);
+}
+
+#[tokio::test]
+async fn at_its_maximum_age_a_connection_finishes_its_calls_then_closes() {
+    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.grpc_max_connection_age = Some(Duration::from_millis(200));
+        settings.grpc_max_connection_age_grace = Duration::from_secs(3600);
+    })
+    .await;
+    let (mut client, driving) = h2_connection(&s).await;
+    let message = encoded_request();
+    let declared = u32::try_from(message.len()).unwrap();
+    let (response, mut body) = started_call(&mut client, declared, 0, &[]).await;
+    // Past the connection's age, the call started before it is still being served…
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!driving.is_finished(), "the connection was cut at its age");
+    body.send_data(Bytes::from(message), true).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(20), response)
+        .await
+        .expect("the call in progress is answered")
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut response = response.into_body();
+    while response.data().await.is_some() {}
+    let trailers = response.trailers().await.unwrap().expect("trailers");
+    assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+    // …and once it is answered, the connection (told to go away at its age) closes.
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(20), driving)
+        .await
+        .expect("the connection closes after its age")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_call_still_running_at_the_end_of_the_ages_grace_is_cut() {
+    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.request_timeout = Duration::from_secs(3600);
+        settings.grpc_max_connection_age = Some(Duration::from_millis(200));
+        settings.grpc_max_connection_age_grace = Duration::from_millis(200);
+    })
+    .await;
+    let (mut client, driving) = h2_connection(&s).await;
+    let stalled = partial_call(&mut client, 100, 10).await;
+    let ended = tokio::time::timeout(Duration::from_secs(20), stalled)
+        .await
+        .expect("the stalled call ends with its connection");
+    assert!(ended.is_err(), "the stalled call was answered: {ended:?}");
+    tokio::time::timeout(Duration::from_secs(20), driving)
+        .await
+        .expect("the connection is cut")
+        .unwrap()
+        .ok();
 }
 
 async fn raw_call(s: &common::TestServer, bytes: Vec<u8>) -> tonic::Status {

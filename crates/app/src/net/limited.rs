@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpStream, UnixStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
@@ -89,6 +88,7 @@ impl<S> LimitedStream<S> {
         self.accepted + self.timeouts.handshake
     }
 
+    #[cfg(test)]
     pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }
@@ -179,21 +179,5 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for LimitedStream<S> {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
-
-impl tonic::transport::server::Connected for LimitedStream<TcpStream> {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
-    }
-}
-
-impl tonic::transport::server::Connected for LimitedStream<UnixStream> {
-    type ConnectInfo = tonic::transport::server::UdsConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.inner.connect_info()
     }
 }

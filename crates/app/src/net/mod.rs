@@ -8,6 +8,8 @@
 mod clients;
 mod limited;
 mod listener;
+mod serve;
+mod serve_grpc;
 mod serve_http;
 pub(crate) mod tls;
 
@@ -25,6 +27,8 @@ use tokio::time::Instant;
 pub(crate) use clients::Clients;
 pub(crate) use limited::{LimitedStream, Slot, Timeouts};
 pub(crate) use listener::Listener;
+pub(crate) use serve::ConnectionAge;
+pub(crate) use serve_grpc::{Http2Settings, serve_grpc};
 pub(crate) use serve_http::serve_http;
 
 /// First wait after a failed accept; it doubles up to [`MAX_ACCEPT_BACKOFF`].
@@ -249,18 +253,6 @@ impl<L: Listener> Acceptor<L> {
             tracing::info!(listener = self.name, "below the connection cap again");
         }
         permit
-    }
-
-    /// The accepted connections as an endless stream, for tonic's `serve_with_incoming_shutdown`
-    /// (accept errors are handled inside [`Acceptor::accept`]). Dropping the stream closes the
-    /// listening socket.
-    pub(crate) fn into_stream(
-        self,
-    ) -> impl futures_util::Stream<Item = Result<LimitedStream<L::Stream>, io::Error>> + Send {
-        futures_util::stream::unfold(self, |acceptor| async move {
-            let (stream, _) = acceptor.accept().await;
-            Some((Ok(stream), acceptor))
-        })
     }
 }
 

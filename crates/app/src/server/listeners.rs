@@ -8,15 +8,18 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tonic::transport::server::Router;
 
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
-use crate::net::{self, Acceptor, ConnectionCaps, Listener, Timeouts};
+use crate::net::{
+    self, Acceptor, ConnectionAge, ConnectionCaps, Http2Settings, Listener, Timeouts,
+};
 use crate::settings::{ServeSettings, TransportArgs};
 use ratelimit_core::clock::Clock;
 use ratelimit_core::metrics::Metrics;
+use ratelimit_core::store::Backend;
 
 use super::StartError;
+use super::grpc_routes::GrpcRoutes;
 
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
     let error = |source| StartError::Bind { addr, source };
@@ -120,20 +123,18 @@ fn connection_caps(transport: &TransportArgs, uds: bool) -> ConnectionCaps {
     caps
 }
 
-/// The gRPC server with the transport settings applied (keepalive, stream cap, connection age),
-/// before any service is added.
-pub(super) fn grpc_server(settings: &ServeSettings) -> tonic::transport::Server {
+/// The gRPC listeners' HTTP/2 settings: keepalive, stream cap, connection age.
+pub(super) fn http2_settings(settings: &ServeSettings) -> Http2Settings {
     let t = &settings.transport;
-    let mut builder = tonic::transport::Server::builder();
-    if let Some(age) = settings.grpc_max_connection_age {
-        builder = builder
-            .max_connection_age(age)
-            .max_connection_age_grace(settings.grpc_max_connection_age_grace);
+    Http2Settings {
+        keepalive_interval: t.grpc_keepalive_interval,
+        keepalive_timeout: t.grpc_keepalive_timeout,
+        max_concurrent_streams: t.grpc_max_concurrent_streams,
+        age: settings.grpc_max_connection_age.map(|max| ConnectionAge {
+            max,
+            grace: settings.grpc_max_connection_age_grace,
+        }),
     }
-    builder
-        .http2_keepalive_interval(Some(t.grpc_keepalive_interval))
-        .http2_keepalive_timeout(Some(t.grpc_keepalive_timeout))
-        .max_concurrent_streams(Some(t.grpc_max_concurrent_streams))
 }
 
 /// Resolves when `stop` turns true.
@@ -206,10 +207,11 @@ impl Tasks {
     }
 
     /// Also serves gRPC on a Unix socket (Envoy's pipe address). A stale socket file is replaced.
-    pub(super) fn serve_grpc_on_unix_socket(
+    pub(super) fn serve_grpc_on_unix_socket<B: Backend>(
         &mut self,
         path: &std::path::Path,
-        router: Router,
+        settings: Http2Settings,
+        routes: GrpcRoutes<B>,
     ) -> Result<(), StartError> {
         let _ = std::fs::remove_file(path);
         let listener =
@@ -217,39 +219,36 @@ impl Tasks {
                 path: path.display().to_string(),
                 source,
             })?;
-        let stop = self.stopped();
-        let acceptor = self.acceptor(listener, self.caps.uds, "gRPC (Unix socket)");
+        let name = "gRPC (Unix socket)";
+        let acceptor = self.acceptor(listener, self.caps.uds, name);
         tracing::info!(
             path = %path.display(),
             max_connections = self.caps.uds,
             "gRPC also on a Unix socket"
         );
-        self.spawn(async move {
-            let incoming = acceptor.into_stream();
-            if let Err(e) = router.serve_with_incoming_shutdown(incoming, stop).await {
-                tracing::error!(error = %e, "gRPC server on the Unix socket failed");
-            }
-        });
+        let open = |stream| std::future::ready(Some(stream));
+        let stop = self.stopped();
+        self.spawn(net::serve_grpc(
+            acceptor, open, settings, routes, stop, name,
+        ));
         Ok(())
     }
 
     /// Serves gRPC on its TCP listener, through TLS if it has it.
-    pub(super) fn serve_grpc(
+    pub(super) fn serve_grpc<B: Backend>(
         &mut self,
         (listener, _): (TcpListener, SocketAddr),
-        router: Router,
+        settings: Http2Settings,
+        routes: GrpcRoutes<B>,
         tls: Option<Arc<TlsSource>>,
     ) {
-        let acceptor = self.acceptor(listener, self.caps.grpc, "gRPC");
+        let name = "gRPC";
+        let acceptor = self.acceptor(listener, self.caps.grpc, name);
+        let open = move |stream| tls::open(tls.clone(), stream);
         let stop = self.stopped();
-        self.spawn(async move {
-            let result = router
-                .serve_with_incoming_shutdown(tls::incoming(acceptor, tls), stop)
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "gRPC server failed");
-            }
-        });
+        self.spawn(net::serve_grpc(
+            acceptor, open, settings, routes, stop, name,
+        ));
     }
 
     /// Serves the admin HTTP routes, through TLS if the admin listener has it.

@@ -3,6 +3,7 @@
 //! backend is chosen.
 
 mod error;
+mod grpc_routes;
 mod listeners;
 mod reporting;
 mod rules;
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tonic::transport::server::Router;
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::front::FrontDoor;
@@ -38,7 +38,8 @@ use tonic_health::pb::health_server::HealthServer;
 pub use error::StartError;
 pub use running::{Server, run};
 
-use listeners::{ListenerTls, Listeners, Tasks, grpc_server};
+use grpc_routes::GrpcRoutes;
+use listeners::{ListenerTls, Listeners, Tasks, http2_settings};
 use reporting::{metrics_mapper, recorder, register_process_metrics, start_tracing};
 use rules::{first_rules, rules_reloader};
 
@@ -149,7 +150,7 @@ async fn start_on<B: Backend>(
     let quotas = settings
         .rlqs_enabled
         .then(|| rlqs::table(engine.clone(), metrics.registry()));
-    let grpc_router = grpc_router(settings, health_service, &front, &quotas, &tasks);
+    let grpc_routes = grpc_routes(settings, health_service, &front, &quotas, &tasks);
     if let Some(table) = &quotas {
         spawn_rlqs_tasks(&mut tasks, table, exchange);
     }
@@ -181,7 +182,7 @@ async fn start_on<B: Backend>(
         renders: Default::default(),
         quota,
     });
-    serve(&mut tasks, settings, listeners, tls, grpc_router, admin)?;
+    serve(&mut tasks, settings, listeners, tls, grpc_routes, admin)?;
     spawn_background(&mut tasks, settings, store, clock, &metrics);
     tasks.handles.extend(watcher);
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
@@ -266,25 +267,21 @@ fn spawn_xds_client(
     tasks.handles.push(client.spawn(tasks.shutdown.clone()));
 }
 
-/// The gRPC services on one router: health, `ShouldRateLimit`, and RLQS when it is on.
-fn grpc_router<B: Backend>(
+/// The gRPC services, routed by name: health, `ShouldRateLimit`, and RLQS when it is on.
+fn grpc_routes<B: Backend>(
     settings: &ServeSettings,
-    health_service: HealthServer<HealthService>,
+    health: HealthServer<HealthService>,
     front: &Arc<FrontDoor<B>>,
     quotas: &Option<Arc<rlqs::Table<B>>>,
     tasks: &Tasks,
-) -> Router {
-    grpc_server(settings)
-        .add_service(health_service)
-        .add_service(RateLimitGrpc::new(
-            front.clone(),
-            settings.transport.call_limits(),
-        ))
-        .add_optional_service(
-            quotas
-                .clone()
-                .map(|table| rlqs::QuotaService::server(table, tasks.shutdown.clone())),
-        )
+) -> GrpcRoutes<B> {
+    GrpcRoutes {
+        rate_limit: RateLimitGrpc::new(front.clone(), settings.transport.call_limits()),
+        health,
+        quota: quotas
+            .clone()
+            .map(|table| rlqs::QuotaService::server(table, tasks.shutdown.clone())),
+    }
 }
 
 /// RLQS's ticker, and with `exchange` the demand exchange with the other instances.
@@ -309,11 +306,12 @@ fn serve<B: Backend>(
     settings: &ServeSettings,
     listeners: Listeners,
     tls: ListenerTls,
-    grpc_router: Router,
+    grpc_routes: GrpcRoutes<B>,
     admin: Arc<Admin<B>>,
 ) -> Result<(), StartError> {
+    let http2 = http2_settings(settings);
     if let Some(path) = &settings.grpc_uds {
-        tasks.serve_grpc_on_unix_socket(path, grpc_router.clone())?;
+        tasks.serve_grpc_on_unix_socket(path, http2, grpc_routes.clone())?;
     }
     if let Some(listener) = listeners.debug {
         tasks.serve_debug(settings, listener, http::debug_router(admin.clone()));
@@ -323,7 +321,7 @@ fn serve<B: Backend>(
         tracing::info!(addr = %listener.1, path = %settings.metrics_path, "metrics also served alone");
         tasks.serve_debug(settings, listener, router);
     }
-    tasks.serve_grpc(listeners.grpc, grpc_router, tls.grpc);
+    tasks.serve_grpc(listeners.grpc, http2, grpc_routes, tls.grpc);
     tasks.serve_admin(settings, listeners.http, http::router(admin), tls.admin);
     Ok(())
 }

@@ -7,7 +7,9 @@
 
 mod body;
 mod codec;
+pub(crate) mod deadline;
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tonic::codegen::{BoxFuture, Context, Poll, Service, StdError, http};
+use tonic::codegen::{BoxFuture, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Code, Request, Response, Status};
 
@@ -59,7 +61,7 @@ struct Shared<S> {
     buffered: Arc<ByteBudget>,
 }
 
-/// The tonic service around a shared engine.
+/// `ShouldRateLimit` around a shared engine.
 pub(crate) struct RateLimitGrpc<S> {
     shared: Arc<Shared<S>>,
 }
@@ -109,23 +111,20 @@ fn refused_code<B>(response: &http::Response<B>) -> Option<Code> {
     (code != Code::Ok).then_some(code)
 }
 
-impl<S, B> Service<http::Request<B>> for RateLimitGrpc<S>
-where
-    S: Backend,
-    B: http_body::Body<Data = tonic::codegen::Bytes> + Unpin + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = http::Response<tonic::body::Body>;
-    type Error = std::convert::Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+impl<S: Backend> RateLimitGrpc<S> {
+    /// Answers one call: `ShouldRateLimit`, or UNIMPLEMENTED for another method of the service;
+    /// DEADLINE_EXCEEDED once `deadline` (the call's `grpc-timeout`) has passed.
+    pub(crate) fn serve<B>(
+        &self,
+        request: http::Request<B>,
+        deadline: Option<Duration>,
+    ) -> BoxFuture<http::Response<tonic::body::Body>, Infallible>
+    where
+        B: http_body::Body<Data = tonic::codegen::Bytes> + Unpin + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static,
+    {
         let this = self.clone();
-        Box::pin(async move {
+        Box::pin(deadline::within(deadline, async move {
             if request.uri().path() != SHOULD_RATE_LIMIT_PATH {
                 return Ok(Status::unimplemented("unknown method").into_http());
             }
@@ -149,7 +148,7 @@ where
                 this.count_refused(code);
             }
             Ok(response)
-        })
+        }))
     }
 }
 

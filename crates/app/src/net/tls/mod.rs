@@ -23,4 +23,4 @@ pub(crate) use files::{TlsError, TlsSpec};
 pub(crate) use metrics::TlsMetrics;
 pub(crate) use reload::{TlsSource, watch_files};
 pub(crate) use settings::TlsArgs;
-pub(crate) use stream::{Conn, handshake, incoming};
+pub(crate) use stream::{Conn, open};

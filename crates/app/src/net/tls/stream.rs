@@ -1,36 +1,23 @@
 //! Connections after TLS: the handshake of one accepted connection, bounded by the connection's
-//! handshake deadline, then the limits moved onto the decrypted stream; and the stream of ready
-//! connections for tonic, with handshakes run side by side so a slow one holds up no other.
+//! handshake deadline, then the limits moved onto the decrypted stream.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use futures_util::{Stream, future::BoxFuture};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::TlsSource;
-use crate::net::{Acceptor, LimitedStream};
+use crate::net::LimitedStream;
 
 /// An accepted connection, plaintext or after its TLS handshake; limited either way.
 pub(crate) enum Conn {
     Plain(LimitedStream<TcpStream>),
     Tls(Box<LimitedStream<TlsStream<TcpStream>>>),
-}
-
-impl Conn {
-    /// The TCP connection underneath.
-    pub(crate) fn tcp(&self) -> &TcpStream {
-        match self {
-            Conn::Plain(s) => s.get_ref(),
-            Conn::Tls(s) => s.get_ref().get_ref().0,
-        }
-    }
 }
 
 /// Runs the TLS handshake on `stream` with the config serving now. It must end by the
@@ -58,38 +45,16 @@ pub(crate) async fn handshake(
     None
 }
 
-/// The accepted connections, after their handshakes when `tls` is set, as an endless stream for
-/// tonic's `serve_with_incoming_shutdown`. Dropping it closes the listening socket.
-pub(crate) fn incoming(
-    acceptor: Acceptor,
+/// `stream` made ready to serve: as it is, or after its TLS handshake when `tls` is set (`None`
+/// when that fails).
+pub(crate) async fn open(
     tls: Option<Arc<TlsSource>>,
-) -> impl Stream<Item = Result<Conn, io::Error>> + Send {
-    type Pending = FuturesUnordered<BoxFuture<'static, Option<Conn>>>;
-    futures_util::stream::unfold(
-        (acceptor, Pending::new()),
-        move |(acceptor, mut pending)| {
-            let tls = tls.clone();
-            async move {
-                let Some(tls) = tls else {
-                    let (stream, _) = acceptor.accept().await;
-                    return Some((Ok(Conn::Plain(stream)), (acceptor, pending)));
-                };
-                loop {
-                    tokio::select! {
-                        (stream, _) = acceptor.accept() => {
-                            let tls = tls.clone();
-                            pending.push(Box::pin(async move { handshake(&tls, stream).await }));
-                        }
-                        Some(done) = pending.next(), if !pending.is_empty() => {
-                            if let Some(conn) = done {
-                                return Some((Ok(conn), (acceptor, pending)));
-                            }
-                        }
-                    }
-                }
-            }
-        },
-    )
+    stream: LimitedStream<TcpStream>,
+) -> Option<Conn> {
+    match tls {
+        None => Some(Conn::Plain(stream)),
+        Some(tls) => handshake(&tls, stream).await,
+    }
 }
 
 impl AsyncRead for Conn {
@@ -147,13 +112,5 @@ impl AsyncWrite for Conn {
             Conn::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Conn::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
-    }
-}
-
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.tcp().connect_info()
     }
 }
