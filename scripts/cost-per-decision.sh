@@ -24,6 +24,7 @@
 #                                        (keepalive every 30 s, 10 s to answer, 1,024 streams) instead of tonic's
 #   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
 #   RULE_RPU=1000000000                  the rule's requests per second per key (1: mostly denials)
+#   CALLGRIND_KEYS=100k-zipf CALLGRIND_SHAPE=4x64  the key mix and shape `callgrind` drives
 #   CACHE_SIM=1                          `callgrind` and `redis` simulate the caches too and print
 #                                        first-level and last-level misses per call beside instructions
 #   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be noop-redis, the
@@ -46,6 +47,8 @@ KEYS=${KEYS:-100k-zipf,1}
 LOAD_BACKENDS=${BACKENDS:-memory,redis,noop-redis}
 BACKENDS=${BACKENDS:-memory,redis}
 CALLS=${CALLS:-20000}
+CALLGRIND_KEYS=${CALLGRIND_KEYS:-100k-zipf}
+CALLGRIND_SHAPE=${CALLGRIND_SHAPE:-4x64}
 REDIS_KEYS=${REDIS_KEYS:-100k-zipf,1}
 REDIS_SHAPE=${REDIS_SHAPE:-4x64}
 REDIS_UNDER=${REDIS_UNDER:-redis,server}
@@ -114,7 +117,7 @@ callgrind_one() {
     wait_healthy $http
   fi
   if [ "$calls" -gt 0 ]; then
-    "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys 100k-zipf --shapes 4x64 > /dev/null
+    "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$CALLGRIND_KEYS" --shapes "$CALLGRIND_SHAPE" > /dev/null
   fi
   kill -TERM $pid; wait $pid || true
 }
