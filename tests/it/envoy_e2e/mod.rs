@@ -4,6 +4,7 @@
 
 mod concurrency;
 mod configs;
+mod connection_age;
 mod failure;
 mod harness;
 mod hot_reload;

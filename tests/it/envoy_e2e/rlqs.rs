@@ -235,7 +235,17 @@ async fn without_the_server_assignments_expire_and_envoy_recovers_when_it_is_bac
         RateLimit::start_with(&rules(), |s| s.grpc_addr = ([127, 0, 0, 1], port).into()).await;
     let addr = ratelimit.grpc_addr;
     let envoy = start_envoy(&bin, addr.port()).await;
-    let mut limited = false;
+    // The first request opens the stream; the rest go once its assignment is sent, so that the
+    // limit is met by Envoy applying it, not by how busy the machine is (a CI run under the whole
+    // suite sent all twenty before the assignment arrived, and none was limited).
+    let mut limited = status(&envoy, "k1").await == 429;
+    eventually_within("the first assignment sent", ENVOY_PACED, || async {
+        metric(
+            &ratelimit,
+            "ratelimit_rlqs_assignments_total{action=\"token_bucket\"}",
+        ) >= 1
+    })
+    .await;
     for _ in 0..20 {
         limited |= status(&envoy, "k1").await == 429;
     }
