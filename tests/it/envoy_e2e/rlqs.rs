@@ -40,6 +40,17 @@ async fn status(envoy: &Envoy, key: &str) -> u16 {
         .status
 }
 
+/// Waits until the server has sent its first token-bucket assignment.
+async fn first_assignment_sent(ratelimit: &RateLimit) {
+    eventually_within("the first assignment sent", ENVOY_PACED, || async {
+        metric(
+            ratelimit,
+            "ratelimit_rlqs_assignments_total{action=\"token_bucket\"}",
+        ) >= 1
+    })
+    .await;
+}
+
 async fn start_envoy(bin: &std::path::Path, port: u16) -> Envoy {
     Envoy::start(bin, port, |ports| render("rlqs.yaml", ports, &[])).await
 }
@@ -59,13 +70,7 @@ async fn one_envoy_is_limited_near_the_eleventh_request_and_reports_every_one() 
     // depends on Envoy applying the assignment, not on how busy the machine is (a CI run on a
     // loaded box let three more through while the server was still being asked).
     let mut statuses = vec![status(&envoy, "k1").await];
-    eventually_within("the first assignment sent", ENVOY_PACED, || async {
-        metric(
-            &ratelimit,
-            "ratelimit_rlqs_assignments_total{action=\"token_bucket\"}",
-        ) >= 1
-    })
-    .await;
+    first_assignment_sent(&ratelimit).await;
     for _ in 1..30 {
         statuses.push(status(&envoy, "k1").await);
     }
@@ -239,13 +244,7 @@ async fn without_the_server_assignments_expire_and_envoy_recovers_when_it_is_bac
     // limit is met by Envoy applying it, not by how busy the machine is (a CI run under the whole
     // suite sent all twenty before the assignment arrived, and none was limited).
     let mut limited = status(&envoy, "k1").await == 429;
-    eventually_within("the first assignment sent", ENVOY_PACED, || async {
-        metric(
-            &ratelimit,
-            "ratelimit_rlqs_assignments_total{action=\"token_bucket\"}",
-        ) >= 1
-    })
-    .await;
+    first_assignment_sent(&ratelimit).await;
     for _ in 0..20 {
         limited |= status(&envoy, "k1").await == 429;
     }
