@@ -3,7 +3,7 @@
 # independent no-op tonic server, and redis-server's CPU per decision; then the same server's
 # instructions per call under callgrind (exact; the number for before/after on a shared machine).
 #
-# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|commandstats|all] (default: all)
+# usage: scripts/cost-per-decision.sh [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|commandstats|capacity|all] (default: all)
 #   BIN=target/release/ratelimit-server  the server binary to measure (e.g. an older build)
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
@@ -27,6 +27,10 @@
 #   CALLGRIND_KEYS=100k-zipf CALLGRIND_SHAPE=4x64  the key mix and shape `callgrind` drives
 #   CACHE_SIM=1                          `callgrind` and `redis` simulate the caches too and print
 #                                        first-level and last-level misses per call beside instructions
+#   capacity                             redis-server's CPU per decision when it is busy: the commands of
+#                                        CALLS×5 decisions (ours, then the Redis baseline's) recorded through a
+#                                        proxy and sent again back to back (redis-cli --pipe), Redis on a CPU
+#                                        of its own; REDIS_KEYS, REDIS_SHAPE and REDIS_SERVER apply
 #   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be noop-redis, the
 #                                        Redis baseline), in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
@@ -465,6 +469,72 @@ for line in open(sys.argv[4]):
   redis-cli -p "$port" shutdown nosave > /dev/null 2>&1 || true; wait $bpid || true
 }
 
+# redis-server's CPU per decision when it is busy (the case of many instances on one shard): the
+# commands the server (or, with the baseline, examples/load/noop_redis.rs) sent for CALLS x 5
+# decisions at REDIS_SHAPE over each of REDIS_KEYS, recorded through a proxy
+# (scripts/redis-capture.py), their expiries moved ahead, then sent again back to back by
+# `redis-cli --pipe` to a fresh redis-server with a CPU of its own (taskset -c 1; the sender on
+# CPU 0), ROUNDS times: its CPU (INFO cpu, µs) per decision, and its commands per decision, as
+# recorded and as replayed (a replay whose command mix differs from the recording's has not
+# measured the same work).
+capacity() {
+  local dir keys side calls=$((CALLS * 5)); dir=$(mktemp -d); rules "$dir/rules"
+  cpu() { redis-cli -p "$1" info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ {t += $2} END {printf "%.6f", t}'; }
+  per_decision() { # INFO commandstats in $1 -> "script calls, commands (those in scripts too)" per decision
+    python3 - "$1" "$calls" <<'PY'
+import re, sys
+text, n = open(sys.argv[1]).read(), int(sys.argv[2])
+stat = {m[0]: int(m[1]) for m in re.findall(r"cmdstat_(\w+):calls=(\d+)", text)}
+scripts = sum(stat.get(c, 0) for c in ("evalsha", "eval", "fcall"))
+other = {c: k for c, k in stat.items() if c not in ("evalsha", "eval", "fcall")}
+print("%.3f %s" % (scripts / n, ", ".join("%s %.2f" % (c, k / n) for c, k in sorted(other.items()) if k / n >= 0.01)))
+PY
+  }
+  echo "== redis-server busy: $calls decisions at $REDIS_SHAPE recorded, then sent back to back ($REDIS_SERVER)"
+  echo "| keys | server | recorded: script calls / commands per decision | replayed: the same | redis-server CPU µs per decision, replayed (median [range] of $ROUNDS) |"
+  echo "|---|---|---|---|---|"
+  for keys in ${REDIS_KEYS//,/ }; do
+    for side in redis noop-redis; do
+      local tag=$side.$keys rport pport grpc http rpid ppid spid
+      rport=$(free_port); pport=$(free_port); grpc=$(free_port); http=$(free_port)
+      "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.$tag.log" 2>&1 & rpid=$!
+      for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
+      python3 scripts/redis-capture.py record "$pport" "$rport" "$dir/sent.$tag" 2> "$dir/proxy.$tag.log" & ppid=$!
+      wait_port "$pport"
+      if [ "$side" = noop-redis ]; then
+        baseline_cmd $grpc $http "$dir"
+        REDIS_URL=127.0.0.1:$pport "${BASELINE[@]}" > "$dir/server.$tag.log" 2>&1 & spid=$!
+        wait_port $grpc
+      else
+        SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$pport CACHE_KEY_PREFIX=load: \
+          "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.$tag.log" 2>&1 & spid=$!
+        wait_healthy $http
+      fi
+      "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
+      redis-cli -p "$rport" info commandstats > "$dir/recorded.$tag"
+      kill -TERM $spid; wait $spid || true
+      kill -TERM $ppid; wait $ppid || true
+      redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true
+      python3 scripts/redis-capture.py shift "$dir/sent.$tag" "$dir/replay.$tag" > /dev/null
+      local runs=() r c0 c1
+      for r in $(seq "$ROUNDS"); do # each time on a fresh redis-server
+        rport=$(free_port)
+        taskset -c 1 "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/replay-redis.$tag.log" 2>&1 & rpid=$!
+        for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
+        c0=$(cpu "$rport")
+        taskset -c 0 redis-cli -p "$rport" --pipe < "$dir/replay.$tag" > "$dir/pipe.$tag.log" 2>&1 || true  # (errors: the clients' CLIENT SETINFO, the conditional SET's probe)
+        c1=$(cpu "$rport")
+        redis-cli -p "$rport" info commandstats > "$dir/replayed.$tag"
+        redis-cli -p "$rport" shutdown nosave > /dev/null 2>&1 || true; wait $rpid || true
+        runs+=("$(python3 -c "print('%.2f' % (($c1 - $c0) * 1e6 / $calls))")")
+      done
+      local rec rep; rec=$(per_decision "$dir/recorded.$tag"); rep=$(per_decision "$dir/replayed.$tag")
+      echo "| $keys | $([ $side = redis ] && echo ours || echo the baseline) | ${rec/ / \/ } | ${rep/ / \/ } | $(printf '%s\n' "${runs[@]}" | sort -n | awk '{v[NR] = $1} END {printf "%s [%s–%s]", v[int((NR + 1) / 2)], v[1], v[NR]}') |"
+    done
+  done
+  echo "(recordings kept in $dir)"
+}
+
 case $MODE in
   load) load ;;
   callgrind) callgrind ;;
@@ -474,6 +544,7 @@ case $MODE in
   syscalls) syscalls ;;
   wakeups) wakeups ;;
   commandstats) commandstats ;;
+  capacity) capacity ;;
   all) load; callgrind ;;
-  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|commandstats|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [load|callgrind|redis|redis-ab|perf|syscalls|wakeups|commandstats|capacity|all]" >&2; exit 2 ;;
 esac
