@@ -100,6 +100,21 @@ baseline_cmd() {
   BASELINE=("$LOAD" --serve noop-redis --addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 --config "$3/rules")
 }
 
+# Starts build $1 (a server binary, or noop-redis: the Redis baseline) on the Redis at 127.0.0.1:$2,
+# serving gRPC on $3 (admin on $4) with the rules in $dir/rules, its output in $5; waits until it
+# serves and sets SERVED_PID.
+serve_on_redis() {
+  if [ "$1" = noop-redis ]; then
+    baseline_cmd "$3" "$4" "$dir"
+    REDIS_URL=127.0.0.1:$2 "${BASELINE[@]}" > "$5" 2>&1 & SERVED_PID=$!
+    wait_port "$3"
+  else
+    SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$2 CACHE_KEY_PREFIX=load: \
+      "$1" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$3 --http-addr 127.0.0.1:$4 > "$5" 2>&1 & SERVED_PID=$!
+    wait_healthy "$4"
+  fi
+}
+
 wait_port() {
   for _ in $(seq 600); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
   echo "nothing listens on $1" >&2; return 1
@@ -318,15 +333,7 @@ redis_ab() {
     rport=$(free_port); grpc=$(free_port); http=$(free_port)
     "$REDIS_SERVER" --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$dir/redis.log" 2>&1 & rpid=$!
     for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
-    if [ "$1" = noop-redis ]; then
-      baseline_cmd $grpc $http "$dir"
-      REDIS_URL=127.0.0.1:$rport "${BASELINE[@]}" > "$dir/server.log" 2>&1 & spid=$!
-      wait_port $grpc
-    else
-      SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$rport CACHE_KEY_PREFIX=load: \
-        "$1" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.log" 2>&1 & spid=$!
-      wait_healthy $http
-    fi
+    serve_on_redis "$1" "$rport" "$grpc" "$http" "$dir/server.log"; spid=$SERVED_PID
     "$LOAD" --drive 127.0.0.1:$grpc --calls 20000 --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
     r0=$(ticks $rpid); s0=$(ticks $spid); t0=$(date +%s.%N)
     "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
@@ -501,15 +508,8 @@ PY
       for _ in $(seq 300); do redis-cli -p "$rport" ping > /dev/null 2>&1 && break; sleep 0.1; done
       python3 scripts/redis-capture.py record "$pport" "$rport" "$dir/sent.$tag" 2> "$dir/proxy.$tag.log" & ppid=$!
       wait_port "$pport"
-      if [ "$side" = noop-redis ]; then
-        baseline_cmd $grpc $http "$dir"
-        REDIS_URL=127.0.0.1:$pport "${BASELINE[@]}" > "$dir/server.$tag.log" 2>&1 & spid=$!
-        wait_port $grpc
-      else
-        SHUTDOWN_DELAY=0s LOG_LEVEL=warn BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$pport CACHE_KEY_PREFIX=load: \
-          "$BIN" serve --config "$dir/rules" --grpc-addr 127.0.0.1:$grpc --http-addr 127.0.0.1:$http > "$dir/server.$tag.log" 2>&1 & spid=$!
-        wait_healthy $http
-      fi
+      serve_on_redis "$([ "$side" = noop-redis ] && echo noop-redis || echo "$BIN")" "$pport" "$grpc" "$http" "$dir/server.$tag.log"
+      spid=$SERVED_PID
       "$LOAD" --drive 127.0.0.1:$grpc --calls "$calls" --keys "$keys" --shapes "$REDIS_SHAPE" > /dev/null
       redis-cli -p "$rport" info commandstats > "$dir/recorded.$tag"
       kill -TERM $spid; wait $spid || true
