@@ -1,8 +1,10 @@
 //! Hostile clients, for trying a running server from outside: stalled
-//! streams, silent connections, descriptor floods. Bounded in count and time; loopback only.
+//! streams (or calls that never send their request), silent connections, descriptor floods. Bounded in count and time; loopback only.
 //!
 //! ```sh
 //! cargo run --release --example abuse -- stalled-streams --addr 127.0.0.1:8081 --streams 800
+//! cargo run --release --example abuse -- stalled-streams --addr 127.0.0.1:8081 --connections 20 \
+//!     --streams 1024 --declared 100 --send 0 --hold 12   # calls that send their headers only
 //! cargo run --release --example abuse -- silent --addr 127.0.0.1:8081 --count 1300 --hold 60
 //! cargo run --release --example abuse -- descriptor-flood --addr 127.0.0.1:8081 --senders 16
 //! cargo run --release --example abuse -- silent-uds --path /tmp/rls.sock --count 1100 --hold 30
@@ -31,11 +33,16 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Attack {
-    /// One HTTP/2 connection opening many calls, each announcing a large message and sending all
-    /// but its last bytes (at most --send bytes each), then holding them open.
+    /// HTTP/2 connections (`--connections`) each opening many calls to `--path`, each announcing
+    /// a large message and sending all but its last bytes (at most --send bytes each; `--send 0`:
+    /// the 5-byte prefix alone), then holding them open.
     StalledStreams {
         #[arg(long)]
         addr: SocketAddr,
+        #[arg(long, default_value_t = 1)]
+        connections: usize,
+        #[arg(long, default_value = PATH)]
+        path: String,
         #[arg(long, default_value_t = 800)]
         streams: usize,
         #[arg(long, default_value_t = 4 << 20)]
@@ -94,16 +101,64 @@ enum Attack {
     },
 }
 
-async fn stalled_streams(addr: SocketAddr, streams: usize, declared: u32, send: usize, hold: u64) {
+/// What `stalled-streams` sends.
+struct Stall<'a> {
+    path: &'a str,
+    streams: usize,
+    declared: u32,
+    send: usize,
+}
+
+async fn stalled_streams(addr: SocketAddr, connections: usize, stall: Stall<'_>, hold: u64) {
+    let mut held = Vec::new();
+    let mut responses = Vec::new();
+    for _ in 0..connections {
+        stalled_connection(addr, &stall, &mut held, &mut responses).await;
+    }
+    // What each call was answered by now: refused at once, or still held.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut answered = std::collections::BTreeMap::<String, usize>::new();
+    for response in responses {
+        let key = match futures_util::FutureExt::now_or_never(response) {
+            Some(Ok(r)) => format!(
+                "grpc-status {}",
+                r.headers()
+                    .get("grpc-status")
+                    .map_or("-".into(), |v| v.to_str().unwrap_or("?").to_string())
+            ),
+            Some(Err(e)) => format!("reset: {e}"),
+            None => "no answer yet (stream held)".into(),
+        };
+        *answered.entry(key).or_default() += 1;
+    }
+    println!(
+        "{} streams opened on {connections} connection(s), 0.5 s later: {answered:?}; holding for {hold} s",
+        connections * stall.streams
+    );
+    tokio::time::sleep(Duration::from_secs(hold)).await;
+}
+
+/// One connection of `stalled-streams`: its calls' sending halves go to `held`, their answers
+/// to come to `responses`.
+async fn stalled_connection(
+    addr: SocketAddr,
+    stall: &Stall<'_>,
+    held: &mut Vec<h2::SendStream<Bytes>>,
+    responses: &mut Vec<h2::client::ResponseFuture>,
+) {
+    let Stall {
+        path,
+        streams,
+        declared,
+        send,
+    } = *stall;
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let (client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
     tokio::spawn(connection);
     let mut client = client.ready().await.expect("ready");
-    let mut held = Vec::new();
-    let mut answered = std::collections::BTreeMap::<String, usize>::new();
     let chunk = Bytes::from(vec![0x0au8; 16 * 1024]);
     for _ in 0..streams {
-        let request = http::Request::post(format!("http://localhost{PATH}"))
+        let request = http::Request::post(format!("http://localhost{path}"))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             .body(())
@@ -122,21 +177,8 @@ async fn stalled_streams(addr: SocketAddr, streams: usize, declared: u32, send: 
             left -= n;
         }
         held.push(body);
-        let outcome = tokio::time::timeout(Duration::from_millis(2), response).await;
-        let key = match outcome {
-            Ok(Ok(r)) => format!(
-                "grpc-status {}",
-                r.headers()
-                    .get("grpc-status")
-                    .map_or("-".into(), |v| v.to_str().unwrap_or("?").to_string())
-            ),
-            Ok(Err(e)) => format!("reset: {e}"),
-            Err(_) => "no answer yet (stream held)".into(),
-        };
-        *answered.entry(key).or_default() += 1;
+        responses.push(response);
     }
-    println!("{streams} streams opened: {answered:?}; holding for {hold} s");
-    tokio::time::sleep(Duration::from_secs(hold)).await;
 }
 
 async fn silent(addr: SocketAddr, count: usize, preface: bool, hold: u64) {
@@ -324,11 +366,21 @@ async fn main() {
     match Args::parse().attack {
         Attack::StalledStreams {
             addr,
+            connections,
+            path,
             streams,
             declared,
             send,
             hold,
-        } => stalled_streams(addr, streams, declared, send, hold).await,
+        } => {
+            let stall = Stall {
+                path: &path,
+                streams,
+                declared,
+                send,
+            };
+            stalled_streams(addr, connections, stall, hold).await
+        }
         Attack::Silent {
             addr,
             count,

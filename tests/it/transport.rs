@@ -1,5 +1,6 @@
 //! The transport from outside, as a hostile or unlucky client sees it: oversized, stalled and
-//! malformed calls are refused with the right gRPC code and counted; a call past its
+//! malformed calls are refused with the right gRPC code and counted, calls waiting for their
+//! request are bounded in number and in time (health checks too); a call past its
 //! `grpc-timeout` is answered DEADLINE_EXCEEDED; a connection past its maximum age is closed
 //! gracefully, then cut after the grace; silent connections are closed; a descriptor-limited
 //! process survives a connection flood without spinning.
@@ -62,7 +63,18 @@ async fn started_call(
     sent: usize,
     headers: &[(&str, &str)],
 ) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
-    let mut request = http::Request::post(format!("http://localhost{PATH}"))
+    started_call_to(client, PATH, declared, sent, headers).await
+}
+
+/// [`started_call`] to the method at `path`.
+async fn started_call_to(
+    client: &mut h2::client::SendRequest<Bytes>,
+    path: &str,
+    declared: u32,
+    sent: usize,
+    headers: &[(&str, &str)],
+) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut request = http::Request::post(format!("http://localhost{path}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers");
     for (name, value) in headers {
@@ -143,16 +155,23 @@ async fn a_call_that_stops_sending_is_ended_after_the_request_timeout() {
     assert_eq!(error_count(&s, "stalled_request").await, 1);
 }
 
+/// What a call waiting for its request counts against the buffer budget beside its bytes
+/// (docs/operations.md: its headers and stream).
+const WAITING_CALL_BYTES: usize = 16 * 1024;
+
 #[tokio::test]
 async fn bytes_past_the_buffer_budget_are_refused_while_small_calls_still_pass() {
+    // Room for one stalled call of 50,005 bytes waiting for the rest, and for a real call that
+    // has to wait for its request (its bytes came after its headers) or not.
+    let budget = 50_005 + WAITING_CALL_BYTES + WAITING_CALL_BYTES + 1000;
     let mut s = common::start_with(&[("d.yaml", RULES)], |settings| {
-        settings.transport.max_buffered_request_bytes = 1000;
+        settings.transport.max_buffered_request_bytes = budget;
     })
     .await;
     let mut client = h2_client(&s).await;
-    // The first stalled call holds 505 bytes of the 1000; a second one cannot add its 505.
-    let first = partial_call(&mut client, 600, 500).await;
-    let second = partial_call(&mut client, 600, 500).await;
+    // The first stalled call holds 50,005 bytes and its wait; a second one cannot add its own.
+    let first = partial_call(&mut client, 60_000, 50_000).await;
+    let second = partial_call(&mut client, 60_000, 50_000).await;
     assert_eq!(
         grpc_status(second).await,
         tonic::Code::ResourceExhausted as i32
@@ -160,6 +179,70 @@ async fn bytes_past_the_buffer_budget_are_refused_while_small_calls_still_pass()
     // A real call is small and fits beside the stalled one.
     assert_eq!(s.hit("d", &[("k", "v")]).await.0, common::Code::Ok);
     drop(first);
+}
+
+#[tokio::test]
+async fn calls_waiting_for_their_request_count_against_the_buffer_budget() {
+    // Room for three calls waiting with their 5-byte gRPC prefix, not for a fourth.
+    let budget = 3 * (WAITING_CALL_BYTES + 5) + 100;
+    let mut s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.max_buffered_request_bytes = budget;
+        settings.transport.request_timeout = Duration::from_millis(500);
+    })
+    .await;
+    let mut client = h2_client(&s).await;
+    let mut calls = Vec::new();
+    for _ in 0..4 {
+        calls.push(partial_call(&mut client, 100, 0).await);
+    }
+    // Whichever the server saw last is refused at once; the others wait out the request timeout.
+    let mut codes = Vec::new();
+    for call in calls {
+        codes.push(grpc_status(call).await);
+    }
+    codes.sort_unstable();
+    let (exhausted, deadline) = (
+        tonic::Code::ResourceExhausted as i32,
+        tonic::Code::DeadlineExceeded as i32,
+    );
+    let mut expected = vec![exhausted, deadline, deadline, deadline];
+    expected.sort_unstable();
+    assert_eq!(codes, expected);
+    assert_eq!(error_count(&s, "resource_exhausted").await, 1);
+    assert_eq!(error_count(&s, "stalled_request").await, 3);
+    // Once they ended, the budget is whole again.
+    assert_eq!(s.hit("d", &[("k", "v")]).await.0, common::Code::Ok);
+}
+
+#[tokio::test]
+async fn a_health_check_whose_request_never_comes_is_ended_after_the_request_timeout() {
+    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.request_timeout = Duration::from_millis(200);
+    })
+    .await;
+    let mut client = h2_client(&s).await;
+    let (check, _open) =
+        started_call_to(&mut client, "/grpc.health.v1.Health/Check", 100, 0, &[]).await;
+    assert_eq!(
+        grpc_status(check).await,
+        tonic::Code::DeadlineExceeded as i32
+    );
+    // A whole health check is answered as before.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", s.server.grpc_addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let status = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The gRPC listeners' one service: each call goes, by the service name in its path, to
-//! `ShouldRateLimit` (ours, bounded before decoding), health, or RLQS when it is on; any other
+//! `ShouldRateLimit` (ours, bounded before decoding), health (its request bounded as
+//! `ShouldRateLimit`'s: in bytes and in time), or RLQS when it is on; any other
 //! name is answered UNIMPLEMENTED, as tonic's router answers it. Each call is held to the
 //! deadline its `grpc-timeout` asks for, as tonic's server holds it.
 
@@ -57,7 +58,7 @@ impl<B: Backend> hyper::service::Service<http::Request<Incoming>> for GrpcRoutes
                 self.rate_limit.serve(request, deadline)
             }
             Some(<HealthServer<HealthService> as NamedService>::NAME) => {
-                let call = self.health.clone().call(request);
+                let call = self.health.clone().call(self.rate_limit.bounded(request));
                 Box::pin(deadline::within(deadline, call))
             }
             Some(<QuotaServer<B> as NamedService>::NAME) => match &self.quota {

@@ -111,6 +111,17 @@ fn refused_code<B>(response: &http::Response<B>) -> Option<Code> {
     (code != Code::Ok).then_some(code)
 }
 
+impl<S> RateLimitGrpc<S> {
+    /// `request` with its body bounded as a `ShouldRateLimit` call's is: by the bytes all calls
+    /// may buffer (a call waiting for its request counting its headers too) and by the time its
+    /// request may take (see [`BoundedBody`]). The health service's calls are bounded the same way.
+    pub(crate) fn bounded<B>(&self, request: http::Request<B>) -> http::Request<BoundedBody<B>> {
+        let budget = self.shared.buffered.clone();
+        let timeout = self.shared.limits.body_timeout;
+        request.map(|body| BoundedBody::new(body, budget, timeout))
+    }
+}
+
 impl<S: Backend> RateLimitGrpc<S> {
     /// Answers one call: `ShouldRateLimit`, or UNIMPLEMENTED for another method of the service;
     /// DEADLINE_EXCEEDED once `deadline` (the call's `grpc-timeout`) has passed.
@@ -129,9 +140,7 @@ impl<S: Backend> RateLimitGrpc<S> {
                 return Ok(Status::unimplemented("unknown method").into_http());
             }
             let limits = this.shared.limits;
-            let request = request.map(|body| {
-                BoundedBody::new(body, this.shared.buffered.clone(), limits.body_timeout)
-            });
+            let request = this.bounded(request);
             let bounds = this.shared.front.engine().settings().bounds;
             let mut grpc = Grpc::new(RequestCodec::new(bounds))
                 .apply_max_message_size_config(Some(limits.max_request_bytes), None);
