@@ -142,10 +142,7 @@ async fn oversized_calls_are_refused_from_their_length_prefix_without_waiting_fo
 
 #[tokio::test]
 async fn a_call_that_stops_sending_is_ended_after_the_request_timeout() {
-    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
-        settings.transport.request_timeout = Duration::from_millis(200);
-    })
-    .await;
+    let s = start_with_request_timeout(Duration::from_millis(200)).await;
     let mut client = h2_client(&s).await;
     let stalled = partial_call(&mut client, 100, 10).await;
     assert_eq!(
@@ -216,10 +213,7 @@ async fn calls_waiting_for_their_request_count_against_the_buffer_budget() {
 
 #[tokio::test]
 async fn a_health_check_whose_request_never_comes_is_ended_after_the_request_timeout() {
-    let s = common::start_with(&[("d.yaml", RULES)], |settings| {
-        settings.transport.request_timeout = Duration::from_millis(200);
-    })
-    .await;
+    let s = start_with_request_timeout(Duration::from_millis(200)).await;
     let mut client = h2_client(&s).await;
     let (check, _open) =
         started_call_to(&mut client, "/grpc.health.v1.Health/Check", 100, 0, &[]).await;
@@ -495,4 +489,13 @@ async fn a_connection_flood_past_the_descriptor_limit_neither_spins_nor_starves_
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A server on `RULES` whose calls must send their whole request within `timeout` (short, so a
+/// stalled call's end comes within the test).
+async fn start_with_request_timeout(timeout: Duration) -> common::TestServer {
+    common::start_with(&[("d.yaml", RULES)], |settings| {
+        settings.transport.request_timeout = timeout;
+    })
+    .await
 }
