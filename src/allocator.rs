@@ -2,7 +2,7 @@
 //! alignment asked for is one every mimalloc block of that size already has, and by its aligned
 //! entry points otherwise. (The `mimalloc` crate's allocator uses the aligned ones for every
 //! block; mimalloc 3 serves those, for any block over 1 KiB whose size class is not a power of
-//! two, by over-allocating, and frees such blocks on a slower path: docs/performance.md, "The
+//! two, by over-allocating, and frees such blocks on a slower path: docs/cost-per-decision.md, "The
 //! allocator's aligned path".)
 #![allow(
     unsafe_code,

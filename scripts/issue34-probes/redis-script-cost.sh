@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # redis-server's instructions per compare-and-set (callgrind), for the script as the store sends
-# it and for what it is made of (issue 34; docs/performance.md "Cost per decision → Redis store"):
+# it and for what it is made of (issue 34; docs/cost-per-decision.md "Redis store"):
 #   scripts/issue34-probes/redis-script-cost.sh            # new and base at 1, 4, 32 per call; nop; plain
 #   N=20000 scripts/issue34-probes/redis-script-cost.sh new 4 16   # MODE PER PIPE
 #   MISMATCH=0.1 scripts/issue34-probes/redis-script-cost.sh base 1  # 10 % sent expecting a stale value

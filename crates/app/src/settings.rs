@@ -250,7 +250,7 @@ pub struct ServeSettings {
     /// Threads that serve requests (the async runtime's workers); by default one per CPU the
     /// process may use. tokio's own variable: set for another tokio program, it means the same
     /// here. Fewer than the CPUs can cost less per request where the server shares its CPUs
-    /// (docs/performance.md, "Fewer request workers").
+    /// (docs/cost-per-decision.md, "Fewer request workers").
     #[arg(long, env = "TOKIO_WORKER_THREADS", value_parser = at_least_one)]
     pub worker_threads: Option<usize>,
     #[command(flatten)]

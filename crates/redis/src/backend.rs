@@ -423,7 +423,7 @@ mod tests {
     /// Each decision boxes its Redis call (`apply`), copying the whole future into a fresh
     /// allocation: the compare-and-set is shared rather than held by value at each level, and the
     /// cluster's direct call is boxed, so the call stays a third of its old 3,664 bytes
-    /// (docs/performance.md "Cache misses, not instructions"). This bound fails if a step grows it
+    /// (docs/cost-per-decision.md "Cache misses, not instructions"). This bound fails if a step grows it
     /// back.
     #[tokio::test]
     async fn a_decisions_redis_call_stays_small() {

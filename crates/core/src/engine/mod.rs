@@ -301,7 +301,7 @@ impl<B: Backend> Engine<B> {
         {
             // Boxed, as are the other concurrency steps below: their futures are several times
             // the size of the rest of this one, which every call would otherwise carry and copy
-            // at each await of the layers above (docs/performance.md "Who wakes whom, against
+            // at each await of the layers above (docs/cost-per-decision.md "Who wakes whom, against
             // the baseline; the decision's future").
             true => Some(
                 Box::pin(concurrency::run(

@@ -316,7 +316,7 @@ async fn explain_answers_from_the_decisions_plan() {
 
 /// Every call carries its decision's future and moves it at each layer above (the service, the
 /// front door): the rarely taken concurrency steps are boxed so that they do not set its size
-/// (docs/performance.md "Who wakes whom, against the baseline; the decision's future"). This
+/// (docs/cost-per-decision.md "Who wakes whom, against the baseline; the decision's future"). This
 /// bound fails if an unboxed step grows it.
 #[test]
 fn a_decisions_future_stays_small() {
