@@ -8,7 +8,8 @@
 #   LOAD=target/release/examples/load    the load generator (also serves the no-op server)
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis (for `load`: memory,redis,noop-redis,
-#                                        noop-redis being the Redis baseline, examples/load/noop_redis.rs;
+#                                        noop-redis being the Redis baseline, examples/load/noop_redis.rs,
+#                                        and ping-redis its floor, one PING per call;
 #                                        `syscalls` and `wakeups` take it too, in place of BIN)
 #   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2),
 #                                        commandstats (×5)

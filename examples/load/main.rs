@@ -14,7 +14,9 @@
 //! told apart there from the `SET`s scripts run, so those are not counted); `--redis-memory-keys 100000` also reports Redis memory per
 //! held counter (`INFO memory`). `--backend memory,redis,noop-redis` adds the Redis baseline
 //! (`noop_redis.rs`: the reference's `INCRBY` + `EXPIRE` per descriptor through redis-rs, no
-//! exactness, none of our code) on the same redis-server, its CPU and redis-server's read alike.
+//! exactness, none of our code) on the same redis-server, its CPU and redis-server's read alike;
+//! `ping-redis` adds the floor of one Redis round trip per decision (the same server sending only
+//! one `PING` per call).
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
 //! (`--record` to a file in the run's temporary directory) and reports its throughput, latency and
@@ -88,10 +90,12 @@ struct Args {
     /// Servers to measure, each beside the no-op server: memory, redis, record (the memory
     /// server with `--record FILE`; compared with memory when both run), control (the memory
     /// server again, compared with memory: the noise of the run), noop-redis (the Redis
-    /// baseline, `noop_redis.rs`, on the same redis-server; compared with redis).
+    /// baseline, `noop_redis.rs`, on the same redis-server; compared with redis), ping-redis
+    /// (the floor: the same server sending one `PING` per call and nothing else; compared with
+    /// memory).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
-    /// Redis for `--backend redis` and `noop-redis` (host:port); default: a redis-server started
+    /// Redis for `--backend redis`, `noop-redis` and `ping-redis` (host:port); default: a redis-server started
     /// for the run.
     #[arg(long)]
     redis_url: Option<String>,
@@ -221,7 +225,7 @@ fn spawn_server(
             c
         }
     };
-    if kind == "noop-redis" {
+    if kind == "noop-redis" || kind == "ping-redis" {
         command.env(
             "REDIS_URL",
             redis_url.expect("a Redis for the no-op Redis server"),
@@ -262,10 +266,15 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
             .serve(addr)
             .await
             .expect("noop server");
-    } else if kind == "noop-redis" {
+    } else if kind == "noop-redis" || kind == "ping-redis" {
         let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL (set by `spawn_server`)");
+        let exchange = if kind == "ping-redis" {
+            noop_redis::Exchange::Ping
+        } else {
+            noop_redis::Exchange::ReferenceCommands
+        };
         tonic::transport::Server::builder()
-            .add_service(noop_redis::server(&redis_url).await)
+            .add_service(noop_redis::server(&redis_url, exchange).await)
             .serve(addr)
             .await
             .expect("noop-redis server");
@@ -545,12 +554,13 @@ async fn main() {
             "record" => kinds.push("record"),
             "control" => kinds.push("control"),
             "noop-redis" => kinds.push("noop-redis"),
-            other => {
-                panic!("unknown backend {other} (memory, redis, noop-redis, record or control)")
-            }
+            "ping-redis" => kinds.push("ping-redis"),
+            other => panic!(
+                "unknown backend {other} (memory, redis, noop-redis, ping-redis, record or control)"
+            ),
         }
     }
-    let on_redis = |kind: &str| kind == "redis" || kind == "noop-redis";
+    let on_redis = |kind: &str| matches!(kind, "redis" | "noop-redis" | "ping-redis");
     let redis = kinds
         .iter()
         .any(|kind| on_redis(kind))
@@ -643,8 +653,12 @@ async fn main() {
                 .zip(runs.into_iter().map(median))
                 .collect();
             let base = &results[0].1;
-            // The worst shape is ours: the Redis baseline is not one of our servers.
-            for (kind, real) in results.iter().skip(1).filter(|(k, _)| *k != "noop-redis") {
+            // The worst shape is ours: the Redis baselines are not our servers.
+            for (kind, real) in results
+                .iter()
+                .skip(1)
+                .filter(|(k, _)| !matches!(*k, "noop-redis" | "ping-redis"))
+            {
                 let ratio = real.throughput / base.throughput;
                 let scenario = format!("{mix} keys, {shape}, {kind}");
                 if worst.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
@@ -822,6 +836,12 @@ fn cpu_round_header(kinds: &[&str]) -> String {
         }
         columns.push("redis-server µs per decision, noop-redis".into());
     }
+    if kinds.contains(&"ping-redis") {
+        if kinds.contains(&"real") {
+            columns.push("ping-redis / memory".into());
+        }
+        columns.push("redis-server µs per call, ping-redis".into());
+    }
     columns.join(" | ")
 }
 
@@ -855,6 +875,12 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
                     cells.push(redis.server_us() / baseline.server_us());
                 }
                 cells.push(baseline.redis_us().unwrap_or(f64::NAN));
+            }
+            if let Some(floor) = of("ping-redis", round) {
+                if let Some(memory) = of("real", round) {
+                    cells.push(floor.server_us() / memory.server_us());
+                }
+                cells.push(floor.redis_us().unwrap_or(f64::NAN));
             }
             cells
         })

@@ -5,6 +5,10 @@
 //! server, one redis-rs multiplexed connection shared by every call, which pipelines concurrent
 //! calls by itself), none of our code: what one Redis exchange per decision costs a server with
 //! well-kept crates and no exactness, against which ours on Redis is read.
+//!
+//! With [`Exchange::Ping`] (`--backend ping-redis`) the same server asks Redis only `PING`, one per
+//! call, and answers OK: the floor of a design that makes one Redis round trip per decision (no
+//! key, no command that does any work), what no exact shared counter can cost less than.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,6 +28,16 @@ const LIMIT: u64 = 1_000_000_000;
 
 pub struct NoopRedis {
     redis: MultiplexedConnection,
+    exchange: Exchange,
+}
+
+/// What the server sends Redis per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exchange {
+    /// The reference's `INCRBY` + `EXPIRE` per descriptor, one pipeline per call.
+    ReferenceCommands,
+    /// One `PING` per call: a round trip and nothing else.
+    Ping,
 }
 
 #[tonic::async_trait]
@@ -33,6 +47,17 @@ impl RateLimitService for NoopRedis {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let request = request.into_inner();
+        let hits = u64::from(request.hits_addend.max(1));
+        if self.exchange == Exchange::Ping {
+            let _: String = redis::cmd("PING")
+                .query_async(&mut self.redis.clone())
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            return Ok(Response::new(answer(&vec![
+                hits;
+                request.descriptors.len()
+            ])));
+        }
         #[expect(
             clippy::disallowed_methods,
             reason = "the baseline shares none of our code, the clock included"
@@ -40,7 +65,6 @@ impl RateLimitService for NoopRedis {
         let second = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let hits = u64::from(request.hits_addend.max(1));
         let mut pipe = redis::pipe();
         for descriptor in &request.descriptors {
             let mut key = format!("noop:{}_", request.domain);
@@ -58,42 +82,47 @@ impl RateLimitService for NoopRedis {
             .query_async(&mut self.redis.clone())
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?;
-        let statuses: Vec<DescriptorStatus> = counts
-            .iter()
-            .map(|&count| DescriptorStatus {
-                code: if count > LIMIT {
-                    Code::OverLimit
-                } else {
-                    Code::Ok
-                } as i32,
-                current_limit: Some(RateLimit {
-                    name: String::new(),
-                    requests_per_unit: LIMIT as u32,
-                    unit: Unit::Second as i32,
-                }),
-                limit_remaining: LIMIT.saturating_sub(count) as u32,
-                duration_until_reset: Some(Duration {
-                    seconds: 1,
-                    nanos: 0,
-                }),
-                ..Default::default()
-            })
-            .collect();
-        let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
-        Ok(Response::new(RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
-            statuses,
-            ..Default::default()
-        }))
+        Ok(Response::new(answer(&counts)))
     }
 }
 
-/// The service on a multiplexed connection to `redis_url` (`host:port`).
-pub async fn server(redis_url: &str) -> RateLimitServiceServer<NoopRedis> {
+/// The answer for these counts: each descriptor OK below `LIMIT`.
+fn answer(counts: &[u64]) -> RateLimitResponse {
+    let statuses: Vec<DescriptorStatus> = counts
+        .iter()
+        .map(|&count| DescriptorStatus {
+            code: if count > LIMIT {
+                Code::OverLimit
+            } else {
+                Code::Ok
+            } as i32,
+            current_limit: Some(RateLimit {
+                name: String::new(),
+                requests_per_unit: LIMIT as u32,
+                unit: Unit::Second as i32,
+            }),
+            limit_remaining: LIMIT.saturating_sub(count) as u32,
+            duration_until_reset: Some(Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+    RateLimitResponse {
+        overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+        statuses,
+        ..Default::default()
+    }
+}
+
+/// The service on a multiplexed connection to `redis_url` (`host:port`), sending `exchange`.
+pub async fn server(redis_url: &str, exchange: Exchange) -> RateLimitServiceServer<NoopRedis> {
     let client = redis::Client::open(format!("redis://{redis_url}")).expect("a Redis URL");
     let redis = client
         .get_multiplexed_async_connection()
         .await
         .expect("the no-op server connects to Redis");
-    RateLimitServiceServer::new(NoopRedis { redis })
+    RateLimitServiceServer::new(NoopRedis { redis, exchange })
 }
