@@ -17,7 +17,7 @@
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
 #   REDIS_BASELINE=1                     `redis` measures the Redis baseline (examples/load/noop_redis.rs:
 #                                        the reference's INCRBY + EXPIRE through redis-rs) instead of BIN
-#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory, redis, or noop-redis: the
+#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory, redis, or noop-redis / ping-redis: the
 #                                        Redis baseline in place of BIN) and its shape,
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
@@ -32,7 +32,7 @@
 #                                        CALLS×5 decisions (ours, then the Redis baseline's) recorded through a
 #                                        proxy and sent again back to back (redis-cli --pipe), Redis on a CPU
 #                                        of its own; REDIS_KEYS, REDIS_SHAPE and REDIS_SERVER apply
-#   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be noop-redis, the
+#   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be noop-redis or ping-redis, the
 #                                        Redis baseline), in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
@@ -96,17 +96,21 @@ load() {
 }
 
 # The Redis baseline's command (examples/load/noop_redis.rs, on the Redis in REDIS_URL) serving
-# gRPC on $1 with the rules in $3/rules, in the array BASELINE ($2: the admin port it is given).
+# gRPC on $1 with the rules in $3/rules, in the array BASELINE ($2: the admin port it is given;
+# $4: noop-redis, the default, or ping-redis, its floor).
 baseline_cmd() {
-  BASELINE=("$LOAD" --serve noop-redis --addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 --config "$3/rules")
+  BASELINE=("$LOAD" --serve "${4:-noop-redis}" --addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 --config "$3/rules")
 }
 
-# Starts build $1 (a server binary, or noop-redis: the Redis baseline) on the Redis at 127.0.0.1:$2,
-# serving gRPC on $3 (admin on $4) with the rules in $dir/rules, its output in $5; waits until it
-# serves and sets SERVED_PID.
+# Whether $1 names one of the Redis baselines rather than a server binary.
+is_baseline() { [ "$1" = noop-redis ] || [ "$1" = ping-redis ]; }
+
+# Starts build $1 (a server binary, or noop-redis / ping-redis: the Redis baseline, its floor) on
+# the Redis at 127.0.0.1:$2, serving gRPC on $3 (admin on $4) with the rules in $dir/rules, its
+# output in $5; waits until it serves and sets SERVED_PID.
 serve_on_redis() {
-  if [ "$1" = noop-redis ]; then
-    baseline_cmd "$3" "$4" "$dir"
+  if is_baseline "$1"; then
+    baseline_cmd "$3" "$4" "$dir" "$1"
     REDIS_URL=127.0.0.1:$2 "${BASELINE[@]}" > "$5" 2>&1 & SERVED_PID=$!
     wait_port "$3"
   else
@@ -257,22 +261,23 @@ PY
 
 # Where the server's CPU goes under load (sampling, all threads): perf over a run of CALLS x 10
 # calls at PERF_SHAPE (4x64) over the first of KEYS (100k zipf keys by default), on PERF_BACKEND
-# (memory, redis: a redis-server of its own, or noop-redis: the Redis baseline in place of BIN).
+# (memory, redis: a redis-server of its own, or noop-redis / ping-redis: the Redis baseline or its
+# floor in place of BIN).
 # Prints the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 /
 # calls x 1e6), the top PERF_TOP (40) symbols, and µs per call by part (kernel, allocator, ...).
-# Starts $BIN on the store $1 (memory, or redis on a redis-server of its own; noop-redis: the
-# Redis baseline, examples/load/noop_redis.rs, in its place) with the rules in $2/rules; sets
+# Starts $BIN on the store $1 (memory, or redis on a redis-server of its own; noop-redis /
+# ping-redis: the Redis baseline, examples/load/noop_redis.rs, or its floor, in its place) with the rules in $2/rules; sets
 # SERVER_PID, SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server` stops both.
 start_server() {
   local http env=(); SERVER_GRPC=$(free_port); http=$(free_port); REDIS_PID=""
-  if [ "$1" = redis ] || [ "$1" = noop-redis ]; then
+  if [ "$1" = redis ] || is_baseline "$1"; then
     REDIS_PORT=$(free_port)
     "$REDIS_SERVER" --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no > "$2/redis.log" 2>&1 & REDIS_PID=$!
     for _ in $(seq 300); do redis-cli -p "$REDIS_PORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
     env=(BACKEND_TYPE=redis REDIS_URL=127.0.0.1:$REDIS_PORT CACHE_KEY_PREFIX=load:)
   fi
-  if [ "$1" = noop-redis ]; then
-    baseline_cmd $SERVER_GRPC $http "$2"
+  if is_baseline "$1"; then
+    baseline_cmd $SERVER_GRPC $http "$2" "$1"
     env "${env[@]}" "${BASELINE[@]}" > "$2/serve.log" 2>&1 & SERVER_PID=$!
     wait_port $SERVER_GRPC; return
   fi

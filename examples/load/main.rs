@@ -208,7 +208,7 @@ fn spawn_server(
     let addr = free_addr();
     let admin = free_addr();
     let mut command = match server_bin {
-        Some(bin) if !kind.starts_with("noop") => {
+        Some(bin) if !matches!(kind, "noop" | "noop-redis" | "ping-redis") => {
             let mut c = Command::new(bin);
             c.args(["serve", "--grpc-addr", &addr.to_string()])
                 .args(["--http-addr", &admin.to_string(), "--config"])
