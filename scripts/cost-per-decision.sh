@@ -9,7 +9,8 @@
 #   ROUNDS=5 DURATION=3                  alternating rounds, seconds measured per run
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis (for `load`: memory,redis,noop-redis,
 #                                        noop-redis being the Redis baseline, examples/load/noop_redis.rs,
-#                                        and ping-redis its floor, one PING per call;
+#                                        ping-redis its floor, one PING per call, and
+#                                        ping-redis-thread that floor driven on a thread of its own;
 #                                        `syscalls` and `wakeups` take it too, in place of BIN)
 #   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2),
 #                                        commandstats (×5)
@@ -103,7 +104,7 @@ baseline_cmd() {
 }
 
 # Whether $1 names one of the Redis baselines rather than a server binary.
-is_baseline() { [ "$1" = noop-redis ] || [ "$1" = ping-redis ]; }
+is_baseline() { [ "$1" = noop-redis ] || [ "$1" = ping-redis ] || [ "$1" = ping-redis-thread ]; }
 
 # Starts build $1 (a server binary, or noop-redis / ping-redis: the Redis baseline, its floor) on
 # the Redis at 127.0.0.1:$2, serving gRPC on $3 (admin on $4) with the rules in $dir/rules, its

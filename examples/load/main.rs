@@ -92,7 +92,8 @@ struct Args {
     /// server again, compared with memory: the noise of the run), noop-redis (the Redis
     /// baseline, `noop_redis.rs`, on the same redis-server; compared with redis), ping-redis
     /// (the floor: the same server sending one `PING` per call and nothing else; compared with
-    /// memory).
+    /// memory), ping-redis-thread (the floor with its connection driven on a thread of its own,
+    /// as the server's redis-io thread drives its connections).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
     /// Redis for `--backend redis`, `noop-redis` and `ping-redis` (host:port); default: a redis-server started
@@ -208,7 +209,7 @@ fn spawn_server(
     let addr = free_addr();
     let admin = free_addr();
     let mut command = match server_bin {
-        Some(bin) if !matches!(kind, "noop" | "noop-redis" | "ping-redis") => {
+        Some(bin) if kind != "noop" && !is_baseline(kind) => {
             let mut c = Command::new(bin);
             c.args(["serve", "--grpc-addr", &addr.to_string()])
                 .args(["--http-addr", &admin.to_string(), "--config"])
@@ -225,7 +226,7 @@ fn spawn_server(
             c
         }
     };
-    if kind == "noop-redis" || kind == "ping-redis" {
+    if is_baseline(kind) {
         command.env(
             "REDIS_URL",
             redis_url.expect("a Redis for the no-op Redis server"),
@@ -266,15 +267,20 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
             .serve(addr)
             .await
             .expect("noop server");
-    } else if kind == "noop-redis" || kind == "ping-redis" {
+    } else if is_baseline(kind) {
         let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL (set by `spawn_server`)");
-        let exchange = if kind == "ping-redis" {
-            noop_redis::Exchange::Ping
-        } else {
+        let exchange = if kind == "noop-redis" {
             noop_redis::Exchange::ReferenceCommands
+        } else {
+            noop_redis::Exchange::Ping
+        };
+        let driven = if kind == "ping-redis-thread" {
+            noop_redis::Driven::OnOwnThread
+        } else {
+            noop_redis::Driven::OnWorkers
         };
         tonic::transport::Server::builder()
-            .add_service(noop_redis::server(&redis_url, exchange).await)
+            .add_service(noop_redis::server(&redis_url, exchange, driven).await)
             .serve(addr)
             .await
             .expect("noop-redis server");
@@ -555,12 +561,14 @@ async fn main() {
             "control" => kinds.push("control"),
             "noop-redis" => kinds.push("noop-redis"),
             "ping-redis" => kinds.push("ping-redis"),
+            "ping-redis-thread" => kinds.push("ping-redis-thread"),
             other => panic!(
-                "unknown backend {other} (memory, redis, noop-redis, ping-redis, record or control)"
+                "unknown backend {other} (memory, redis, noop-redis, ping-redis, ping-redis-thread, \
+                 record or control)"
             ),
         }
     }
-    let on_redis = |kind: &str| matches!(kind, "redis" | "noop-redis" | "ping-redis");
+    let on_redis = |kind: &str| kind == "redis" || is_baseline(kind);
     let redis = kinds
         .iter()
         .any(|kind| on_redis(kind))
@@ -654,11 +662,7 @@ async fn main() {
                 .collect();
             let base = &results[0].1;
             // The worst shape is ours: the Redis baselines are not our servers.
-            for (kind, real) in results
-                .iter()
-                .skip(1)
-                .filter(|(k, _)| !matches!(*k, "noop-redis" | "ping-redis"))
-            {
+            for (kind, real) in results.iter().skip(1).filter(|(k, _)| !is_baseline(k)) {
                 let ratio = real.throughput / base.throughput;
                 let scenario = format!("{mix} keys, {shape}, {kind}");
                 if worst.as_ref().is_none_or(|(_, r, _)| ratio < *r) {
@@ -836,11 +840,13 @@ fn cpu_round_header(kinds: &[&str]) -> String {
         }
         columns.push("redis-server µs per decision, noop-redis".into());
     }
-    if kinds.contains(&"ping-redis") {
-        if kinds.contains(&"real") {
-            columns.push("ping-redis / memory".into());
+    for floor in ["ping-redis", "ping-redis-thread"] {
+        if kinds.contains(&floor) {
+            if kinds.contains(&"real") {
+                columns.push(format!("{floor} / memory"));
+            }
+            columns.push(format!("redis-server µs per call, {floor}"));
         }
-        columns.push("redis-server µs per call, ping-redis".into());
     }
     columns.join(" | ")
 }
@@ -876,11 +882,13 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
                 }
                 cells.push(baseline.redis_us().unwrap_or(f64::NAN));
             }
-            if let Some(floor) = of("ping-redis", round) {
-                if let Some(memory) = of("real", round) {
-                    cells.push(floor.server_us() / memory.server_us());
+            for floor in ["ping-redis", "ping-redis-thread"] {
+                if let Some(floor) = of(floor, round) {
+                    if let Some(memory) = of("real", round) {
+                        cells.push(floor.server_us() / memory.server_us());
+                    }
+                    cells.push(floor.redis_us().unwrap_or(f64::NAN));
                 }
-                cells.push(floor.redis_us().unwrap_or(f64::NAN));
             }
             cells
         })
@@ -915,6 +923,11 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
         out.push(line("**median**".into(), &medians));
     }
     out
+}
+
+/// Whether `kind` is one of the Redis baselines served by this program (none of our code).
+fn is_baseline(kind: &str) -> bool {
+    matches!(kind, "noop-redis" | "ping-redis" | "ping-redis-thread")
 }
 
 /// How the tables name a server kind.

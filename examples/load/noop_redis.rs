@@ -8,7 +8,11 @@
 //!
 //! With [`Exchange::Ping`] (`--backend ping-redis`) the same server asks Redis only `PING`, one per
 //! call, and answers OK: the floor of a design that makes one Redis round trip per decision (no
-//! key, no command that does any work), what no exact shared counter can cost less than.
+//! key, no command that does any work), what no exact shared counter can cost less than. With
+//! [`Driven::OnOwnThread`] (`--backend ping-redis-thread`) that connection is driven by a runtime
+//! on a thread of its own, as the server's redis-io thread drives its connections: each call then
+//! crosses threads twice (its `PING` handed to that thread, the reply handed back), which is the
+//! crossing's own cost beside the floor's.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -117,12 +121,50 @@ fn answer(counts: &[u64]) -> RateLimitResponse {
     }
 }
 
-/// The service on a multiplexed connection to `redis_url` (`host:port`), sending `exchange`.
-pub async fn server(redis_url: &str, exchange: Exchange) -> RateLimitServiceServer<NoopRedis> {
+/// Which runtime drives the connection (reads and writes its socket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driven {
+    /// The request workers' (tonic's), as a redis-rs user would have it.
+    OnWorkers,
+    /// A one-thread runtime on a thread of its own.
+    OnOwnThread,
+}
+
+/// The service on a multiplexed connection to `redis_url` (`host:port`), sending `exchange`,
+/// the connection driven as `driven` says.
+pub async fn server(
+    redis_url: &str,
+    exchange: Exchange,
+    driven: Driven,
+) -> RateLimitServiceServer<NoopRedis> {
     let client = redis::Client::open(format!("redis://{redis_url}")).expect("a Redis URL");
-    let redis = client
+    let redis = match driven {
+        Driven::OnWorkers => connect(client).await,
+        Driven::OnOwnThread => {
+            // redis-rs spawns the connection's driver task on the runtime that connects it.
+            let (connected, connection) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new()
+                .name("redis-io".into())
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a runtime for the Redis connection");
+                    runtime.block_on(async move {
+                        let _ = connected.send(connect(client).await);
+                        std::future::pending::<()>().await;
+                    });
+                })
+                .expect("a thread for the Redis connection");
+            connection.await.expect("the Redis thread connects")
+        }
+    };
+    RateLimitServiceServer::new(NoopRedis { redis, exchange })
+}
+
+async fn connect(client: redis::Client) -> MultiplexedConnection {
+    client
         .get_multiplexed_async_connection()
         .await
-        .expect("the no-op server connects to Redis");
-    RateLimitServiceServer::new(NoopRedis { redis, exchange })
+        .expect("the no-op server connects to Redis")
 }
