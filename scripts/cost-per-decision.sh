@@ -18,8 +18,8 @@
 #   REDIS_UNDER=redis,server             which process `redis` runs under callgrind
 #   REDIS_BASELINE=1                     `redis` measures the Redis baseline (examples/load/noop_redis.rs:
 #                                        the reference's INCRBY + EXPIRE through redis-rs) instead of BIN
-#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory, redis, or noop-redis / ping-redis: the
-#                                        Redis baseline in place of BIN) and its shape,
+#   PERF_BACKEND=memory PERF_SHAPE=4x64  the store `perf` profiles (memory, redis, or a Redis baseline in
+#                                        place of BIN: noop-redis, ping-redis, ping-redis-thread) and its shape,
 #   PERF_TOP=40                          over the first of KEYS; how many symbols it lists
 #   WORKERS=N                            the server's request workers (TOKIO_WORKER_THREADS); unset: its default
 #   NOOP_TRANSPORT_AS_OURS=1             the no-op server with the server's default HTTP/2 settings
@@ -33,8 +33,8 @@
 #                                        CALLS×5 decisions (ours, then the Redis baseline's) recorded through a
 #                                        proxy and sent again back to back (redis-cli --pipe), Redis on a CPU
 #                                        of its own; REDIS_KEYS, REDIS_SHAPE and REDIS_SERVER apply
-#   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be noop-redis or ping-redis, the
-#                                        Redis baseline), in alternating ROUNDS, natively: per
+#   A=… (B=$BIN) (C=…)                   `redis-ab`: two builds, or three (any may be a Redis baseline:
+#                                        noop-redis, ping-redis, ping-redis-thread), in alternating ROUNDS, natively: per
 #                                        build a fresh redis-server and server, 20,000 warm-up calls,
 #                                        then CALLS×5 at REDIS_SHAPE over the first of REDIS_KEYS; the
 #                                        CPU (user + system, /proc) of each process per decision, and
@@ -98,7 +98,7 @@ load() {
 
 # The Redis baseline's command (examples/load/noop_redis.rs, on the Redis in REDIS_URL) serving
 # gRPC on $1 with the rules in $3/rules, in the array BASELINE ($2: the admin port it is given;
-# $4: noop-redis, the default, or ping-redis, its floor).
+# $4: noop-redis, the default, ping-redis or ping-redis-thread).
 baseline_cmd() {
   BASELINE=("$LOAD" --serve "${4:-noop-redis}" --addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 --config "$3/rules")
 }
@@ -106,7 +106,7 @@ baseline_cmd() {
 # Whether $1 names one of the Redis baselines rather than a server binary.
 is_baseline() { [ "$1" = noop-redis ] || [ "$1" = ping-redis ] || [ "$1" = ping-redis-thread ]; }
 
-# Starts build $1 (a server binary, or noop-redis / ping-redis: the Redis baseline, its floor) on
+# Starts build $1 (a server binary, or a Redis baseline: noop-redis, ping-redis, ping-redis-thread) on
 # the Redis at 127.0.0.1:$2, serving gRPC on $3 (admin on $4) with the rules in $dir/rules, its
 # output in $5; waits until it serves and sets SERVED_PID.
 serve_on_redis() {
@@ -262,13 +262,13 @@ PY
 
 # Where the server's CPU goes under load (sampling, all threads): perf over a run of CALLS x 10
 # calls at PERF_SHAPE (4x64) over the first of KEYS (100k zipf keys by default), on PERF_BACKEND
-# (memory, redis: a redis-server of its own, or noop-redis / ping-redis: the Redis baseline or its
-# floor in place of BIN).
+# (memory, redis: a redis-server of its own, or a Redis baseline in place of BIN: noop-redis,
+# ping-redis, ping-redis-thread).
 # Prints the samples by thread and by user/kernel (at 2999 Hz: µs per call = samples / 2999 /
 # calls x 1e6), the top PERF_TOP (40) symbols, and µs per call by part (kernel, allocator, ...).
-# Starts $BIN on the store $1 (memory, or redis on a redis-server of its own; noop-redis /
-# ping-redis: the Redis baseline, examples/load/noop_redis.rs, or its floor, in its place) with the rules in $2/rules; sets
-# SERVER_PID, SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server` stops both.
+# Starts $BIN on the store $1 (memory, or redis on a redis-server of its own; a Redis baseline,
+# examples/load/noop_redis.rs, in its place) with the rules in $2/rules; sets SERVER_PID,
+# SERVER_GRPC and, for Redis, REDIS_PID and REDIS_PORT. `stop_server` stops both.
 start_server() {
   local http env=(); SERVER_GRPC=$(free_port); http=$(free_port); REDIS_PID=""
   if [ "$1" = redis ] || is_baseline "$1"; then

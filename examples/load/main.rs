@@ -16,7 +16,7 @@
 //! (`noop_redis.rs`: the reference's `INCRBY` + `EXPIRE` per descriptor through redis-rs, no
 //! exactness, none of our code) on the same redis-server, its CPU and redis-server's read alike;
 //! `ping-redis` adds the floor of one Redis round trip per decision (the same server sending only
-//! one `PING` per call).
+//! one `PING` per call), `ping-redis-thread` that floor with its connection on a thread of its own.
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
 //! (`--record` to a file in the run's temporary directory) and reports its throughput, latency and
@@ -96,8 +96,8 @@ struct Args {
     /// as the server's redis-io thread drives its connections).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
-    /// Redis for `--backend redis`, `noop-redis` and `ping-redis` (host:port); default: a redis-server started
-    /// for the run.
+    /// Redis for `--backend redis` and the Redis baselines (host:port); default: a redis-server
+    /// started for the run.
     #[arg(long)]
     redis_url: Option<String>,
     /// Server instances sharing the Redis for `--backend redis` (connections spread over them):
