@@ -267,18 +267,8 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
             .serve(addr)
             .await
             .expect("noop server");
-    } else if is_baseline(kind) {
+    } else if let Some((exchange, driven)) = baseline(kind) {
         let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL (set by `spawn_server`)");
-        let exchange = if kind == "noop-redis" {
-            noop_redis::Exchange::ReferenceCommands
-        } else {
-            noop_redis::Exchange::Ping
-        };
-        let driven = if kind == "ping-redis-thread" {
-            noop_redis::Driven::OnOwnThread
-        } else {
-            noop_redis::Driven::OnWorkers
-        };
         tonic::transport::Server::builder()
             .add_service(noop_redis::server(&redis_url, exchange, driven).await)
             .serve(addr)
@@ -925,9 +915,21 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
     out
 }
 
-/// Whether `kind` is one of the Redis baselines served by this program (none of our code).
+/// The Redis baseline `kind` names (served by this program, none of our code): what it sends
+/// Redis per call and where its connection is driven.
+fn baseline(kind: &str) -> Option<(noop_redis::Exchange, noop_redis::Driven)> {
+    use noop_redis::{Driven, Exchange};
+    match kind {
+        "noop-redis" => Some((Exchange::ReferenceCommands, Driven::OnWorkers)),
+        "ping-redis" => Some((Exchange::Ping, Driven::OnWorkers)),
+        "ping-redis-thread" => Some((Exchange::Ping, Driven::OnOwnThread)),
+        _ => None,
+    }
+}
+
+/// Whether `kind` is one of the Redis baselines.
 fn is_baseline(kind: &str) -> bool {
-    matches!(kind, "noop-redis" | "ping-redis" | "ping-redis-thread")
+    baseline(kind).is_some()
 }
 
 /// How the tables name a server kind.
