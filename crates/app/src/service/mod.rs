@@ -176,7 +176,7 @@ impl<'a, S: Backend> UnaryService<RateLimitRequest> for Unary<'a, S> {
     fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
         self.handled.store(true, Ordering::Relaxed);
         let shared = self.shared;
-        Box::pin(async move { shared.should_rate_limit(request).await })
+        Box::pin(shared.should_rate_limit(request))
     }
 }
 
