@@ -116,7 +116,7 @@ impl Tracing {
             None => builder.start(&self.tracer),
         };
         CallSpan {
-            span,
+            span: Box::new(span),
             record_values: self.record_values,
         }
     }
@@ -134,8 +134,11 @@ impl Tracing {
 }
 
 /// The span of one call in progress; ended by [`CallSpan::ok`] or [`CallSpan::refused`].
+/// The SDK's span (~400 bytes) is boxed: every call's future holds an `Option<CallSpan>`, and
+/// with tracing off it would carry those bytes for nothing, copied whole with the future into
+/// its allocation (docs/cost-per-decision.md "A future twice its size").
 pub struct CallSpan {
-    span: opentelemetry_sdk::trace::Span,
+    span: Box<opentelemetry_sdk::trace::Span>,
     record_values: bool,
 }
 
