@@ -130,6 +130,7 @@ mod tests {
             assert!(Status::from_header_map(response.headers()).is_none());
         }
     }
+
     /// The bound adds a timer to the call's future, not a second copy of the call: as an `async
     /// fn` it held the call twice (its argument's slot and the timeout's), and every call's boxed
     /// future was copied whole into a fresh allocation.
