@@ -549,9 +549,7 @@ async fn main() {
             "redis" => kinds.push("redis"),
             "record" => kinds.push("record"),
             "control" => kinds.push("control"),
-            "noop-redis" => kinds.push("noop-redis"),
-            "ping-redis" => kinds.push("ping-redis"),
-            "ping-redis-thread" => kinds.push("ping-redis-thread"),
+            baseline if is_baseline(baseline) => kinds.push(baseline),
             other => panic!(
                 "unknown backend {other} (memory, redis, noop-redis, ping-redis, ping-redis-thread, \
                  record or control)"
