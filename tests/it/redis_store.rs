@@ -475,3 +475,37 @@ async fn a_key_of_another_type_fails_only_its_own_decision() {
         "left as it was"
     );
 }
+
+/// A counter whose key holds a string no instance writes (an empty one, or another writer's text
+/// that is no state), with no expiry, is decided as holding no state and written over: admitted,
+/// counted from there, and denied past its limit, none of it failing. An empty string was once
+/// read as "absent" by the compare-and-set and never matched: every decision on the key failed
+/// (conflicts exhausted) for as long as the key lived.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_key_holding_an_empty_or_foreign_string_is_written_over() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let store = redis_store(&redis, "es:").await;
+    let window = params(Algorithm::FixedWindow, 3, 60, 3);
+    for (user, held) in [("empty", ""), ("junk", "junk"), ("half", "12:x;ab.1")] {
+        let key = format!("es:contract|user={user}|0.1.60s");
+        redis.cli(&["SET", &key, held]).unwrap();
+        // Past the limit without a write first (a denial's check, on the key as it is).
+        let over = charges(&store, &[(user, 0, window, 4, true)]);
+        let verdicts = store.apply(&over, SystemClock.now()).await;
+        assert!(!verdicts.expect(user)[0].allowed, "{user}: 4 of 3");
+        let mut admitted = Vec::new();
+        for _ in 0..4 {
+            let one = charges(&store, &[(user, 0, window, 1, true)]);
+            let verdicts = store.apply(&one, SystemClock.now()).await;
+            admitted.push(verdicts.expect(user)[0].allowed);
+        }
+        assert_eq!(admitted, [true, true, true, false], "{user}");
+        let now_held = redis.cli(&["GET", &key]).unwrap();
+        assert_ne!(now_held.trim(), held, "{user}: written over");
+        let ttl: i64 = redis.cli(&["PTTL", &key]).unwrap().trim().parse().unwrap();
+        assert!(ttl > 0, "{user}: it expires now ({ttl})");
+    }
+}

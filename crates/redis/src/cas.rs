@@ -21,8 +21,9 @@ pub(crate) const EXPIRY_GRACE_MS: u64 = 1000;
 
 /// Several compare-and-sets in one call. KEYS = the keys of each compare-and-set, one after the
 /// other; ARGV[1] = per compare-and-set its number of keys (two bytes each, big-endian); then per
-/// key: the value expected ('' = absent), the new value ('' = leave, '-' = delete) and its PXAT in
-/// ms. Each compare-and-set is all-or-nothing on its own keys, as if called alone: it writes only
+/// key: the value expected ('' = absent, or held empty: no instance writes an empty value, so a
+/// key holding one, a foreign writer's, holds no state and is written over as an absent one is),
+/// the new value ('' = leave, '-' = delete) and its PXAT in ms. Each compare-and-set is all-or-nothing on its own keys, as if called alone: it writes only
 /// if every key of it holds what was expected (with no new values it only verifies), else it
 /// writes nothing and its part of the reply is its keys' current values (nil for an absent key),
 /// so the caller can decide again without reading them. Returns 1 when every one of them wrote,
@@ -53,7 +54,7 @@ for g = 1, #sizes / 2 do
     local key, want = KEYS[k + 1], ARGV[3 * k + 2]
     local v = redis.call('SET', key, new, 'PXAT', ARGV[3 * k + 4], 'GET')
     local same
-    if want == '' then same = not v else same = v == want end
+    if want == '' then same = not v or v == '' else same = v == want end
     if not same and v ~= new then
       -- Not ours to write: put back what was there, as it was.
       if not v then
@@ -74,7 +75,7 @@ for g = 1, #sizes / 2 do
       local v = redis.call('GET', KEYS[i])
       local want = ARGV[3 * i - 1]
       if want == '' then
-        if v then same = false break end
+        if v and v ~= '' then same = false break end
       elseif v ~= want then
         same = false break
       end
@@ -250,6 +251,9 @@ pub(super) struct Group {
     args: Vec<u8>,
     /// Where each argument ends in `args` (three per key).
     ends: SmallVec<[u32; 12]>,
+    /// Whether a key is expected to hold an empty value (a foreign writer's): only the script
+    /// tells that from an absent key (`SET … NX` and a plain `GET` would not match it, ever).
+    expects_empty: bool,
 }
 
 impl Group {
@@ -290,6 +294,10 @@ impl Call<'_> {
             keys: self.keys.iter().cloned().collect(),
             args: Vec::with_capacity(self.keys.len() * 80),
             ends: SmallVec::new(),
+            expects_empty: self
+                .expected
+                .iter()
+                .any(|v| v.as_ref().is_some_and(Vec::is_empty)),
         };
         let mut written = Written::new();
         for (expected, new) in self.expected.iter().zip(self.new) {
@@ -325,11 +333,15 @@ impl Group {
     /// IFEQ expected PXAT pxat GET`). Each writes only if the key holds what was expected and
     /// returns what it held, so a mismatch writes nothing and needs nothing put back; each costs
     /// the server about a third of a script call carrying it (no Lua set-up, no crossing from Lua
-    /// into Redis). Read its reply with [`plain_reply`]. (A delete still goes by script.)
+    /// into Redis). Read its reply with [`plain_reply`]. (A delete still goes by script, and so
+    /// does a key expected to hold an empty value: see [`SCRIPT`].)
     pub(super) fn plain(&self, conditional_set: bool) -> Option<::redis::Cmd> {
         let [key] = self.keys.as_slice() else {
             return None;
         };
+        if self.expects_empty {
+            return None;
+        }
         let mut args = self.args();
         let (expected, new, pxat) = (args.next()?, args.next()?, args.next()?);
         // Each command is built in buffers sized for it (arguments, bytes), not grown: a
@@ -369,12 +381,20 @@ impl Group {
 /// The reply to [`Group::plain`]'s command as the script would have given it: 1 when it wrote or
 /// checked (the key held what was expected: nothing, or the value expected) or its first attempt
 /// had written (the key holds this call's own value, which no other call writes); else what the
-/// key holds (nil: absent); anything else (an error) as it came.
+/// key holds (nil: absent); anything else (an error) as it came. A check of a key expected absent
+/// that holds an empty value matches, as in the script; a `SET … NX` did not write over one, so
+/// that is what the key holds (the next attempt, expecting it, goes by script).
 pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Value {
     use ::redis::Value;
     let (expected, new) = (group.first_expected(), group.first_new());
     // An empty text is no value here: the key expected absent, or nothing to write.
-    let as_expected = |held: &[u8]| !expected.is_empty() && held == expected;
+    let as_expected = |held: &[u8]| {
+        if expected.is_empty() {
+            new.is_empty() && held.is_empty()
+        } else {
+            held == expected
+        }
+    };
     let own = |held: &[u8]| !new.is_empty() && held == new;
     match value {
         Value::Nil if expected.is_empty() => Value::Int(1),
@@ -1023,8 +1043,8 @@ mod script_tests {
 
     /// A one-key compare-and-set that writes nothing (a denial: only checked) is a plain `GET`,
     /// on any server, answered as the script answers it: 1 when the key holds what was expected
-    /// (nothing, or the value), else what it holds, nil included; a foreign empty value is a
-    /// value. Nothing is written either way.
+    /// (nothing, or the value), else what it holds, nil included; a foreign empty value holds no
+    /// state, as an absent key. Nothing is written either way.
     #[test]
     fn a_check_of_one_key_is_a_plain_get_answered_as_the_script_would() {
         let Some(mut redis) = server() else { return };
@@ -1057,10 +1077,7 @@ mod script_tests {
         let (check, _) = group(&["held"], &[Some(old)], &[None], 9);
         assert_eq!(plain_call(&mut redis, &check), [Value::Int(1)]);
         let (check, _) = group(&["empty"], &[None], &[None], 9);
-        assert_eq!(
-            reply_of(plain_call(&mut redis, &check)),
-            Some(Some(Vec::new()))
-        );
+        assert_eq!(plain_call(&mut redis, &check), [Value::Int(1)]);
     }
 
     /// The probe tells a conditional `SET` apart and leaves nothing behind.
@@ -1145,7 +1162,8 @@ mod script_tests {
             Some(Some(b"junk".to_vec()))
         );
         assert_eq!(held(&mut redis, "f"), (Some(b"junk".to_vec()), -1, -1));
-        // A foreign empty value is a value: not taken for the absent key expected.
+        // A foreign empty value: `SET … NX` does not write over it and returns it; the next
+        // attempt, expecting it, goes by script, which writes over it as over an absent key.
         redis.set("e", b"", None);
         let (other, _) = group(&["e"], &[None], &[Some(state(1, 1))], 9);
         assert_eq!(
@@ -1153,6 +1171,33 @@ mod script_tests {
             Some(Some(Vec::new()))
         );
         assert_eq!(held(&mut redis, "e"), (Some(Vec::new()), -1, -1));
+        let s = state(60, 1);
+        let (again, written) = group(&["e"], &[Some(b"")], &[Some(s)], 10);
+        assert!(again.plain(false).is_none() && again.plain(true).is_none());
+        assert_eq!(call(&mut redis, &[&again]), [Value::Int(1)]);
+        assert_eq!(held(&mut redis, "e").0, written[0]);
+        assert_eq!(redis.expiry("e"), pxat(&s) as i64);
+    }
+
+    /// A key holding an empty value (no instance writes one) matches a compare-and-set that
+    /// expects it absent, in each branch of the script: a check, and two keys written together.
+    #[test]
+    fn the_script_takes_an_empty_value_for_an_absent_key() {
+        let Some(mut redis) = server() else { return };
+        redis.set("e1", b"", None);
+        redis.set("e2", b"", None);
+        let (check, _) = group(&["e1"], &[None], &[None], 1);
+        assert_eq!(call(&mut redis, &[&check]), [Value::Int(1)]);
+        assert_eq!(redis.get("e1"), Some(Vec::new()), "a check writes nothing");
+        let (both, written) = group(
+            &["e1", "e2"],
+            &[Some(b""), None],
+            &[Some(state(60, 1)), Some(state(60, 2))],
+            2,
+        );
+        assert_eq!(call(&mut redis, &[&both]), [Value::Int(1)]);
+        assert_eq!(redis.get("e1"), written[0]);
+        assert_eq!(redis.get("e2"), written[1]);
     }
 
     #[test]
