@@ -23,7 +23,8 @@ pub(crate) const EXPIRY_GRACE_MS: u64 = 1000;
 /// other; ARGV[1] = per compare-and-set its number of keys (two bytes each, big-endian); then per
 /// key: the value expected ('' = absent, or held empty: no instance writes an empty value, so a
 /// key holding one, a foreign writer's, holds no state and is written over as an absent one is),
-/// the new value ('' = leave, '-' = delete) and its PXAT in ms. Each compare-and-set is all-or-nothing on its own keys, as if called alone: it writes only
+/// the new value ('' = leave, '-' = delete) and its PXAT in ms. Each compare-and-set is
+/// all-or-nothing on its own keys, as if called alone: it writes only
 /// if every key of it holds what was expected (with no new values it only verifies), else it
 /// writes nothing and its part of the reply is its keys' current values (nil for an absent key),
 /// so the caller can decide again without reading them. Returns 1 when every one of them wrote,
