@@ -52,6 +52,7 @@ mod redis_cluster_failover;
 mod redis_failures;
 mod redis_faults;
 mod redis_lost_replies;
+mod redis_refusals;
 mod redis_sentinel;
 mod redis_servers;
 mod redis_start;

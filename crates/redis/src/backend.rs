@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use ratelimit_core::clock::{Nanos, monotonic};
+use ratelimit_core::clock::{Clock, Nanos, SystemClock, monotonic};
 use ratelimit_core::config::Algorithm;
 use ratelimit_core::lease::LeaseAnswer;
 use ratelimit_core::limiter::State;
@@ -20,8 +20,8 @@ use ratelimit_core::store::{
 };
 use ratelimit_remote::{RemoteMetrics, Shard};
 
-use crate::calls::Calls;
-use crate::cas::decode;
+use crate::calls::{Calls, script_call};
+use crate::cas::{self, decode};
 use crate::conn::{self, Conns, RedisConfig};
 use crate::demand::DemandRound;
 use crate::key::{TextKey, TextKeyBuilder, distinct};
@@ -31,6 +31,15 @@ use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
 use crate::{attempts, io, lease, refusal, spread};
+
+/// How long the breaker's probe key lives (it is written again at each probe).
+const PROBE_KEY_LIFETIME_MS: u64 = 1000;
+
+/// Milliseconds since the Unix epoch by this host's clock (Redis expires keys by its own; the
+/// probe key's expiry needs no precision).
+fn wall_clock_ms() -> u64 {
+    SystemClock.now() / 1_000_000
+}
 
 /// A handle to the Redis store (cheap to clone).
 #[derive(Clone)]
@@ -93,11 +102,23 @@ impl RedisBackend {
         })
     }
 
-    /// Checks that Redis answers (on a cluster: any of its masters; `Conn::ping`).
-    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
+    /// The breaker's probe: checks that Redis takes a write as decisions make it (the script's
+    /// `SET` on a key of its own, `cas::write_probe`), so that a Redis answering `PING` while it
+    /// refuses every decision's command (out of memory, read-only, an ACL) stays down instead of
+    /// coming back up at each probe. On a cluster, that any master answers a `PING`
+    /// (`Conn::ping`): each master's keys have their own breaker, probed by their own calls.
+    /// `Unavailable` when Redis refused it, `Unreachable` when nothing answered (`Calls::probe`).
+    pub(crate) async fn probe(&self) -> Result<(), StoreError> {
         let calls = self.calls();
         let mut c = calls.conn();
-        calls.bounded(async move { c.ping().await }).await.map(drop)
+        if self.inner.cluster {
+            return calls.probe(async move { c.ping().await }).await;
+        }
+        let pxat_ms = wall_clock_ms() + PROBE_KEY_LIFETIME_MS;
+        let probe = cas::write_probe(&self.inner.keys.write_probe_key(), pxat_ms);
+        calls
+            .probe(async move { script_call::<::redis::Value>(&mut c, &probe, cas::SCRIPT).await })
+            .await
     }
 
     /// Starts a round of the RLQS demand exchange for `instance` at Redis's time: the one door to

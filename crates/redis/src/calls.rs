@@ -130,6 +130,35 @@ impl Calls {
         })
     }
 
+    /// The breaker's probe (`RedisBackend::probe`): `call` on the Redis I/O thread, bounded and
+    /// counted as any call. Fails with `Unavailable` when Redis answered it with an error (it
+    /// refuses the call: a fresh connection would be refused alike), with `Unreachable` when
+    /// nothing answered (no reply in time, the connection failed).
+    pub(crate) async fn probe<T: Send + 'static>(
+        self: &Arc<Self>,
+        call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
+    ) -> Result<(), StoreError> {
+        let calls = self.clone();
+        io::run(async move {
+            let started = monotonic();
+            let result = within(calls.timeout, call).await;
+            let refused = matches!(&result, Ok(Err(e)) if answered_with_error(e));
+            match calls.account(started, result) {
+                Ok(_) => Ok(()),
+                Err(StoreError::Unavailable(message)) if !refused => {
+                    Err(StoreError::Unreachable(message))
+                }
+                Err(e) => Err(e),
+            }
+        })
+        .await
+        .unwrap_or_else(|| {
+            Err(StoreError::Unavailable(
+                "the Redis I/O thread is gone".into(),
+            ))
+        })
+    }
+
     /// Asks the server whether it has a conditional `SET` that answers as the store needs
     /// (`cas::conditional_set_probe` on `probe_key`): with one, one-key compare-and-sets of held
     /// keys go without the script (`ConditionalSet::found` says so when it changes). A probe that
@@ -343,9 +372,14 @@ fn io_gone() -> ::redis::RedisError {
 fn error_kind(e: &::redis::RedisError) -> &'static str {
     if e.is_timeout() {
         "timeout"
-    } else if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
-        "connection"
-    } else {
+    } else if answered_with_error(e) {
         "script"
+    } else {
+        "connection"
     }
+}
+
+/// Whether Redis answered the call, with an error (not a timeout or a failed connection).
+fn answered_with_error(e: &::redis::RedisError) -> bool {
+    !(e.is_timeout() || e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped())
 }

@@ -496,6 +496,26 @@ pub(super) fn command<'a>(groups: impl Iterator<Item = &'a Group> + Clone) -> ::
     cmd
 }
 
+/// What the breaker's probe sends (off a cluster): the script writing `key`, a key no counter
+/// has, with the expiry `pxat_ms`, as a compare-and-set of one key expected absent; it always
+/// runs the script's `SET` (a value already there is its own or put back). So a Redis that
+/// answers `PING` but refuses the counters' commands (out of memory under `noeviction`, a
+/// read-only replica, an ACL without `EVALSHA`) fails the probe as it fails every decision.
+pub(super) fn write_probe(key: &str, pxat_ms: u64) -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(script().get_hash())
+        .arg(1)
+        .arg(key)
+        .arg(&1u16.to_be_bytes()[..])
+        .arg("")
+        .arg(PROBE_VALUE)
+        .arg(pxat_ms);
+    cmd
+}
+
+/// What [`write_probe`] writes: no state (it decodes to none) and no writer's tag.
+const PROBE_VALUE: &str = "probe";
+
 /// `SCRIPT LOAD` of the script, for a Redis that answered a call with `NOSCRIPT` (a restarted or
 /// new server, a failed-over replica).
 pub(super) fn load() -> ::redis::Cmd {
@@ -1199,6 +1219,27 @@ mod script_tests {
         assert_eq!(call(&mut redis, &[&both]), [Value::Int(1)]);
         assert_eq!(redis.get("e1"), written[0]);
         assert_eq!(redis.get("e2"), written[1]);
+    }
+
+    #[test]
+    fn the_write_probe_writes_its_key_until_its_expiry_and_leaves_a_foreign_value_as_it_was() {
+        let Some(mut redis) = server() else { return };
+        let later = now() / 1_000_000 + 60_000;
+        let probe = write_probe("p", later);
+        for _ in 0..2 {
+            assert_eq!(redis.run(&probe), Value::Int(1));
+            assert_eq!(
+                held(&mut redis, "p").0.as_deref(),
+                Some(PROBE_VALUE.as_bytes())
+            );
+            assert_eq!(redis.expiry("p"), later as i64);
+        }
+        assert_eq!(decode(PROBE_VALUE.as_bytes()), None, "no state");
+        // Written, so a Redis refusing writes refuses it; what it replaced is put back.
+        redis.set("p", b"theirs", None);
+        let theirs = Value::Array(vec![Value::BulkString(b"theirs".to_vec())]);
+        assert_eq!(redis.run(&probe), Value::Array(vec![theirs]));
+        assert_eq!(held(&mut redis, "p"), (Some(b"theirs".to_vec()), -1, -1));
     }
 
     #[test]

@@ -23,8 +23,8 @@ impl RemoteKey for TextKey {
 }
 
 impl Remote for RedisBackend {
-    async fn ping(&self) -> Result<(), StoreError> {
-        RedisBackend::ping(self).await
+    async fn probe(&self) -> Result<(), StoreError> {
+        RedisBackend::probe(self).await
     }
 
     fn last_seen(&self, key: &TextKey, now: Nanos) -> Option<State> {

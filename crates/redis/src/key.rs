@@ -392,6 +392,11 @@ impl TextKeyBuilder {
         TextKey::new(format!("{}%rlqs-moves", self.prefix))
     }
 
+    /// The key the breaker's probe writes for a second (`cas::write_probe`): `<prefix>%probe`.
+    pub(crate) fn write_probe_key(&self) -> String {
+        format!("{}%probe", self.prefix)
+    }
+
     /// The key the probe of a conditional `SET` writes and deletes (`cas::conditional_set_probe`):
     /// `<prefix>%conditional-set-probe`.
     pub(crate) fn probe_key(&self) -> String {

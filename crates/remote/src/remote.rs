@@ -33,8 +33,9 @@ pub struct Shard(pub u64);
 
 /// A backend reached over the network and shared by server instances.
 pub trait Remote: Backend<Key: RemoteKey> {
-    /// Checks that it answers (the breaker's probe).
-    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Checks that it answers, and takes the calls decisions make (a write, not only a `PING`):
+    /// the breaker's probe. A backend that answers but refuses decisions' calls fails it.
+    fn probe(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Whether any call got an answer at or after `since`.
     fn answered_since(&self, since: Instant) -> bool;
     /// The state this instance last saw in `key`, without a call (for the local failure mode's

@@ -137,6 +137,7 @@ impl<C: Connect> Guarded<C> {
             }
             Ok(Err(e)) => {
                 if shards.is_empty() {
+                    self.shared.failed_with(&e);
                     self.record(permit, false);
                 }
                 metrics.store_errors.inc();

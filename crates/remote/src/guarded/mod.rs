@@ -86,6 +86,9 @@ struct Shared<C: Connect> {
     epoch: Instant,
     /// A `check_again` is pending.
     checking: AtomicBool,
+    /// The last error a call or probe failed with: said when the backend is switched off, so
+    /// the log tells a backend refusing its calls (out of memory, read-only) from a silent one.
+    last_error: Mutex<Option<String>>,
     share: LocalShare,
     /// Live instances on the remote backend, by the last heartbeat (at least 1).
     live_instances: AtomicUsize,
@@ -140,6 +143,7 @@ impl<C: Connect> Shared<C> {
             shard_up_log: Every::new(SWITCH_LOG_EVERY),
             epoch: monotonic(),
             checking: AtomicBool::new(false),
+            last_error: Mutex::new(None),
             share: settings.local_share,
             live_instances: AtomicUsize::new(1),
             instance_id: instance_id(),
@@ -198,6 +202,24 @@ async fn connect_first<C: Connect>(
             Ok(None)
         }
         Err(e) => Err(e),
+    }
+}
+
+impl<C: Connect> Shared<C> {
+    /// Remembers `error` as the last a call or probe failed with.
+    fn failed_with(&self, error: &StoreError) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
+    }
+
+    /// The last error a call or probe failed with, forgotten once said.
+    fn take_last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 }
 

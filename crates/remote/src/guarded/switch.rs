@@ -25,11 +25,14 @@ pub(super) fn switched<C: Connect>(shared: &Arc<Shared<C>>, change: Change, log:
         Change::Down => {
             m.store_up.set(0);
             m.switched(false);
+            // Taken even when not said, so a later switch says its own outage's error.
+            let last_error = shared.take_last_error();
             if log && shared.down_log.due(now) {
                 tracing::warn!(
                     mode = shared.mode.name(),
                     switches = m.switches_to_failure_mode(),
-                    "{} stopped answering: decisions by {}_FAILURE_MODE={} until it answers again (said at most every 10 s; ratelimit_store_switches counts each switch)",
+                    last_error = last_error.as_deref().unwrap_or("none: no answer"),
+                    "{} stopped answering, or refuses every call (last_error says which): decisions by {}_FAILURE_MODE={} until it takes them again (said at most every 10 s; ratelimit_store_switches counts each switch)",
                     name.title,
                     name.upper,
                     shared.mode.name()

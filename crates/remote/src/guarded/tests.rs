@@ -55,7 +55,7 @@ impl Backend for Fake {
 }
 
 impl Remote for Fake {
-    async fn ping(&self) -> Result<(), StoreError> {
+    async fn probe(&self) -> Result<(), StoreError> {
         Err(StoreError::Unreachable("fake".into()))
     }
 

@@ -1,5 +1,5 @@
 //! Failures came right after an answer (a dropped connection, or the start of an outage): once
-//! the breaker's quiet time has passed, a `ping` tells which, so the breaker opens on a dead
+//! the breaker's quiet time has passed, a probe (`Remote::probe`) tells which, so the breaker opens on a dead
 //! backend even if no more requests come to fail.
 
 use std::sync::atomic::Ordering;
@@ -26,9 +26,12 @@ pub(in crate::guarded) async fn check_again<C: Connect>(shared: Weak<Shared<C>>)
     if let Some(remote) = store.shared.remote.load_full()
         && store.permit() == Permit::Call
     {
-        let ok = remote.ping().await.is_ok();
+        let probed = remote.probe().await;
+        if let Err(e) = &probed {
+            store.shared.failed_with(e);
+        }
         store.shared.checking.store(false, Ordering::Release);
-        store.record(Permit::Call, ok);
+        store.record(Permit::Call, probed.is_ok());
     } else {
         store.shared.checking.store(false, Ordering::Release);
     }

@@ -1,5 +1,6 @@
-//! While the breaker is open, probes the backend with `ping` whenever the breaker allows a probe
-//! (and, when that fails, with a fresh connection), so decisions go back to it (and
+//! While the breaker is open, probes the backend (`Remote::probe`: a write, as decisions make)
+//! whenever the breaker allows a probe (and, when nothing answered it, with a fresh connection;
+//! not when the backend answered refusing it), so decisions go back to it (and
 //! `ratelimit_store_up` says so) within a second of it answering, with or without traffic, and
 //! within the breaker's base interval of a restart (a refused probe does not back off). Ends once
 //! the breaker closes or the store is dropped.
@@ -8,6 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ratelimit_core::clock::monotonic;
+use ratelimit_core::store::StoreError;
 
 use crate::breaker::Permit;
 use crate::guarded::{Guarded, Shared, switch};
@@ -31,7 +33,18 @@ pub(in crate::guarded) async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
             Permit::Reject => {}
             Permit::Probe => {
                 let started = monotonic();
-                let ok = remote.ping().await.is_ok() || reconnect_now(&store).await;
+                let ok = match remote.probe().await {
+                    Ok(()) => true,
+                    // It answered, refusing the probe: a fresh connection would be refused too.
+                    Err(e @ StoreError::Unavailable(_)) => {
+                        store.shared.failed_with(&e);
+                        false
+                    }
+                    Err(e) => {
+                        store.shared.failed_with(&e);
+                        reconnect_now(&store).await
+                    }
+                };
                 if ok {
                     store.record(Permit::Probe, true);
                     return;
@@ -48,16 +61,21 @@ pub(in crate::guarded) async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
     }
 }
 
-/// A probe's `ping` failed: tries a fresh connection at once, since the old one may be waiting
-/// out its own reconnection backoff. On success the fresh backend replaces the old one.
+/// Nothing answered a probe: tries a fresh connection at once, since the old one may be waiting
+/// out its own reconnection backoff. On success the fresh backend replaces the old one, and the
+/// probe is made again on it.
 async fn reconnect_now<C: Connect>(store: &Guarded<C>) -> bool {
     let shared = &store.shared;
     let attempt = shared.connect.connect(shared.metrics.clone()).await;
     switch::count_connect(&shared.metrics, &attempt);
     match attempt {
         Ok(fresh) => {
+            let probed = fresh.probe().await;
             shared.remote.store(Some(Arc::new(fresh)));
-            true
+            if let Err(e) = &probed {
+                shared.failed_with(e);
+            }
+            probed.is_ok()
         }
         Err(e) => {
             tracing::debug!(error = %e, "the probe's fresh connection failed too");
