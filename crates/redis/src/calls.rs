@@ -2,7 +2,7 @@
 //! in the store's `ratelimit_redis_*` series ([`Calls::bounded`]), the compare-and-set script
 //! ([`Calls::script`]: pipelined, or alone on a cluster; sent once more when its reply was lost),
 //! and uncounted ones ([`Calls::quiet`], the RLQS exchange's). Remembers when Redis last answered,
-//! and says when it answers slower than Envoy waits.
+//! and says when it answers slower than Envoy waits or with errors.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +27,9 @@ const ENVOY_FILTER_TIMEOUT: Duration = Duration::from_millis(20);
 /// How often a slow Redis is said again while it stays slow.
 const SLOW_WARNING_EVERY: Duration = Duration::from_secs(60);
 
+/// How often Redis's error replies are said again while they go on.
+const REFUSED_WARNING_EVERY: Duration = Duration::from_secs(60);
+
 /// A call's outcome before it is counted: `Err(())` when no answer came within `REDIS_TIMEOUT`.
 type Sent = Result<::redis::RedisResult<::redis::Value>, ()>;
 
@@ -44,6 +47,8 @@ pub(crate) struct Calls {
     metrics: RemoteMetrics,
     /// When the last "Redis is slower than Envoy waits" warning was said.
     slow_warning: Every,
+    /// When the last "Redis answered a call with an error" warning was said.
+    refused_warning: Every,
 }
 
 impl Calls {
@@ -61,6 +66,7 @@ impl Calls {
             epoch: monotonic(),
             metrics,
             slow_warning: Every::new(SLOW_WARNING_EVERY),
+            refused_warning: Every::new(REFUSED_WARNING_EVERY),
         }
     }
 
@@ -266,8 +272,11 @@ impl Calls {
                 .unwrap_or_else(|| Ok(Err(io_gone())));
         };
         // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is no answer.
+        // Redis's error reply to the compare-and-set (out of memory, read-only, a key of another
+        // type) is the call's error, as a lone call's is.
         match dispatcher.call(group).await {
             Err(e) if e.is_timeout() => Err(()),
+            Ok(::redis::Value::ServerError(e)) => Ok(Err(e.into())),
             other => Ok(other),
         }
     }
@@ -295,6 +304,9 @@ impl Calls {
             }
             Ok(Err(e)) => {
                 m.error(error_kind(&e));
+                if answered_with_error(&e) {
+                    self.refused(&e);
+                }
                 let message = StoreError::Unavailable(e.to_string());
                 self.failed(Some(e));
                 message
@@ -318,6 +330,19 @@ impl Calls {
                 ?took,
                 envoy_timeout = ?ENVOY_FILTER_TIMEOUT,
                 "Redis calls take longer than Envoy's default ratelimit filter timeout: behind such an Envoy these decisions time out (and fail open unless failure_mode_deny); raise the filter's timeout or move Redis closer (ratelimit_redis_slow_calls counts them)"
+            );
+        }
+    }
+
+    /// Redis answered a call with an error (`WRONGTYPE` on one key, `OOM`, `READONLY`, `NOPERM`):
+    /// said at most every [`REFUSED_WARNING_EVERY`], since one key of another type fails only its
+    /// own decisions and opens no breaker, which would say it.
+    fn refused(&self, e: &::redis::RedisError) {
+        let at = monotonic().saturating_duration_since(self.epoch);
+        if self.refused_warning.due(at.as_nanos() as u64) {
+            tracing::warn!(
+                error = %e,
+                "Redis answered a call with an error: its decisions are answered by REDIS_FAILURE_MODE (said at most once a minute; ratelimit_redis_errors{{kind=\"script\"}} counts every one)"
             );
         }
     }
