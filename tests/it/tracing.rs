@@ -2,13 +2,17 @@
 //! in-process collector (opentelemetry-proto's TraceService), with the domain, descriptor count
 //! and overall code, the gRPC code of a refused call, and no descriptor values unless asked; a
 //! call that carries a W3C `traceparent` or B3 headers gets a span in that trace, child of the
-//! span they name. The collector serves `envoy_e2e::tracing` too.
+//! span they name; exports counted as taken or lost. The collector serves `envoy_e2e::tracing`
+//! too.
 
 use crate::common;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use common::metrics::{count, scrape};
+use common::wait::eventually;
 use common::{Code, code, request, start_with};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
@@ -38,6 +42,8 @@ pub(crate) struct Received {
 pub(crate) struct Collector {
     pub(crate) spans: Arc<Mutex<Vec<Received>>>,
     api_keys: Arc<Mutex<Vec<String>>>,
+    /// Answer every export `UNAVAILABLE`, taking nothing.
+    refuse: Arc<AtomicBool>,
 }
 
 fn text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
@@ -56,6 +62,9 @@ impl TraceService for Collector {
         &self,
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        if self.refuse.load(Ordering::Relaxed) {
+            return Err(tonic::Status::unavailable("the collector is full"));
+        }
         if let Some(key) = request.metadata().get("api-key") {
             self.api_keys
                 .lock()
@@ -224,6 +233,48 @@ async fn sampling_rate_zero_exports_nothing() {
     s.call(request("t", &[&[("user", "a")]])).await;
     s.server.shutdown().await;
     assert!(collector.spans.lock().unwrap().is_empty());
+}
+
+/// Each export is counted by its outcome: the spans a collector took, and those lost when it
+/// refused them (the SDK, built without its internal logs, says nothing of them itself; the
+/// server also warns, at most once a minute).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_are_counted_taken_or_lost() {
+    for refuse in [false, true] {
+        let (collector, endpoint) = collector().await;
+        collector.refuse.store(refuse, Ordering::Relaxed);
+        let mut s = start_with(&[("t.yaml", RULES)], move |settings| {
+            settings.tracing.tracing_enabled = true;
+            settings.tracing.otel_exporter_otlp_endpoint = endpoint;
+        })
+        .await;
+        for user in ["a", "b", "c"] {
+            s.call(request("t", &[&[("user", user)]])).await;
+        }
+        let metrics = s.http("/metrics");
+        let (counted, other) = if refuse {
+            (
+                "ratelimit_tracing_spans_failed_total",
+                "ratelimit_tracing_spans_exported_total",
+            )
+        } else {
+            (
+                "ratelimit_tracing_spans_exported_total",
+                "ratelimit_tracing_spans_failed_total",
+            )
+        };
+        // The batch processor exports on its schedule (every 5 s).
+        eventually(counted, || async {
+            count(&scrape(&metrics).await, counted) == 3
+        })
+        .await;
+        assert_eq!(count(&scrape(&metrics).await, other), 0);
+        assert_eq!(
+            collector.spans.lock().unwrap().len(),
+            if refuse { 0 } else { 3 }
+        );
+        s.server.shutdown().await;
+    }
 }
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";

@@ -1,7 +1,7 @@
 //! OpenTelemetry tracing (the reference's TRACING_ENABLED and OTEL_EXPORTER_OTLP_*): one span per
 //! ShouldRateLimit, a child of the caller's span when the call names one (W3C `traceparent` or
-//! B3, read by `trace_context`), exported over OTLP/gRPC by a batch processor, flushed on
-//! shutdown. Spans carry
+//! B3, read by `trace_context`), exported over OTLP/gRPC by a batch processor (each export counted
+//! and a failure said: `export`), flushed on shutdown. Spans carry
 //! the domain, the descriptor count and the overall code (and the gRPC code of a refused call);
 //! descriptor values only when asked (`record_values`), since they are often user identifiers.
 //! When tracing is off nothing here exists: the service holds `None` and builds no span.
@@ -11,9 +11,14 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use prometheus::Registry;
 use tonic::codegen::http::HeaderMap;
 
 use crate::trace_context::TraceContext;
+
+mod export;
+
+use export::{CountedExporter, ExportMetrics};
 
 /// What the exporter and spans are made from (see `settings::TracingArgs`).
 #[derive(Debug, Clone, PartialEq)]
@@ -49,10 +54,11 @@ pub struct Tracing {
 }
 
 impl Tracing {
-    /// Builds the OTLP/gRPC exporter and the batch processor. Must run inside the tokio runtime
-    /// (the exporter's channel lives on it); connecting is lazy, so a collector that is down does
-    /// not stop the start (spans are dropped and the SDK logs why).
-    pub fn start(config: &TracingConfig) -> Result<Tracing, TracingError> {
+    /// Builds the OTLP/gRPC exporter and the batch processor, the exports counted on `registry`.
+    /// Must run inside the tokio runtime (the exporter's channel lives on it); connecting is lazy,
+    /// so a collector that is down does not stop the start: spans are lost, counted and said
+    /// (`export`).
+    pub fn start(config: &TracingConfig, registry: &Registry) -> Result<Tracing, TracingError> {
         let mut metadata = tonic::metadata::MetadataMap::new();
         for (name, value) in &config.headers {
             let key =
@@ -70,7 +76,10 @@ impl Tracing {
             .build()
             .map_err(|e| TracingError(e.to_string()))?;
         let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_batch_exporter(CountedExporter::new(
+                exporter,
+                ExportMetrics::register(registry),
+            ))
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
                 config.sampling_rate,
             ))))

@@ -124,7 +124,7 @@ async fn start_on<B: Backend>(
     let listeners = Listeners::bind(settings).await?;
     let (grpc_addr, http_addr, debug_addr) = listeners.addrs();
     let metrics_addr = listeners.metrics_addr();
-    let tracing = start_tracing(settings)?;
+    let tracing = start_tracing(settings, &metrics)?;
     let (shutdown, shutdown_rx) = watch::channel(false);
     let watcher = match xds {
         None => Some(reload::spawn_watcher(

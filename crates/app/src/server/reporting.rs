@@ -114,11 +114,14 @@ pub(super) fn metrics_mapper(settings: &ServeSettings) -> Result<Option<Arc<Mapp
 }
 
 /// OpenTelemetry tracing, started if the settings configure it.
-pub(super) fn start_tracing(settings: &ServeSettings) -> Result<Option<Tracing>, StartError> {
+pub(super) fn start_tracing(
+    settings: &ServeSettings,
+    metrics: &Metrics,
+) -> Result<Option<Tracing>, StartError> {
     let Some(config) = settings.tracing.config()? else {
         return Ok(None);
     };
-    let tracing = Tracing::start(&config)?;
+    let tracing = Tracing::start(&config, metrics.registry())?;
     tracing::info!(
         endpoint = %ratelimit_core::redact::credentials(&config.endpoint),
         service_name = %config.service_name,
