@@ -3,7 +3,8 @@
 //! the server runs. Decisions go to the failure mode and stay there while it refuses (the
 //! breaker's probe is a write, refused as decisions are: a `PING` probe brought them back to Redis
 //! at every probe, or kept the breaker from ever opening), the log says what Redis answered, and
-//! decisions go back to Redis once it takes writes again.
+//! decisions go back to Redis once it takes writes again. With `REDIS_FAILURE_MODE=error` the
+//! answer says what Redis answered, not that it is unreachable.
 
 use crate::common;
 
@@ -151,4 +152,44 @@ async fn a_redis_turned_read_only_replica_keeps_decisions_on_the_failure_mode_an
         },
     )
     .await;
+}
+
+/// With `REDIS_FAILURE_MODE=error`, a call answered while the breaker is open says what Redis
+/// answered last (it used to say "Redis is unreachable" of a Redis answering every call).
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn in_error_mode_a_refusing_redis_is_said_to_refuse_not_to_be_unreachable() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(rules.path().join("refuse.yaml"), RULES).unwrap();
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_URL", redis.addr()),
+        ("REDIS_FAILURE_MODE", "error".to_owned()),
+    ];
+    let mut server = Served::with_env(rules.path(), &env);
+    let mut client = server.client().await;
+    redis
+        .cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
+        .unwrap();
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    let started = monotonic();
+    let message = loop {
+        assert!(started.elapsed() < BOUND, "never down:\n{}", server.log());
+        let refused = client
+            .should_rate_limit(request("refuse", &[&[("k", "v")]]))
+            .await
+            .expect_err("Redis refuses the call");
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        if !refused.message().contains("call failed") {
+            break refused.message().to_owned();
+        }
+    };
+    assert!(
+        message.contains("is down, its calls failing") && message.contains("OOM"),
+        "{message}"
+    );
+    drop(rules);
 }

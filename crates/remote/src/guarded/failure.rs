@@ -48,15 +48,21 @@ impl<C: Connect> Guarded<C> {
     }
 
     /// The failure mode `error`'s answer: the call's own error when it made one (Redis may have
-    /// answered it, e.g. a key of another type), else that the backend is unreachable.
+    /// answered it, e.g. a key of another type); else, with the breaker open, the last error the
+    /// backend's calls and probes failed with (a Redis out of memory answers every probe), or
+    /// that it is unreachable.
     fn failed(&self, cause: Option<StoreError>) -> StoreError {
         let name = &self.shared.name;
-        StoreError::Unavailable(match cause {
-            Some(e) => format!(
+        StoreError::Unavailable(match (cause, self.shared.last_error()) {
+            (Some(e), _) => format!(
                 "{} call failed: {e} ({}_FAILURE_MODE=error)",
                 name.title, name.upper
             ),
-            None => format!(
+            (None, Some(last)) => format!(
+                "{} is down, its calls failing (the last: {last}) ({}_FAILURE_MODE=error)",
+                name.title, name.upper
+            ),
+            (None, None) => format!(
                 "{} is unreachable ({}_FAILURE_MODE=error)",
                 name.title, name.upper
             ),

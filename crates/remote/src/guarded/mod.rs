@@ -86,8 +86,9 @@ struct Shared<C: Connect> {
     epoch: Instant,
     /// A `check_again` is pending.
     checking: AtomicBool,
-    /// The last error a call or probe failed with: said when the backend is switched off, so
-    /// the log tells a backend refusing its calls (out of memory, read-only) from a silent one.
+    /// The last error a call or probe failed with since the backend last came back: said when it
+    /// is switched off and in the failure mode `error`'s answers, so they tell a backend refusing
+    /// its calls (out of memory, read-only) from a silent one.
     last_error: Mutex<Option<String>>,
     share: LocalShare,
     /// Live instances on the remote backend, by the last heartbeat (at least 1).
@@ -214,12 +215,20 @@ impl<C: Connect> Shared<C> {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error.to_string());
     }
 
-    /// The last error a call or probe failed with, forgotten once said.
-    fn take_last_error(&self) -> Option<String> {
+    /// The last error a call or probe failed with (since the backend last came back).
+    fn last_error(&self) -> Option<String> {
         self.last_error
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+            .clone()
+    }
+
+    /// Forgets the last error: the backend answers again.
+    fn forget_last_error(&self) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
     }
 }
 

@@ -25,8 +25,7 @@ pub(super) fn switched<C: Connect>(shared: &Arc<Shared<C>>, change: Change, log:
         Change::Down => {
             m.store_up.set(0);
             m.switched(false);
-            // Taken even when not said, so a later switch says its own outage's error.
-            let last_error = shared.take_last_error();
+            let last_error = shared.last_error();
             if log && shared.down_log.due(now) {
                 tracing::warn!(
                     mode = shared.mode.name(),
@@ -40,6 +39,7 @@ pub(super) fn switched<C: Connect>(shared: &Arc<Shared<C>>, change: Change, log:
             }
         }
         Change::Up => {
+            shared.forget_last_error();
             // The backend may have lost counts while away (a restart without persistence).
             if let Some(cache) = &shared.cache {
                 cache.clear();
