@@ -28,6 +28,20 @@ const REFUSED: &str = "ratelimit_redis_errors{kind=\"script\"}";
 /// refused at once is made again after the breaker's 100 ms).
 const PROBES: u64 = 10;
 
+/// The server on `redis` with `REDIS_FAILURE_MODE=mode`, its counters under `rf:`; and its rules
+/// directory, to keep while it runs.
+fn serve(redis: &RedisServer, mode: &str) -> (Served, tempfile::TempDir) {
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(rules.path().join("refuse.yaml"), RULES).unwrap();
+    let env = [
+        ("BACKEND_TYPE", "redis".to_owned()),
+        ("REDIS_URL", redis.addr()),
+        ("REDIS_FAILURE_MODE", mode.to_owned()),
+        ("CACHE_KEY_PREFIX", "rf:".to_owned()),
+    ];
+    (Served::with_env(rules.path(), &env), rules)
+}
+
 /// Requests of one descriptor each, with a value of its own (a key of its own in Redis).
 struct Requests {
     client: RateLimitServiceClient<Channel>,
@@ -50,7 +64,7 @@ impl Requests {
     }
 }
 
-/// The server on `redis` (the failure mode `local`, the default): deciding on Redis; after
+/// The server on `redis` (the failure mode `local`): deciding on Redis; after
 /// `refuse`, answered by the failure mode, switched once and logging `said`, through `PROBES`
 /// refused probes, Redis's error said once where it switched and once as an error reply; after
 /// `accept`, back on Redis.
@@ -60,14 +74,7 @@ async fn refused_then_taken_again(
     said: &str,
     accept: impl FnOnce(),
 ) {
-    let rules = tempfile::tempdir().unwrap();
-    std::fs::write(rules.path().join("refuse.yaml"), RULES).unwrap();
-    let env = [
-        ("BACKEND_TYPE", "redis".to_owned()),
-        ("REDIS_URL", redis.addr()),
-        ("CACHE_KEY_PREFIX", "rf:".to_owned()),
-    ];
-    let mut server = Served::with_env(rules.path(), &env);
+    let (mut server, rules) = serve(redis, "local");
     let mut requests = Requests {
         client: server.client().await,
         sent: 0,
@@ -162,14 +169,7 @@ async fn in_error_mode_a_refusing_redis_is_said_to_refuse_not_to_be_unreachable(
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let rules = tempfile::tempdir().unwrap();
-    std::fs::write(rules.path().join("refuse.yaml"), RULES).unwrap();
-    let env = [
-        ("BACKEND_TYPE", "redis".to_owned()),
-        ("REDIS_URL", redis.addr()),
-        ("REDIS_FAILURE_MODE", "error".to_owned()),
-    ];
-    let mut server = Served::with_env(rules.path(), &env);
+    let (mut server, rules) = serve(&redis, "error");
     let mut client = server.client().await;
     redis
         .cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"])
