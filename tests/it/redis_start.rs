@@ -1,11 +1,13 @@
-//! Start-up on a Redis that is slow, cuts its replies, or refuses us: the real binary at the
-//! defaults a user gets, a real redis-server behind a proxy whose faults change while the server
-//! runs (`common::fault_proxy`). Only a refusal (password, ACL, TLS) stops
-//! the start; a Redis too far or a reply cut short leaves it "unreachable": the server starts in
-//! the failure mode, says so once, and keeps connecting until Redis answers.
+//! Start-up on a Redis that is slow, cuts its replies, turns connections away, or refuses us: the
+//! real binary at the defaults a user gets, a real redis-server, behind a proxy whose faults
+//! change while the server runs (`common::fault_proxy`) or reconfigured. Only a refusal (password,
+//! ACL, TLS, protected mode) stops the start; a Redis too far, a reply cut short or a Redis at its
+//! `maxclients` leaves it "unreachable": the server starts in the failure mode, says so once (and
+//! what Redis said), and keeps connecting until Redis answers.
 
 use crate::common;
 
+use std::net::{IpAddr, UdpSocket};
 use std::time::Duration;
 
 use common::fault_proxy::FaultProxy;
@@ -42,15 +44,15 @@ fn proxy_to(redis: &RedisServer) -> FaultProxy {
     FaultProxy::start(redis.addr().parse().unwrap())
 }
 
-/// The server, started in the failure mode (it said so once, and is serving), then back on Redis
-/// once the proxy is fixed by `heal`: decisions then reach Redis.
+/// The server on Redis at `addr`, started in the failure mode (it said so once, and is serving),
+/// then back on Redis once `heal` mends the way: decisions then reach Redis.
 async fn starts_unreachable_then_decides(
     redis: &RedisServer,
-    proxy: &FaultProxy,
+    addr: &str,
     heal: impl FnOnce(),
 ) -> Served {
     let rules = rules();
-    let mut server = Served::with_env(rules.path(), &env(&proxy.addr(), &[]));
+    let mut server = Served::with_env(rules.path(), &env(addr, &[]));
     let mut client = server.client().await;
     assert_eq!(
         server.log_lines("REDIS IS UNREACHABLE AT START-UP"),
@@ -98,7 +100,8 @@ async fn a_redis_too_far_at_start_up_is_unreachable_then_decides_once_near() {
     let proxy = proxy_to(&redis);
     proxy.set_delay(TOO_FAR);
     let server =
-        starts_unreachable_then_decides(&redis, &proxy, || proxy.set_delay(Duration::ZERO)).await;
+        starts_unreachable_then_decides(&redis, &proxy.addr(), || proxy.set_delay(Duration::ZERO))
+            .await;
     let log = server.log();
     assert!(log.contains("timed out"), "{log}");
 }
@@ -111,7 +114,8 @@ async fn replies_cut_at_start_up_never_stop_the_server() {
     };
     let proxy = proxy_to(&redis);
     proxy.cut_pongs(true);
-    let _server = starts_unreachable_then_decides(&redis, &proxy, || proxy.cut_pongs(false)).await;
+    let _server =
+        starts_unreachable_then_decides(&redis, &proxy.addr(), || proxy.cut_pongs(false)).await;
     assert!(proxy.cuts() >= 1, "the first PING's reply was cut");
 }
 
@@ -147,6 +151,78 @@ async fn an_acl_that_refuses_the_first_ping_stops_start_up_saying_why() {
     assert!(log.contains("Redis refuses this server (ACL)"), "{log}");
     assert!(
         log.contains("no permissions to run the 'ping' command"),
+        "{log}"
+    );
+}
+
+/// A Redis at its `maxclients` (the test holds its one client) writes `ERR max number of clients
+/// reached` on each connection it turns away and closes it, which redis-rs reads as a broken pipe.
+/// The server starts in the failure mode saying what Redis said (it said "broken pipe", which sent
+/// operators looking at the network), and decides on Redis once Redis takes clients again.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_redis_at_maxclients_at_start_up_is_unreachable_saying_so_then_decides() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let mut held = redis.hold();
+    assert_eq!(held.command(&["CONFIG", "SET", "maxclients", "1"]), "+OK");
+    let server = starts_unreachable_then_decides(&redis, &redis.addr(), || {
+        assert_eq!(
+            held.command(&["CONFIG", "SET", "maxclients", "10000"]),
+            "+OK"
+        );
+    })
+    .await;
+    let log = server.log();
+    let said = |line: &&str| {
+        line.contains("REDIS IS UNREACHABLE AT START-UP")
+            && line.contains("Redis turned the connection away: ERR max number of clients reached")
+    };
+    assert_eq!(log.lines().filter(said).count(), 1, "{log}");
+}
+
+/// This machine's address outside the loopback (the source of a route out; nothing is sent).
+fn outside_loopback() -> Option<IpAddr> {
+    let socket = UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("198.51.100.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// A Redis in protected mode (no password, bound beyond the loopback) turns away every client from
+/// outside the loopback with `DENIED …` as it connects: only its operator can mend that, so start-up
+/// stops and says so in Redis's words (it used to start in the failure mode saying "broken pipe",
+/// and stay there).
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_redis_in_protected_mode_stops_start_up_saying_so() {
+    let Some(ip) = outside_loopback() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no address outside the loopback to reach Redis from"
+        );
+        eprintln!("SKIPPED: no address outside the loopback to reach Redis from");
+        return;
+    };
+    let Some(redis) = RedisServer::start_with(&["--bind", "0.0.0.0", "--protected-mode", "yes"])
+    else {
+        return;
+    };
+    let rules = rules();
+    let addr = format!("{ip}:{}", redis.port);
+    let mut server = Served::with_env(rules.path(), &env(&addr, &[]));
+    assert_eq!(
+        server.wait_exit().code(),
+        Some(1),
+        "the server must not start"
+    );
+    let log = server.log();
+    assert!(
+        // Redis's words ("DENIED Redis is running in protected mode …"; Valkey's "DENIED Running
+        // in protected mode …").
+        log.contains("Redis refuses this server (protected mode): DENIED ")
+            && log.contains("no password is set for the default user"),
         "{log}"
     );
 }

@@ -30,7 +30,7 @@ use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
-use crate::{attempts, io, lease, refusal, spread};
+use crate::{attempts, greeting, io, lease, refusal, spread};
 
 /// How long the breaker's probe key lives (it is written again at each probe).
 const PROBE_KEY_LIFETIME_MS: u64 = 1000;
@@ -364,7 +364,7 @@ async fn open(config: &RedisConfig) -> Result<Conns, StoreError> {
         let config = config.clone();
         async move { tokio::time::timeout(bound, Conns::connect(&config)).await }
     };
-    io::run(connecting)
+    let opened = io::run(connecting)
         .await
         .ok_or_else(|| StoreError::Unavailable("the Redis I/O thread is gone".into()))?
         .map_err(|_| {
@@ -373,8 +373,22 @@ async fn open(config: &RedisConfig) -> Result<Conns, StoreError> {
                 conn::CONNECT_ROUND_TRIPS,
                 config.timeout
             ))
-        })?
-        .map_err(|e| refusal::classify(&e))
+        })?;
+    match opened {
+        Ok(conns) => Ok(conns),
+        Err(e) => Err(connect_failure(&e, config).await),
+    }
+}
+
+/// A failure to connect as the store's error (`refusal`); a connection cut as it opened is told
+/// by what Redis wrote on it before it cut it (`greeting`: protected mode, `maxclients`).
+async fn connect_failure(e: &::redis::RedisError, config: &RedisConfig) -> StoreError {
+    if refusal::cut(e)
+        && let Some(said) = greeting::refusal_said(config.first_addrs(), config.timeout).await
+    {
+        return refusal::turned_away(e, &said);
+    }
+    refusal::classify(e)
 }
 
 /// Frees a call's keys when dropped (also when its caller goes away mid-call), and starts what

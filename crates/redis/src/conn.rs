@@ -117,6 +117,17 @@ impl RedisConfig {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
+
+    /// The addresses a connection starts at: the server, the cluster's seeds, or the sentinels.
+    pub(crate) fn first_addrs(&self) -> Vec<&ConnectionAddr> {
+        match &self.topology {
+            Topology::Single(info) => vec![info.addr()],
+            Topology::Cluster(infos)
+            | Topology::Sentinel {
+                sentinels: infos, ..
+            } => infos.iter().map(ConnectionInfo::addr).collect(),
+        }
+    }
 }
 
 /// One connection to send a command on.

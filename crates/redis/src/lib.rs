@@ -32,7 +32,8 @@
 //!
 //! - `settings`: `REDIS_URL`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS*`… checked into a
 //!   [`RedisConfig`]; `conn`: connections by topology; `refusal`: a failure to connect sorted
-//!   into a refusal (start-up stops) or unreachable; `io`: the redis-io thread; `dispatch`:
+//!   into a refusal (start-up stops) or unreachable (`greeting`: what Redis wrote on a
+//!   connection it turned away); `io`: the redis-io thread; `dispatch`:
 //!   compare-and-sets sent together, pipelined (`pack`: several in one script call; one key
 //!   expected absent as a plain command, and one held as a plain `SET … IFEQ` where the server
 //!   has it, `conditional`).
@@ -62,6 +63,7 @@ mod conn;
 mod connect;
 mod demand;
 mod dispatch;
+mod greeting;
 mod io;
 mod key;
 mod lease;

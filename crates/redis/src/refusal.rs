@@ -2,7 +2,8 @@
 //! operator can mend it, so start-up stops) or leaves Redis merely unreachable (slow, cut, absent:
 //! the server starts in the failure mode and keeps connecting). Applied to connecting and to the
 //! first PING alike: a PING that times out or whose reply is cut is "unreachable", never a reason
-//! to exit (in Kubernetes that would be a crash loop while Redis is only slow).
+//! to exit (in Kubernetes that would be a crash loop while Redis is only slow). A connection cut
+//! as it opened is sorted by what Redis wrote on it (`greeting`, [`turned_away`]).
 
 use ::redis::{ErrorKind, RedisError};
 
@@ -12,6 +13,10 @@ use ratelimit_core::store::StoreError;
 /// authentication where Redis wants one (`NOAUTH`), or an ACL that denies it a command
 /// (`NOPERM`).
 const REFUSING_CODES: [&str; 3] = ["WRONGPASS", "NOAUTH", "NOPERM"];
+
+/// The code of Redis's refusal of a client from outside the loopback while the default user has no
+/// password (protected mode): the operator must set a password or bind Redis otherwise.
+const PROTECTED_MODE: &str = "DENIED";
 
 /// What a failure says about Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +36,7 @@ pub(crate) fn failure(e: &RedisError) -> Failure {
     }
     match e.code() {
         Some("NOPERM") => return Failure::Refused("ACL"),
+        Some(PROTECTED_MODE) => return Failure::Refused("protected mode"),
         Some(code) if REFUSING_CODES.contains(&code) => {
             return Failure::Refused("authentication");
         }
@@ -74,6 +80,26 @@ pub(crate) fn classify(e: &RedisError) -> StoreError {
             StoreError::Unavailable(format!("Redis refuses this server ({why}): {e}"))
         }
         Failure::Unreachable => StoreError::Unreachable(e.to_string()),
+    }
+}
+
+/// Whether `e` is a connection cut by the other side (a broken pipe, a reset, an early end), as
+/// Redis cuts one it turns away as it opens; not one nobody took (refused, no such socket).
+pub(crate) fn cut(e: &RedisError) -> bool {
+    e.is_connection_dropped() && !e.is_connection_refusal()
+}
+
+/// `e`, a connection cut as it opened, as the store's error, with the error line `said` that Redis
+/// wrote on it before it closed it (`greeting`): a refusal if Redis's words are one (protected
+/// mode), else unreachable (`ERR max number of clients reached`: waiting may mend it), saying them.
+pub(crate) fn turned_away(e: &RedisError, said: &str) -> StoreError {
+    let reply = ::redis::parse_redis_value(format!("-{said}\r\n").as_bytes());
+    let words = reply.ok().and_then(|v| v.extract_error().err());
+    match words.as_ref().map(failure) {
+        Some(Failure::Refused(why)) => {
+            StoreError::Unavailable(format!("Redis refuses this server ({why}): {said}"))
+        }
+        _ => StoreError::Unreachable(format!("{e} (Redis turned the connection away: {said})")),
     }
 }
 
@@ -173,6 +199,28 @@ mod tests {
         ] {
             assert_eq!(failure(&server_error(reply)), Failure::Unreachable);
         }
+    }
+
+    #[test]
+    fn a_connection_turned_away_is_sorted_by_what_redis_said() {
+        let cut = io_error(std::io::ErrorKind::BrokenPipe);
+        assert!(super::cut(&cut));
+        assert!(!super::cut(&io_error(
+            std::io::ErrorKind::ConnectionRefused
+        )));
+        assert!(!super::cut(&io_error(std::io::ErrorKind::TimedOut)));
+        let protected =
+            "DENIED Redis is running in protected mode because protected mode is enabled";
+        assert!(matches!(
+            turned_away(&cut, protected),
+            StoreError::Unavailable(m) if m.contains("(protected mode)") && m.contains(protected)
+        ));
+        assert!(matches!(
+            turned_away(&cut, "ERR max number of clients reached"),
+            StoreError::Unreachable(m) if m == "broken pipe (Redis turned the connection away: ERR max number of clients reached)"
+        ));
+        let denied = server_error(b"-DENIED Redis is running in protected mode\r\n");
+        assert_eq!(failure(&denied), Failure::Refused("protected mode"));
     }
 
     #[test]

@@ -44,6 +44,24 @@ fn runs(program: &str, install: &str) -> bool {
     found
 }
 
+/// A plain connection to Redis held by a test ([`RedisServer::hold`]).
+pub struct HeldClient(std::net::TcpStream);
+
+impl HeldClient {
+    /// Sends `args` as one command and reads its one-line reply (`+OK`, `:4`…).
+    pub fn command(&mut self, args: &[&str]) -> String {
+        use std::io::{Read, Write};
+        let mut sent = format!("*{}\r\n", args.len());
+        for arg in args {
+            sent += &format!("${}\r\n{arg}\r\n", arg.len());
+        }
+        self.0.write_all(sent.as_bytes()).unwrap();
+        let mut reply = [0u8; 256];
+        let n = self.0.read(&mut reply).unwrap();
+        String::from_utf8_lossy(&reply[..n]).trim().to_owned()
+    }
+}
+
 pub const REDIS: &str = "redis-server";
 pub const VALKEY: &str = "valkey-server";
 
@@ -197,6 +215,12 @@ impl RedisServer {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    /// A client connection the test holds (it keeps a client slot: with `maxclients` reached,
+    /// the test can still configure Redis through it).
+    pub fn hold(&self) -> HeldClient {
+        HeldClient(std::net::TcpStream::connect(self.addr()).expect("a connection to Redis"))
     }
 
     pub fn path(&self) -> &Path {
