@@ -2,7 +2,8 @@
 //! (`common::proxy`), and the real server binary, at the defaults a user gets: connecting is
 //! bounded per call, not the whole pool by one `REDIS_TIMEOUT`; a refusal stops start-up however
 //! far Redis is; while disconnected the server keeps saying so (rate-limited) and counts its
-//! attempts; a Redis slower than Envoy's filter waits is counted and warned about.
+//! attempts; a Redis slower than Envoy's filter waits is counted and warned about; one that turns
+//! connections away (`maxclients`) is said to.
 
 use crate::common;
 
@@ -211,4 +212,53 @@ async fn connections_cut_now_and_then_do_not_open_the_breaker() {
         (failure_mode as u64) * 2 < errors,
         "{failure_mode} failure-mode answers for {errors} connection errors"
     );
+}
+
+/// Redis reaching its `maxclients` while the server runs (another program took the slots; here
+/// the test holds the one left) and the server's connections cut: Redis writes `ERR max number of
+/// clients reached` on each fresh connection and closes it, which redis-rs reads as a broken pipe.
+/// The switch to the failure mode says `broken pipe`; the failed fresh connections then say what
+/// Redis wrote (at once, then every 30 s), and decisions are back on Redis once it takes clients.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_redis_at_maxclients_while_serving_is_said_to_turn_connections_away() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let rules = rules();
+    let mut server = Served::with_env(rules.path(), &env(&redis.addr(), &[]));
+    let mut client = server.client().await;
+    let mut decide = async || {
+        let r = client
+            .should_rate_limit(request("far", &[&[("load", "v")]]))
+            .await
+            .expect("answered, by Redis or the failure mode")
+            .into_inner();
+        assert_eq!(code(r.overall_code), Code::Ok);
+    };
+    decide().await;
+    let mut held = redis.hold();
+    assert_eq!(held.command(&["CONFIG", "SET", "maxclients", "1"]), "+OK");
+    held.command(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let said = "Redis turned the connection away: ERR max number of clients reached";
+    let started = ratelimit_server::clock::monotonic();
+    while server.log_lines(said) == 0 {
+        assert!(
+            started.elapsed() < common::wait::BOUND,
+            "never said:\n{}",
+            server.log()
+        );
+        decide().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(server.metric("ratelimit_store_up").await, 0);
+    assert_eq!(server.log_lines(said), 1, "{}", server.log());
+    assert_eq!(
+        held.command(&["CONFIG", "SET", "maxclients", "10000"]),
+        "+OK"
+    );
+    server
+        .wait_for_metric("ratelimit_store_switches{to=\"redis\"}", 1)
+        .await;
+    decide().await;
 }

@@ -3,7 +3,9 @@
 //! not when the backend answered refusing it), so decisions go back to it (and
 //! `ratelimit_store_up` says so) within a second of it answering, with or without traffic, and
 //! within the breaker's base interval of a restart (a refused probe does not back off). Ends once
-//! the breaker closes or the store is dropped.
+//! the breaker closes or the store is dropped. While fresh connections fail too, says why at most
+//! every 30 s (as the background connection does: the error of a connection tells more than the
+//! failed call that opened the breaker, e.g. what Redis wrote as it turned it away).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -12,13 +14,21 @@ use ratelimit_core::clock::monotonic;
 use ratelimit_core::store::StoreError;
 
 use crate::breaker::Permit;
+use crate::every::Every;
 use crate::guarded::{Guarded, Shared, switch};
 use crate::remote::{Connect, Remote};
+
+use super::reconnect::{STILL_FAILING_EVERY, still_failing};
 
 /// How often the prober looks at the breaker.
 const PROBE_TICK: Duration = Duration::from_millis(20);
 
 pub(in crate::guarded) async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
+    let mut fresh = FreshConnections {
+        since: monotonic(),
+        attempts: 0,
+        say: Every::new(STILL_FAILING_EVERY),
+    };
     loop {
         tokio::time::sleep(PROBE_TICK).await;
         let Some(shared) = shared.upgrade() else {
@@ -42,7 +52,7 @@ pub(in crate::guarded) async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
                     }
                     Err(e) => {
                         store.shared.failed_with(&e);
-                        reconnect_now(&store).await
+                        reconnect_now(&store, &mut fresh).await
                     }
                 };
                 if ok {
@@ -64,7 +74,7 @@ pub(in crate::guarded) async fn probe<C: Connect>(shared: Weak<Shared<C>>) {
 /// Nothing answered a probe: tries a fresh connection at once, since the old one may be waiting
 /// out its own reconnection backoff. On success the fresh backend replaces the old one, and the
 /// probe is made again on it.
-async fn reconnect_now<C: Connect>(store: &Guarded<C>) -> bool {
+async fn reconnect_now<C: Connect>(store: &Guarded<C>, fresh: &mut FreshConnections) -> bool {
     let shared = &store.shared;
     let attempt = shared.connect.connect(shared.metrics.clone()).await;
     switch::count_connect(&shared.metrics, &attempt);
@@ -78,8 +88,28 @@ async fn reconnect_now<C: Connect>(store: &Guarded<C>) -> bool {
             probed.is_ok()
         }
         Err(e) => {
-            tracing::debug!(error = %e, "the probe's fresh connection failed too");
+            shared.failed_with(&e);
+            fresh.attempts += 1;
+            let failing_for = fresh.since.elapsed();
+            if fresh.say.due(failing_for.as_nanos() as u64) {
+                still_failing(
+                    &shared.name,
+                    &shared.connect,
+                    &e,
+                    fresh.attempts,
+                    failing_for,
+                );
+            } else {
+                tracing::debug!(error = %e, "the probe's fresh connection failed too");
+            }
             false
         }
     }
+}
+
+/// The probes' fresh connections since the prober started (the breaker opened).
+struct FreshConnections {
+    since: std::time::Instant,
+    attempts: u64,
+    say: Every,
 }

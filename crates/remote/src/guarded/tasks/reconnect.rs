@@ -20,7 +20,7 @@ const RECONNECT_BASE: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
 
 /// How often the background connection says it is still failing.
-const STILL_FAILING_EVERY: Duration = Duration::from_secs(30);
+pub(super) const STILL_FAILING_EVERY: Duration = Duration::from_secs(30);
 
 pub(in crate::guarded) async fn reconnect<C: Connect>(shared: Weak<Shared<C>>) {
     let mut wait = RECONNECT_BASE;
@@ -78,7 +78,7 @@ fn connected<C: Connect>(shared: &Arc<Shared<C>>, store: C::Backend) {
 
 /// Says that the background connection still fails: a warning while nobody answers, an error
 /// while the backend refuses us.
-fn still_failing<C: Connect>(
+pub(super) fn still_failing<C: Connect>(
     name: &RemoteName,
     connect: &C,
     e: &StoreError,
