@@ -981,3 +981,38 @@ pub(crate) fn serves_slot(node: &RedisServer, slot: u16) -> bool {
             }
         })
 }
+
+/// A cluster node's address given as a single Redis (`REDIS_TYPE` left at `single`): the node
+/// answers the first `PING`, then redirects the decisions on other masters' slots (`MOVED`), and
+/// the server used to run on its failure mode for good. Start-up now stops, saying what to set.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_cluster_node_named_as_a_single_redis_stops_start_up_saying_what_to_set() {
+    let Some(cluster) = Cluster::start() else {
+        return;
+    };
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("c.yaml"),
+        "domain: c\ndescriptors:\n  - key: k\n",
+    )
+    .unwrap();
+    let node = cluster.nodes[0].addr();
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_URL", node.clone()),
+    ];
+    let mut server = Served::with_env(rules.path(), &env);
+    assert_eq!(
+        server.wait_exit().code(),
+        Some(1),
+        "the server must not start"
+    );
+    let log = server.log();
+    assert!(
+        log.contains(&format!(
+            "REDIS_URL {node} is a node of a Redis Cluster: set REDIS_TYPE=cluster"
+        )),
+        "{log}"
+    );
+}

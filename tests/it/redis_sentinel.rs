@@ -233,3 +233,33 @@ async fn after_a_failover_the_server_follows_the_new_master_and_keeps_counting()
         server.log()
     );
 }
+
+/// A sentinel's address given as a single Redis (`REDIS_TYPE` left at `single`): the sentinel
+/// answers the first `PING`, then refuses every decision (`unknown command 'EVALSHA'`), and the
+/// server used to run on its failure mode for good, the log naming neither. Start-up now stops,
+/// saying what to set.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_sentinel_named_as_a_single_redis_stops_start_up_saying_what_to_set() {
+    let Some(topology) = topology("domain: s\ndescriptors:\n  - key: k\n") else {
+        return;
+    };
+    let sentinel = format!("127.0.0.1:{}", topology.sentinel.port);
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_URL", sentinel.clone()),
+    ];
+    let mut server = Served::with_env(topology.rules.path(), &env);
+    assert_eq!(
+        server.wait_exit().code(),
+        Some(1),
+        "the server must not start"
+    );
+    let log = server.log();
+    assert!(
+        log.contains(&format!(
+            "REDIS_URL {sentinel} is a Redis Sentinel, not a Redis server: set REDIS_TYPE=sentinel"
+        )),
+        "{log}"
+    );
+}

@@ -30,7 +30,7 @@ use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
-use crate::{attempts, greeting, io, lease, refusal, spread};
+use crate::{attempts, greeting, io, lease, mode, refusal, spread};
 
 /// How long the breaker's probe key lives (it is written again at each probe).
 const PROBE_KEY_LIFETIME_MS: u64 = 1000;
@@ -88,6 +88,7 @@ impl RedisBackend {
         });
         let calls = Arc::new(Calls::new(conns, config.timeout, metrics));
         calls.first_ping().await?;
+        mode::check(&calls, config).await?;
         calls
             .probe_conditional_set(&TextKeyBuilder::new(config.prefix.clone()).probe_key())
             .await;

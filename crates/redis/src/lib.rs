@@ -33,7 +33,8 @@
 //! - `settings`: `REDIS_URL`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS*`… checked into a
 //!   [`RedisConfig`]; `conn`: connections by topology; `refusal`: a failure to connect sorted
 //!   into a refusal (start-up stops) or unreachable (`greeting`: what Redis wrote on a
-//!   connection it turned away); `io`: the redis-io thread; `dispatch`:
+//!   connection it turned away); `mode`: whether the server runs as `REDIS_TYPE` says (a
+//!   Sentinel or a cluster node named as a single server is a refusal); `io`: the redis-io thread; `dispatch`:
 //!   compare-and-sets sent together, pipelined (`pack`: several in one script call; one key
 //!   expected absent as a plain command, and one held as a plain `SET … IFEQ` where the server
 //!   has it, `conditional`).
@@ -68,6 +69,7 @@ mod io;
 mod key;
 mod lease;
 mod masters;
+mod mode;
 mod pack;
 mod pending;
 mod queue;

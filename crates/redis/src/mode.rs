@@ -1,0 +1,93 @@
+//! Whether the server connected to runs as `REDIS_TYPE` says. A Redis Sentinel or a Redis Cluster
+//! node named in `REDIS_URL` with `REDIS_TYPE=single` answers the first `PING`, then refuses
+//! every decision (`unknown command 'EVALSHA'`) or redirects it (`MOVED`): the server ran on its
+//! failure mode for good, the log naming neither. Asked once connected (`INFO server`, its
+//! `redis_mode`, Valkey's `server_mode`); a mismatch is a refusal (the settings must change).
+
+use std::sync::Arc;
+
+use ratelimit_core::store::StoreError;
+
+use crate::calls::Calls;
+use crate::conn::{RedisConfig, Topology};
+
+/// What `INFO server` says the server runs as (`standalone`, `cluster`, `sentinel`).
+fn mode(info: &str) -> Option<&str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix("redis_mode:")
+            .or_else(|| line.strip_prefix("server_mode:"))
+            .map(str::trim)
+    })
+}
+
+/// What is wrong when a server running as `mode` is reached as `config` says, if anything.
+fn mismatch(config: &RedisConfig, mode: &str) -> Option<String> {
+    let addr = match &config.topology {
+        Topology::Single(info) => info.addr().to_string(),
+        Topology::Sentinel { master, .. } => {
+            return (mode != "standalone").then(|| {
+                format!("the master '{master}' the sentinels name runs as {mode}, not standalone")
+            });
+        }
+        Topology::Cluster(_) => return None,
+    };
+    match mode {
+        "sentinel" => Some(format!(
+            "REDIS_URL {addr} is a Redis Sentinel, not a Redis server: set REDIS_TYPE=sentinel \
+             and REDIS_URL to the master's name and the sentinels (`<master name>,{addr}`)"
+        )),
+        "cluster" => Some(format!(
+            "REDIS_URL {addr} is a node of a Redis Cluster: set REDIS_TYPE=cluster (REDIS_URL: \
+             its nodes, comma-separated)"
+        )),
+        _ => None,
+    }
+}
+
+/// Fails with `Unavailable` (a refusal: start-up stops) if the server `calls` reach runs otherwise
+/// than `config` says. A server that does not answer `INFO` (an ACL, a timeout) is taken as it is:
+/// the decisions' own calls will tell.
+pub(crate) async fn check(calls: &Arc<Calls>, config: &RedisConfig) -> Result<(), StoreError> {
+    if matches!(config.topology, Topology::Cluster(_)) {
+        return Ok(());
+    }
+    let mut c = calls.conn();
+    let info = ::redis::cmd("INFO").arg("server").clone();
+    let Ok(info) = calls
+        .quiet(async move { info.query_async::<String>(&mut c).await })
+        .await
+    else {
+        return Ok(());
+    };
+    match mode(&info).and_then(|mode| mismatch(config, mode)) {
+        Some(wrong) => Err(StoreError::Unavailable(wrong)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mode_is_read_from_redis_and_valkey() {
+        let redis = "# Server\r\nredis_version:7.0.15\r\nredis_mode:sentinel\r\nos:Linux\r\n";
+        assert_eq!(mode(redis), Some("sentinel"));
+        let valkey = "# Server\r\nvalkey_version:8.1.1\r\nserver_mode:standalone\r\n";
+        assert_eq!(mode(valkey), Some("standalone"));
+        assert_eq!(mode("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn only_a_server_of_another_kind_is_a_mismatch() {
+        let single = RedisConfig::single("redis://127.0.0.1:26379/").unwrap();
+        assert_eq!(mismatch(&single, "standalone"), None);
+        let sentinel = mismatch(&single, "sentinel").unwrap();
+        assert!(
+            sentinel.contains("is a Redis Sentinel") && sentinel.contains("REDIS_TYPE=sentinel"),
+            "{sentinel}"
+        );
+        let cluster = mismatch(&single, "cluster").unwrap();
+        assert!(cluster.contains("REDIS_TYPE=cluster"), "{cluster}");
+    }
+}
