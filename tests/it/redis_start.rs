@@ -226,3 +226,36 @@ async fn a_redis_in_protected_mode_stops_start_up_saying_so() {
         "{log}"
     );
 }
+
+/// `REDIS_URL` naming another service's port: here a server that greets each client as MariaDB
+/// does (a handshake packet written unasked, then it waits). redis-rs reads it as a parse error
+/// ("Incompatible type - Parse error at 1"); the server now says that what answers is not Redis,
+/// with what it wrote, and keeps serving from the failure mode (and connecting) meanwhile.
+#[tokio::test]
+async fn a_server_that_is_not_redis_at_start_up_is_said_not_to_be() {
+    const GREETING: &[u8] = b"J\0\0\0\n5.5.5-10.11.19-MariaDB-0+deb12u1\0";
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut conn in listener.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut conn, GREETING);
+            held.push(conn);
+        }
+    });
+    let rules = rules();
+    let mut server = Served::with_env(rules.path(), &env(&addr, &[]));
+    let mut client = server.client().await;
+    let r = client
+        .should_rate_limit(request("boot", &[&[("k", "v")]]))
+        .await
+        .expect("answered by the failure mode")
+        .into_inner();
+    assert_eq!(code(r.overall_code), Code::Ok);
+    let log = server.log();
+    let said = |line: &&str| {
+        line.contains("REDIS IS UNREACHABLE AT START-UP")
+            && line.contains("what answers there is not Redis: it wrote \"J\\x00\\x00\\x00\\n5.5.5-10.11.19-MariaDB")
+    };
+    assert_eq!(log.lines().filter(said).count(), 1, "{log}");
+}

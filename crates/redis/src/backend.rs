@@ -24,6 +24,7 @@ use crate::calls::{Calls, script_call};
 use crate::cas::{self, decode};
 use crate::conn::{self, Conns, RedisConfig};
 use crate::demand::DemandRound;
+use crate::greeting::Greeting;
 use crate::key::{TextKey, TextKeyBuilder, distinct};
 use crate::masters::Masters;
 use crate::pending::Pending;
@@ -381,13 +382,16 @@ async fn open(config: &RedisConfig) -> Result<Conns, StoreError> {
     }
 }
 
-/// A failure to connect as the store's error (`refusal`); a connection cut as it opened is told
-/// by what Redis wrote on it before it cut it (`greeting`: protected mode, `maxclients`).
+/// A failure to connect as the store's error (`refusal`); a connection cut as it opened, or
+/// answered with what Redis never says, is told by what the server wrote unasked (`greeting`:
+/// protected mode, `maxclients`, a server that is not Redis).
 async fn connect_failure(e: &::redis::RedisError, config: &RedisConfig) -> StoreError {
-    if refusal::cut(e)
-        && let Some(said) = greeting::refusal_said(config.first_addrs(), config.timeout).await
-    {
-        return refusal::turned_away(e, &said);
+    if refusal::cut(e) || e.kind() == ::redis::ErrorKind::Parse {
+        match greeting::greeting(config.first_addrs(), config.timeout).await {
+            Some(Greeting::Error(said)) => return refusal::turned_away(e, &said),
+            Some(Greeting::Foreign(wrote)) => return refusal::not_redis(e, &wrote),
+            None => {}
+        }
     }
     refusal::classify(e)
 }

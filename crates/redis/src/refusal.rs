@@ -3,7 +3,8 @@
 //! the server starts in the failure mode and keeps connecting). Applied to connecting and to the
 //! first PING alike: a PING that times out or whose reply is cut is "unreachable", never a reason
 //! to exit (in Kubernetes that would be a crash loop while Redis is only slow). A connection cut
-//! as it opened is sorted by what Redis wrote on it (`greeting`, [`turned_away`]).
+//! as it opened is sorted by what Redis wrote on it (`greeting`, [`turned_away`]); a server that
+//! greets as Redis never does is said not to be Redis ([`not_redis`]).
 
 use ::redis::{ErrorKind, RedisError};
 
@@ -76,10 +77,11 @@ fn tls_failure(e: &RedisError) -> bool {
 /// `Unreachable`.
 pub(crate) fn classify(e: &RedisError) -> StoreError {
     match failure(e) {
-        Failure::Refused(why) => {
-            StoreError::Unavailable(format!("Redis refuses this server ({why}): {e}"))
-        }
-        Failure::Unreachable => StoreError::Unreachable(e.to_string()),
+        Failure::Refused(why) => StoreError::Unavailable(format!(
+            "Redis refuses this server ({why}): {}",
+            one_line(e)
+        )),
+        Failure::Unreachable => StoreError::Unreachable(one_line(e)),
     }
 }
 
@@ -99,8 +101,27 @@ pub(crate) fn turned_away(e: &RedisError, said: &str) -> StoreError {
         Some(Failure::Refused(why)) => {
             StoreError::Unavailable(format!("Redis refuses this server ({why}): {said}"))
         }
-        _ => StoreError::Unreachable(format!("{e} (Redis turned the connection away: {said})")),
+        _ => StoreError::Unreachable(format!(
+            "{} (Redis turned the connection away: {said})",
+            one_line(e)
+        )),
     }
+}
+
+/// `e`, a failed connection, as the store's error, when what answered wrote `wrote` unasked
+/// (shown escaped), which Redis never does: unreachable, saying so.
+pub(crate) fn not_redis(e: &RedisError, wrote: &str) -> StoreError {
+    StoreError::Unreachable(format!(
+        "{} (what answers there is not Redis: it wrote \"{wrote}\" unasked; is REDIS_URL the \
+         Redis server's address and port?)",
+        one_line(e)
+    ))
+}
+
+/// `e`'s text on one line (redis-rs' parse errors span several: "Parse error at 1\nUnexpected
+/// `0`…"), so a log line stays one line.
+fn one_line(e: &RedisError) -> String {
+    e.to_string().lines().collect::<Vec<_>>().join("; ")
 }
 
 /// A failed first call as the store's error: `Unavailable` only when Redis refused us (`failure`),
