@@ -502,3 +502,121 @@ async fn seen_within(what: &str, s: &TestServer, tenant: &str, want: u64) {
     })
     .await;
 }
+
+/// With Redis, an instance asks every 250 ms whether the overrides changed (one `GET` of their
+/// count of changes) and reads the set back (`SMEMBERS`, `MGET`) only when it did: it used to read
+/// the whole set at every tick, which with 20,000 overrides cost each instance 11 % of a core and
+/// Redis 6 %, at rest. A change on another instance is still seen within a second.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn overrides_at_rest_are_not_read_again_until_they_change() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let a = on_redis(&redis).await;
+    let b = on_redis(&redis).await;
+    let (status, body) = call(
+        &a,
+        Method::PUT,
+        "/v1/overrides",
+        Some(override_body("gold", 50, 3600)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    seen_within("the override set on a applies on b", &b, "gold", 50).await;
+
+    // Each instance asks four times or so, then again: by the second round each has read the
+    // set as it is now (a read overtaken by its own change is dropped and made at a next tick).
+    let version = "{quota:%overrides}%version";
+    for _ in 0..2 {
+        redis.count_commands();
+        eventually(
+            "each instance asked whether they changed, four times",
+            || async { redis.commands_sent_with("get", version) >= 8 },
+        )
+        .await;
+    }
+    assert_eq!(
+        redis.commands_sent(&["smembers", "mget"]),
+        0,
+        "read again while nothing changed"
+    );
+
+    let (status, _) = call(
+        &b,
+        Method::PUT,
+        "/v1/overrides",
+        Some(override_body("gold", 70, 3600)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    seen_within("the change on b applies on a", &a, "gold", 70).await;
+    assert!(
+        redis.commands_sent(&["smembers"]) >= 1,
+        "a read the set again"
+    );
+}
+
+/// `MAX_OVERRIDES`: a new descriptor's override beyond it is refused (409, counted as `full`,
+/// nothing changed); the descriptors already held can still be replaced, and one removed makes
+/// room. (There was no bound: every instance reads each change's whole set back.)
+#[tokio::test]
+async fn overrides_beyond_max_overrides_are_refused_and_room_is_made_by_removing_one() {
+    let s = start_with(&[("api.yaml", RULES)], |settings| {
+        with_token(settings);
+        settings.max_overrides = 2;
+    })
+    .await;
+    let put = |tenant: &'static str, rpu: u32| {
+        let s = &s;
+        async move {
+            call(
+                s,
+                Method::PUT,
+                "/v1/overrides",
+                Some(override_body(tenant, rpu, 600)),
+            )
+            .await
+        }
+    };
+    assert_eq!(put("a", 5).await.0, StatusCode::OK);
+    assert_eq!(put("b", 5).await.0, StatusCode::OK);
+    let (status, body) = put("c", 5).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("MAX_OVERRIDES"),
+        "{body}"
+    );
+    assert_eq!(
+        put("a", 7).await.0,
+        StatusCode::OK,
+        "a held one is replaced"
+    );
+    let (_, listed) = call(&s, Method::GET, "/v1/overrides", None).await;
+    let listed: Vec<&str> = listed["overrides"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["descriptor"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["tenant=a", "tenant=b"]);
+    let metrics = scrape(&s.http("/metrics")).await;
+    assert_eq!(
+        labelled(
+            &metrics,
+            "ratelimit_quota_api_refused_total",
+            "reason=\"full\""
+        ),
+        1
+    );
+
+    let (status, _) = call(
+        &s,
+        Method::DELETE,
+        "/v1/overrides",
+        Some(json!({"domain": "api", "entries": entries("b")})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(put("c", 5).await.0, StatusCode::OK, "room was made");
+}

@@ -186,6 +186,10 @@ pub struct ServeSettings {
     /// to calls carrying `Authorization: Bearer <token>`; without it those paths are 404.
     #[arg(long, env = "ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// The most overrides in force at once (the quota API's `PUT /v1/overrides` of a new
+    /// descriptor beyond it is refused, 409): each change is read back by every instance whole.
+    #[arg(long, env = "MAX_OVERRIDES", default_value_t = 10_000, value_parser = at_least_one)]
+    pub max_overrides: usize,
     /// Serve the Rate Limit Quota Service (`StreamRateLimitQuotas`, for Envoy's rate_limit_quota
     /// filter) on the gRPC listener beside ShouldRateLimit.
     #[arg(long, env = "RLQS_ENABLED", action = ArgAction::Set, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]

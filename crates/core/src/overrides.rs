@@ -201,6 +201,19 @@ impl Overrides {
         })
     }
 
+    /// Whether the set holds an override (live or not) for exactly this descriptor.
+    pub fn holds(&self, domain: &str, entries: &[(String, String)]) -> bool {
+        let hash = hash_of(
+            domain,
+            entries.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        self.by_hash.get(&hash).is_some_and(|bucket| {
+            bucket
+                .iter()
+                .any(|o| o.domain == domain && o.entries == entries)
+        })
+    }
+
     /// This set with `o` added (replacing the descriptor's earlier one).
     pub fn with(&self, o: Override) -> Overrides {
         let mut set = self.clone();

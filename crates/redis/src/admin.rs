@@ -2,8 +2,10 @@
 //! (`SCAN … MATCH`, never `KEYS`: it walks the keyspace a page at a time without blocking Redis),
 //! a counter reset (`DEL`), and the overrides every instance reads: each override one key holding
 //! its JSON with a TTL to its expiry, listed in one set, all under one hash tag
-//! (`{<prefix>%overrides}`) so they are written and read together even on a cluster. Plain
-//! commands, bounded by `REDIS_TIMEOUT`, not counted as the counters' calls.
+//! (`{<prefix>%overrides}`) so they are written and read together even on a cluster, beside a
+//! count of their changes that each change increments (`%version`: instances read the set again
+//! only when it moved). Plain commands, bounded by `REDIS_TIMEOUT`, not counted as the counters'
+//! calls.
 
 use ratelimit_core::config::Algorithm;
 use ratelimit_core::limiter::State;
@@ -128,6 +130,9 @@ impl RedisBackend {
             .cmd("SADD")
             .arg(keys.overrides_key().as_str())
             .arg(key.as_str())
+            .ignore()
+            .cmd("INCR")
+            .arg(keys.overrides_version_key().as_str())
             .ignore();
         self.quiet_pipe(pipe).await
     }
@@ -147,6 +152,9 @@ impl RedisBackend {
             .cmd("SREM")
             .arg(keys.overrides_key().as_str())
             .arg(key.as_str())
+            .ignore()
+            .cmd("INCR")
+            .arg(keys.overrides_version_key().as_str())
             .ignore();
         let calls = self.calls();
         let mut c = calls.conn();
@@ -154,6 +162,20 @@ impl RedisBackend {
             .quiet(async move { pipe.query_async(&mut c).await })
             .await?;
         Ok(deleted > 0)
+    }
+
+    /// The count of the overrides' changes (0 before the first, or once Redis lost it): the set
+    /// needs reading again only when it moved. One `GET`.
+    pub async fn overrides_version(&self) -> Result<u64, StoreError> {
+        let calls = self.calls();
+        let mut c = calls.conn();
+        let get = ::redis::cmd("GET")
+            .arg(self.keys().overrides_version_key().as_str())
+            .clone();
+        let version: Option<u64> = calls
+            .quiet(async move { get.query_async(&mut c).await })
+            .await?;
+        Ok(version.unwrap_or(0))
     }
 
     /// Every override stored (their keys' TTLs have not run out); the keys of those that have are

@@ -381,6 +381,13 @@ impl TextKeyBuilder {
         TextKey::new(format!("{{{}%overrides}}", self.prefix))
     }
 
+    /// The count of the overrides' changes, incremented with each (so an instance reads the set
+    /// again only when it moved): `{<prefix>%overrides}%version`, in the set's slot; no override's
+    /// key is so (theirs go on with `|`).
+    pub(crate) fn overrides_version_key(&self) -> TextKey {
+        TextKey::new(format!("{{{}%overrides}}%version", self.prefix))
+    }
+
     /// The key of the hash of RLQS instances alive (each one's last beat).
     pub(crate) fn instances_key(&self) -> TextKey {
         TextKey::new(format!("{}%instances", self.prefix))

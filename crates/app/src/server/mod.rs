@@ -159,6 +159,7 @@ async fn start_on<B: Backend>(
             engine.clone(),
             token,
             shared.clone(),
+            settings.max_overrides,
             metrics.registry(),
         ));
         match &shared {

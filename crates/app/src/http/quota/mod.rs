@@ -51,6 +51,8 @@ pub(crate) struct QuotaApi<B> {
     token: Vec<u8>,
     /// Where overrides and counters are shared with other instances (Redis); `None`: memory.
     shared: Option<Arc<dyn Shared>>,
+    /// `MAX_OVERRIDES`: a new descriptor's override beyond it is refused.
+    max_overrides: usize,
     metrics: QuotaApiMetrics,
     /// Override changes made through this instance: a read of the shared store that one
     /// overtook is not put in force.
@@ -59,17 +61,19 @@ pub(crate) struct QuotaApi<B> {
 
 impl<B: Backend> QuotaApi<B> {
     /// The API on `engine`, answering calls that carry `token`; `shared`: the shared store's
-    /// part, if counters are shared.
+    /// part, if counters are shared; at most `max_overrides` overrides in force.
     pub(crate) fn new(
         engine: Arc<Engine<B>>,
         token: Vec<u8>,
         shared: Option<Arc<dyn Shared>>,
+        max_overrides: usize,
         registry: &Registry,
     ) -> QuotaApi<B> {
         QuotaApi {
             engine,
             token,
             shared,
+            max_overrides,
             metrics: QuotaApiMetrics::register(registry),
             local_changes: AtomicU64::new(0),
         }
@@ -114,7 +118,7 @@ impl QuotaApiMetrics {
             refused: IntCounterVec::new(
                 Opts::new(
                     "ratelimit_quota_api_refused_total",
-                    "Quota API calls refused, by reason (unauthorized, invalid, unavailable)",
+                    "Quota API calls refused, by reason (unauthorized, invalid, full, unavailable)",
                 ),
                 &["reason"],
             )

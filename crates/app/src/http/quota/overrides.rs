@@ -1,8 +1,9 @@
 //! Overrides through the quota API: set (`PUT`), list (`GET`) and remove (`DELETE`) a limit for
 //! one descriptor until it expires, applied on top of the rules without a reload. With Redis an
 //! override is written there first (with a TTL to its expiry), then applied here; every instance
-//! reads the set back every `shared::POLL_INTERVAL` ([`keep_shared_overrides`]), so a change made
-//! on one applies on the others within that, and a restarted instance finds them. With the
+//! asks every `shared::POLL_INTERVAL` whether the set changed and reads it back when it did
+//! ([`keep_shared_overrides`]), so a change made on one applies on the others within that, and a
+//! restarted instance finds them. With the
 //! memory store they live in the process ([`keep_overrides`] drops the expired ones).
 
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::forms::{DescriptorForm, OverrideForm};
-use super::shared::{POLL_INTERVAL, Shared};
+use super::shared::{FULL_READ_EVERY, POLL_INTERVAL, Shared};
 use super::{ApiState, QuotaApi, error, read_form};
 use ratelimit_core::clock::{NANOS_PER_SECOND, Nanos};
 use ratelimit_core::engine::Engine;
@@ -57,6 +58,18 @@ pub(super) async fn set<B: Backend>(
         Err(refused) => return refused,
     };
     let now = api.engine.now();
+    let current = api.engine.overrides();
+    if current.len() >= api.max_overrides && !current.holds(&form.domain, &entries) {
+        return api.refuse(
+            "full",
+            StatusCode::CONFLICT,
+            format!(
+                "{} overrides are in force, the most MAX_OVERRIDES allows: remove some, let \
+                 them expire, or put these limits in the rules",
+                current.len()
+            ),
+        );
+    }
     let set = Override {
         domain: form.domain,
         entries,
@@ -185,9 +198,12 @@ pub(crate) async fn keep_overrides<B: Backend>(
     }
 }
 
-/// With a shared store: reads the overrides back every [`POLL_INTERVAL`] and puts those live in
-/// force (when they differ), until `stop`. A read that a change made here overtook is dropped
-/// (it may predate the change). While the store does not answer, the last set read stays (its
+/// With a shared store: asks every [`POLL_INTERVAL`] whether the overrides changed (their count
+/// of changes, one `GET`) and, when they did or [`FULL_READ_EVERY`] has passed, reads them back and
+/// puts those live in force (when they differ), until `stop`; between reads it drops the expired
+/// ones. (Reading the whole set at each tick cost, with 20,000 overrides, 11 % of a core of each
+/// instance and 6 % of Redis's, at rest.) A read that a change made here overtook is dropped (it
+/// may predate the change). While the store does not answer, the last set read stays (its
 /// overrides still expire on time).
 pub(crate) async fn keep_shared_overrides<B: Backend>(
     api: Arc<QuotaApi<B>>,
@@ -198,6 +214,8 @@ pub(crate) async fn keep_shared_overrides<B: Backend>(
     let mut tick = tokio::time::interval(POLL_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    // The count of changes of the last set put in force, and when it was read.
+    let mut read: Option<(u64, tokio::time::Instant)> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -205,16 +223,27 @@ pub(crate) async fn keep_shared_overrides<B: Backend>(
         }
         let now = engine.now();
         let changes = api.local_changes.load(Ordering::Acquire);
-        let read = shared.load().await;
+        let version = shared.version().await;
+        let unchanged = matches!((&version, read), (Ok(v), Some((seen, at)))
+            if *v == seen && at.elapsed() < FULL_READ_EVERY);
+        if unchanged {
+            engine.change_overrides(|current| current.without_expired(now));
+            continue;
+        }
+        let stored = match version {
+            Ok(version) => shared.load().await.map(|stored| (version, stored)),
+            Err(e) => Err(e),
+        };
         if api.local_changes.load(Ordering::Acquire) != changes {
             continue;
         }
-        match read {
-            Ok(stored) => {
+        match stored {
+            Ok((version, stored)) => {
                 if failing {
                     tracing::info!("overrides read from the shared store again");
                     failing = false;
                 }
+                read = Some((version, tokio::time::Instant::now()));
                 let live = Overrides::new(stored.into_iter().filter(|o| o.is_live(now)));
                 engine.change_overrides(|current| (live != *current).then_some(live));
             }

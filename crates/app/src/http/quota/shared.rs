@@ -1,5 +1,6 @@
 //! Where the quota API keeps what every instance must see, when counters are shared: the
-//! overrides (each instance reads them back every [`POLL_INTERVAL`]) and the walk over a domain's
+//! overrides (each instance asks every [`POLL_INTERVAL`] whether they changed, and reads them
+//! back when they did, or [`FULL_READ_EVERY`] whatever) and the walk over a domain's
 //! counter keys. With Redis, through the store's connections and breaker ([`Guarded::call`]); with
 //! the memory store there is nothing to share (the overrides live in the process, the counters
 //! are listed from the engine's names).
@@ -17,6 +18,11 @@ use ratelimit_remote::Guarded;
 /// another instance applies here within this (and a call's time).
 pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
+/// How often an instance reads the overrides back even though their count of changes did not
+/// move: what the count cannot tell (an override written by hand, the keys of expired ones still
+/// listed in the set, which a read takes out) is seen within this.
+pub(crate) const FULL_READ_EVERY: Duration = Duration::from_secs(30);
+
 type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// The shared store's part of the quota API.
@@ -27,6 +33,8 @@ pub(crate) trait Shared: Send + Sync + 'static {
     fn delete(&self, domain: String, entries: Vec<(String, String)>) -> Answer<'_, bool>;
     /// Every override stored.
     fn load(&self) -> Answer<'_, Vec<Override>>;
+    /// The count of the overrides' changes: when it has not moved, neither have they.
+    fn version(&self) -> Answer<'_, u64>;
     /// One step of the walk over `domain`'s counters whose entries start with `start`.
     fn scan(
         &self,
@@ -63,6 +71,14 @@ impl Shared for RedisShared {
         Box::pin(async move {
             self.store
                 .call(|redis| async move { redis.overrides().await })
+                .await
+        })
+    }
+
+    fn version(&self) -> Answer<'_, u64> {
+        Box::pin(async move {
+            self.store
+                .call(|redis| async move { redis.overrides_version().await })
                 .await
         })
     }
