@@ -231,8 +231,12 @@ impl Overrides {
         (kept.len() < self.len).then(|| Overrides::new(kept))
     }
 
-    /// This set without what has expired at `now`; `None` when nothing has.
+    /// This set without what has expired at `now`; `None` when nothing has (found without a copy:
+    /// it is asked at every tick of the overrides' upkeep).
     pub fn without_expired(&self, now: Nanos) -> Option<Overrides> {
+        if self.iter().all(|o| o.is_live(now)) {
+            return None;
+        }
         let kept: Vec<Override> = self.iter().filter(|o| o.is_live(now)).cloned().collect();
         (kept.len() < self.len).then(|| Overrides::new(kept))
     }
