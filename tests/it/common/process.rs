@@ -139,6 +139,18 @@ impl Served {
         }
     }
 
+    /// Starts `serve --config dir` with `env` (as [`Served::with_env`]) where start-up must stop:
+    /// asserts that it exits with status 1; its log.
+    pub fn refused(dir: &Path, env: &[(&str, String)]) -> String {
+        let mut server = Served::with_env(dir, env);
+        assert_eq!(
+            server.wait_exit().code(),
+            Some(1),
+            "the server must not start"
+        );
+        server.log()
+    }
+
     /// Kills the server now.
     pub fn stop(self) {}
 
