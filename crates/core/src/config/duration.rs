@@ -1,14 +1,14 @@
-//! Durations as written in rules files and flags: an integer and a unit, `250ms`, `2s`, `1m`.
+//! Durations as written in rules files and flags: an integer and a unit, `250ms`, `2s`, `1m`, `1h`.
 
 use std::time::Duration;
 
 /// The longest `max_delay` accepted: holding a gRPC call longer than this is never what is meant.
 pub const MAX_DELAY_LIMIT: Duration = Duration::from_secs(3_600);
 
-/// Parses `<integer><unit>` with unit `ms`, `s` or `m` (`0` alone is also accepted).
+/// Parses `<integer><unit>` with unit `ms`, `s`, `m` or `h` (`0` alone is also accepted).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let bad = || format!("'{text}' is not a duration (write e.g. 250ms, 2s or 1m)");
+    let bad = || format!("'{text}' is not a duration (write e.g. 250ms, 2s, 1m or 1h)");
     if text == "0" {
         return Ok(Duration::ZERO);
     }
@@ -19,6 +19,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ms" => Some(value),
         "s" => value.checked_mul(1_000),
         "m" => value.checked_mul(60_000),
+        "h" => value.checked_mul(3_600_000),
         _ => return Err(bad()),
     };
     millis.map(Duration::from_millis).ok_or_else(bad)
@@ -47,10 +48,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_three_units_and_zero() {
+    fn parses_the_four_units_and_zero() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        // The bounds the docs give in hours (`lease` up to 24h, `max_delay` up to 1h) can be
+        // written so: `24h` was refused, and only `1440m` taken.
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0ms"), Ok(Duration::ZERO));
     }
@@ -64,7 +68,7 @@ mod tests {
             "1.5s",
             "-1s",
             "2 s",
-            "2h",
+            "2d",
             "s2",
             "99999999999999999999m",
         ] {

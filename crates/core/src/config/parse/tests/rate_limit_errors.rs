@@ -296,10 +296,10 @@ fn max_delay_not_a_duration() {
             "unit: second",
             "requests_per_unit: 5",
             "algorithm: leaky_bucket",
-            "max_delay: 2h",
+            "max_delay: 2d",
         ]),
         "8:18",
-        &["'max_delay': '2h' is not a duration (write e.g. 250ms, 2s or 1m)"],
+        &["'max_delay': '2d' is not a duration (write e.g. 250ms, 2s, 1m or 1h)"],
     );
 }
 
