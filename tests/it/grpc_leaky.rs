@@ -137,3 +137,53 @@ async fn a_caller_that_cancels_frees_its_turn() {
         "the first, the second, and the one that took the freed turn"
     );
 }
+
+/// `MAX_WAITING_ANSWERS`: with one answer waiting for its turn, one more that would wait is
+/// answered `RESOURCE_EXHAUSTED` at once (counted as `too_many_waiting`) and its turn given back;
+/// the waiting one is answered at its turn. (Nothing bounded the answers waiting across keys: a
+/// client that never cancels held about 4 KB a call for as long as `max_delay`.)
+#[tokio::test]
+async fn an_answer_beyond_max_waiting_answers_is_refused_at_once_and_gives_its_turn_back() {
+    let s = common::start_with(&[("q.yaml", RULES)], |settings| {
+        settings.max_waiting_answers = 1;
+    })
+    .await;
+    let (tx, mut answers) = mpsc::unbounded_channel();
+    send(&s, one("slow"), &tx);
+    wait_remaining(&s.client, "q", &[("slow", "x")], 2).await;
+    send(&s, one("slow"), &tx);
+    // Held: its turn is taken (500 ms away on a clock that stands still).
+    wait_remaining(&s.client, "q", &[("slow", "x")], 1).await;
+    let refused = s
+        .client
+        .clone()
+        .should_rate_limit(one("slow"))
+        .await
+        .expect_err("no place left to wait in");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("MAX_WAITING_ANSWERS"),
+        "{}",
+        refused.message()
+    );
+    wait_remaining(&s.client, "q", &[("slow", "x")], 1).await;
+    assert_eq!(
+        common::metrics::scrape_count(
+            &s.http("/metrics"),
+            "ratelimit_service_should_rate_limit_error{err_type=\"too_many_waiting\"}"
+        )
+        .await,
+        1
+    );
+    s.advance(1);
+    let mut codes = vec![
+        answers.recv().await.unwrap().1,
+        answers.recv().await.unwrap().1,
+    ];
+    codes.sort_by_key(|c| *c as i32);
+    assert_eq!(
+        codes,
+        [Code::Ok, Code::Ok],
+        "the first and the one that waited"
+    );
+}

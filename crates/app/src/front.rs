@@ -51,6 +51,8 @@ struct CallMetrics {
     errors: IntCounterVec,
     invalid: IntCounter,
     store_errors: IntCounter,
+    /// Answers not held: `MAX_WAITING_ANSWERS` wait already.
+    too_many_waiting: IntCounter,
 }
 
 /// The front door: an engine, and what every decision is also given to.
@@ -80,6 +82,9 @@ impl<B: Backend> FrontDoor<B> {
             store_errors: m
                 .should_rate_limit_error
                 .with_label_values(&["store_error"]),
+            too_many_waiting: m
+                .should_rate_limit_error
+                .with_label_values(&["too_many_waiting"]),
         });
         FrontDoor {
             engine,
@@ -126,6 +131,7 @@ impl<B: Backend> FrontDoor<B> {
             match &result {
                 Err(EngineError::Invalid(_)) => m.invalid.inc(),
                 Err(EngineError::Store(_)) => m.store_errors.inc(),
+                Err(EngineError::Overloaded(_)) => m.too_many_waiting.inc(),
                 Ok(_) => {}
             }
         }
@@ -157,5 +163,6 @@ pub(crate) fn status_code(error: &EngineError) -> tonic::Code {
     match error {
         EngineError::Invalid(_) => tonic::Code::InvalidArgument,
         EngineError::Store(_) => tonic::Code::Unavailable,
+        EngineError::Overloaded(_) => tonic::Code::ResourceExhausted,
     }
 }

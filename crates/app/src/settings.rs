@@ -245,6 +245,10 @@ pub struct ServeSettings {
     /// Most descriptors in one request.
     #[arg(long, env = "MAX_DESCRIPTORS", default_value_t = 64, value_parser = at_least_one)]
     pub max_descriptors: usize,
+    /// The most answers held for a leaky bucket's turn at once, across keys (about 4 KB each):
+    /// one more is answered RESOURCE_EXHAUSTED at once, its turn given back.
+    #[arg(long, env = "MAX_WAITING_ANSWERS", default_value_t = ratelimit_core::engine::MAX_WAITING_ANSWERS, value_parser = at_least_one)]
+    pub max_waiting_answers: usize,
     /// Most entries in one descriptor.
     #[arg(long, env = "MAX_ENTRIES", default_value_t = 32, value_parser = at_least_one)]
     pub max_entries: usize,
@@ -337,6 +341,7 @@ impl ServeSettings {
                 max_entries: self.max_entries,
                 max_string_len: self.max_string_len,
             },
+            max_waiting: self.max_waiting_answers,
         }
     }
 }

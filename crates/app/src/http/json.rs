@@ -140,6 +140,9 @@ pub(super) async fn json<B: Backend>(
         }
         Err(EngineError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
         Err(e @ EngineError::Store(_)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(e @ EngineError::Overloaded(_)) => {
+            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+        }
     }
 }
 

@@ -57,7 +57,13 @@ pub struct EngineSettings {
     /// limit overrides.
     pub defaults: LimitDefaults,
     pub bounds: RequestBounds,
+    /// `MAX_WAITING_ANSWERS`: the most answers held for a leaky bucket's turn at once, across
+    /// keys (each holds a few KB); one more is refused, its turns given back.
+    pub max_waiting: usize,
 }
+
+/// [`EngineSettings::max_waiting`] by default: at about 4 KB each, 400 MB of waiting answers.
+pub const MAX_WAITING_ANSWERS: usize = 100_000;
 
 impl Default for EngineSettings {
     fn default() -> Self {
@@ -69,6 +75,7 @@ impl Default for EngineSettings {
             response_headers: ResponseHeaders::Off,
             defaults: LimitDefaults::default(),
             bounds: RequestBounds::default(),
+            max_waiting: MAX_WAITING_ANSWERS,
         }
     }
 }
@@ -80,6 +87,11 @@ pub enum EngineError {
     Invalid(#[from] InvalidRequest),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The answer would wait for its leaky-bucket turn, and `max_waiting` answers already do.
+    #[error(
+        "{0} answers already wait for their leaky-bucket turns, the most MAX_WAITING_ANSWERS allows: this one's turn was given back"
+    )]
+    Overloaded(usize),
 }
 
 /// A decision and the instant it was made at.
@@ -117,6 +129,8 @@ pub struct Engine<B> {
     metrics: Option<Arc<Metrics>>,
     /// With the quota API on a store of hashed keys: the name of each key charged, for lists.
     names: Option<Arc<CounterNames>>,
+    /// Answers waiting for their leaky-bucket turns now (at most `settings.max_waiting`).
+    waiting: turn::Waiting,
 }
 
 impl<B: Backend> Engine<B> {
@@ -135,6 +149,7 @@ impl<B: Backend> Engine<B> {
             swapping: Mutex::new(()),
             store,
             clock,
+            waiting: turn::Waiting::new(settings.max_waiting),
             settings,
             metrics: None,
             names: None,
@@ -379,7 +394,16 @@ impl<B: Backend> Engine<B> {
             attribution::attribute(attribution, &plans, &tightest, &self.settings);
         }
         if !self.settings.shadow_mode && turns == Turns::Wait {
-            turn::wait(&self.store, &*self.clock, now, &charges, &verdicts).await;
+            turn::wait(
+                &self.store,
+                &*self.clock,
+                &self.waiting,
+                now,
+                &charges,
+                &verdicts,
+            )
+            .await
+            .map_err(|turn::Full(held)| EngineError::Overloaded(held))?;
         }
         Ok(response)
     }

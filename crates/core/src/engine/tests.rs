@@ -141,6 +141,46 @@ async fn a_caller_that_goes_away_while_queued_gives_its_turn_back() {
     assert_eq!(r.statuses[0].limit_remaining, 2, "the turn was given back");
 }
 
+/// `max_waiting`: one answer more than may wait is not held: it fails at once (`Overloaded`) and
+/// its turn is given back, as a cancelled caller's is; the one waiting keeps its turn, and once it
+/// is answered a place is free again.
+#[tokio::test]
+async fn an_answer_beyond_max_waiting_is_not_held_and_gives_its_turn_back() {
+    let clock = ManualClock::new(START);
+    let e = engine_on(
+        LEAKY,
+        clock.clone(),
+        EngineSettings {
+            max_waiting: 1,
+            ..EngineSettings::default()
+        },
+    );
+    let q = request(&[&[("q", "1")]]);
+    assert_eq!(
+        e.should_rate_limit(&q).await.unwrap().statuses[0].limit_remaining,
+        2
+    );
+    let mut waiting = Box::pin(e.should_rate_limit(&q));
+    assert!((&mut waiting).now_or_never().is_none(), "held for its turn");
+    let refused = e.should_rate_limit(&q).now_or_never();
+    assert!(
+        matches!(refused, Some(Err(EngineError::Overloaded(1)))),
+        "{refused:?}"
+    );
+    let r = e.should_rate_limit(&check()).await.unwrap();
+    assert_eq!(
+        r.statuses[0].limit_remaining, 1,
+        "only the waiting one's turn is taken"
+    );
+    clock.advance(std::time::Duration::from_millis(500));
+    assert_eq!(waiting.await.unwrap().overall_code, Code::Ok as i32);
+    let mut next = Box::pin(e.should_rate_limit(&q));
+    assert!(
+        (&mut next).now_or_never().is_none(),
+        "held again: the place was freed"
+    );
+}
+
 #[tokio::test]
 async fn global_shadow_mode_never_holds_an_answer() {
     let e = engine_on(

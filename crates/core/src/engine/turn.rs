@@ -2,7 +2,11 @@
 //! turn among its enforced charges, on the engine's own clock (`Clock::sleep_until`, the clock the
 //! decision read: a manual clock in tests releases the answer when it is moved to the turn), with
 //! no thread and no lock held. If the caller goes away first (tonic drops the handler's future when
-//! the client cancels), a drop guard gives the queue turns back to the store.
+//! the client cancels), a drop guard gives the queue turns back to the store. At most
+//! `max_waiting` answers wait at once across keys ([`Waiting`]): one more is not held, and its
+//! turns are given back as a cancelled caller's are.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::clock::{Clock, Nanos};
 use crate::config::Algorithm;
@@ -23,15 +27,55 @@ impl<B: Backend> Drop for RefundOnDrop<'_, B> {
     }
 }
 
+/// The answers waiting for their turns, and the most that may.
+pub(super) struct Waiting {
+    now: AtomicUsize,
+    max: usize,
+}
+
+impl Waiting {
+    pub(super) fn new(max: usize) -> Waiting {
+        Waiting {
+            now: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    /// A place among the waiting, or `Full` with how many wait.
+    fn enter(&self) -> Result<Place<'_>, Full> {
+        self.now
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .map(|_| Place(self))
+            .map_err(Full)
+    }
+}
+
+/// One answer's place among the waiting, left when dropped.
+struct Place<'a>(&'a Waiting);
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `max_waiting` answers wait already (how many).
+#[derive(Debug)]
+pub(super) struct Full(pub(super) usize);
+
 /// Sleeps until the request's turn (`now`, the decision's time, plus its delay); refunds its
-/// turns if dropped before then. Allocates nothing when the request need not wait.
+/// turns if dropped before then, or at once with `Full` when `waiting` has no place left.
+/// Allocates nothing when the request need not wait.
 pub(super) async fn wait<B: Backend>(
     store: &Store<B>,
     clock: &dyn Clock,
+    waiting: &Waiting,
     now: Nanos,
     charges: &[Charge<B::Key>],
     verdicts: &[Verdict],
-) {
+) -> Result<(), Full> {
     let delay = charges
         .iter()
         .zip(verdicts)
@@ -40,7 +84,7 @@ pub(super) async fn wait<B: Backend>(
         .max()
         .unwrap_or(0);
     if delay == 0 {
-        return;
+        return Ok(());
     }
     let mut guard = RefundOnDrop {
         store,
@@ -52,6 +96,8 @@ pub(super) async fn wait<B: Backend>(
             .map(|(c, _)| c.clone())
             .collect(),
     };
+    let _place = waiting.enter()?;
     clock.sleep_until(now.saturating_add(delay)).await;
     guard.charges.clear();
+    Ok(())
 }
