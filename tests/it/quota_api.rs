@@ -444,15 +444,7 @@ async fn two_instances_on_one_redis_share_overrides_and_resets_and_list_with_sca
     };
     let mut a = on_redis(&redis).await;
     let b = on_redis(&redis).await;
-    let (status, body) = call(
-        &a,
-        Method::PUT,
-        "/v1/overrides",
-        Some(override_body("gold", 50, 3600)),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    seen_within("the override set on a applies on b", &b, "gold", 50).await;
+    gold_set_on_a_seen_on_b(&a, &b).await;
     let (_, listed) = call(&b, Method::GET, "/v1/overrides?domain=api", None).await;
     assert_eq!(listed["overrides"][0]["descriptor"], "tenant=gold");
     // Stored in Redis with its TTL.
@@ -494,6 +486,19 @@ async fn two_instances_on_one_redis_share_overrides_and_resets_and_list_with_sca
     seen_within("the removal on b applies on a", &a, "gold", 2).await;
 }
 
+/// Sets `gold`'s override (50 a minute, for an hour) through `a`, and waits until `b` applies it.
+async fn gold_set_on_a_seen_on_b(a: &TestServer, b: &TestServer) {
+    let (status, body) = call(
+        a,
+        Method::PUT,
+        "/v1/overrides",
+        Some(override_body("gold", 50, 3600)),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    seen_within("the override set on a applies on b", b, "gold", 50).await;
+}
+
 /// Waits (at most a second: the overrides are read back every 250 ms) until `s` shows `tenant`'s
 /// limit as `want`.
 async fn seen_within(what: &str, s: &TestServer, tenant: &str, want: u64) {
@@ -515,15 +520,7 @@ async fn overrides_at_rest_are_not_read_again_until_they_change() {
     };
     let a = on_redis(&redis).await;
     let b = on_redis(&redis).await;
-    let (status, body) = call(
-        &a,
-        Method::PUT,
-        "/v1/overrides",
-        Some(override_body("gold", 50, 3600)),
-    )
-    .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
-    seen_within("the override set on a applies on b", &b, "gold", 50).await;
+    gold_set_on_a_seen_on_b(&a, &b).await;
 
     // Each instance asks four times or so, then again: by the second round each has read the
     // set as it is now (a read overtaken by its own change is dropped and made at a next tick).

@@ -10,6 +10,9 @@ use crate::common;
 use std::net::{IpAddr, UdpSocket};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::Channel;
+
 use common::fault_proxy::FaultProxy;
 use common::metrics::{count, scrape};
 use common::process::Served;
@@ -44,13 +47,11 @@ fn proxy_to(redis: &RedisServer) -> FaultProxy {
     FaultProxy::start(redis.addr().parse().unwrap())
 }
 
-/// The server on Redis at `addr`, started in the failure mode (it said so once, and is serving),
-/// then back on Redis once `heal` mends the way: decisions then reach Redis.
-async fn starts_unreachable_then_decides(
-    redis: &RedisServer,
+/// The server on Redis at `addr`, started in the failure mode: it said so once, and its first
+/// request is answered OK by the default failure mode (local); its rules directory, and a client.
+async fn started_in_the_failure_mode(
     addr: &str,
-    heal: impl FnOnce(),
-) -> Served {
+) -> (Served, tempfile::TempDir, RateLimitServiceClient<Channel>) {
     let rules = rules();
     let mut server = Served::with_env(rules.path(), &env(addr, &[]));
     let mut client = server.client().await;
@@ -62,13 +63,24 @@ async fn starts_unreachable_then_decides(
     );
     let metrics = format!("{}/metrics", server.http);
     assert_eq!(count(&scrape(&metrics).await, "ratelimit_store_up"), 0);
-    // Served meanwhile by the default failure mode (local): within the limit, OK.
     let r = client
         .should_rate_limit(request("boot", &[&[("k", "v")]]))
         .await
         .expect("answered by the failure mode")
         .into_inner();
     assert_eq!(code(r.overall_code), Code::Ok);
+    (server, rules, client)
+}
+
+/// The server on Redis at `addr`, started in the failure mode (`started_in_the_failure_mode`),
+/// then back on Redis once `heal` mends the way: decisions then reach Redis.
+async fn starts_unreachable_then_decides(
+    redis: &RedisServer,
+    addr: &str,
+    heal: impl FnOnce(),
+) -> Served {
+    let (server, rules, mut client) = started_in_the_failure_mode(addr).await;
+    let metrics = format!("{}/metrics", server.http);
     heal();
     eventually("back on Redis", || async {
         count(&scrape(&metrics).await, "ratelimit_store_up") == 1
@@ -231,15 +243,7 @@ async fn a_server_that_is_not_redis_at_start_up_is_said_not_to_be() {
             held.push(conn);
         }
     });
-    let rules = rules();
-    let mut server = Served::with_env(rules.path(), &env(&addr, &[]));
-    let mut client = server.client().await;
-    let r = client
-        .should_rate_limit(request("boot", &[&[("k", "v")]]))
-        .await
-        .expect("answered by the failure mode")
-        .into_inner();
-    assert_eq!(code(r.overall_code), Code::Ok);
+    let (server, _rules, _) = started_in_the_failure_mode(&addr).await;
     let log = server.log();
     let said = |line: &&str| {
         line.contains("REDIS IS UNREACHABLE AT START-UP")
