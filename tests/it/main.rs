@@ -71,4 +71,5 @@ mod tracing;
 mod transport;
 mod valkey;
 mod workers;
+mod wrong_protocol;
 mod xds;

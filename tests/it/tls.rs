@@ -149,6 +149,99 @@ async fn a_tls_client_gets_answers_and_a_plaintext_one_does_not() {
     f.server.shutdown().await;
 }
 
+/// Plaintext on the TLS port (an Envoy cluster without its TLS transport socket): an HTTP/1.x
+/// request is told so in plaintext, an HTTP/2 preface is closed, both are counted as `plaintext`
+/// and never reach a handshake; a TLS client beside them is served.
+#[tokio::test]
+async fn plaintext_clients_on_the_tls_port_are_told_counted_and_closed() {
+    let f = tls_server(false, |_| {}).await;
+    let addr = f.server.grpc_addr;
+    let told = |bytes: &'static [u8]| async move {
+        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(bytes).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+            .await
+            .expect("closed")
+            .ok();
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let answer = told(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(
+        answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{answer:?}"
+    );
+    assert!(
+        answer.ends_with("It serves TLS and this request came in plaintext.\n"),
+        "{answer:?}"
+    );
+    let answer = told(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await;
+    assert_eq!(answer, "", "an HTTP/2 client is closed without an answer");
+    let config = client_config(&f.ca.cert_pem(), None, &[b"h2"]);
+    assert_eq!(call_once(addr, config).await, Ok(Code::Ok));
+    let text = page(&f.server).await;
+    let wrong = "ratelimit_connections_wrong_protocol_total";
+    assert_eq!(
+        labelled(&text, wrong, "listener=\"gRPC\",protocol=\"plaintext\""),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        on_listener(&text, "ratelimit_tls_handshake_errors_total", "gRPC"),
+        0,
+        "{text}"
+    );
+    f.server.shutdown().await;
+}
+
+/// A client refused at the handshake (no certificate, where mTLS asks for one) is warned of with
+/// rustls's reason, once a minute rather than once per connection; a connection closed before its
+/// handshake (a TCP health probe) is counted but not warned of.
+#[tokio::test]
+async fn a_refused_handshake_is_warned_of_once_a_minute_with_its_reason_and_a_probe_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir_all(&rules).unwrap();
+    std::fs::write(rules.join("tls.yaml"), RULES).unwrap();
+    let ca = Ca::new("CA");
+    let (cert, key) = ca.server("server-1").write(dir.path(), "server");
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let arg = |path: &Path| path.to_str().unwrap().to_owned();
+    let (cert, key, ca_file) = (arg(&cert), arg(&key), arg(&ca_file));
+    let args = [
+        "--grpc-server-use-tls",
+        "true",
+        "--grpc-server-tls-cert",
+        &cert,
+        "--grpc-server-tls-key",
+        &key,
+        "--grpc-client-tls-cacert",
+        &ca_file,
+    ];
+    let mut served = common::process::Served::start(&rules, &args);
+    served.wait_ready().await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", served.grpc).parse().unwrap();
+    let without_certificate = client_config(&ca.cert_pem(), None, &[b"h2"]);
+    for _ in 0..2 {
+        assert!(call_once(addr, without_certificate.clone()).await.is_err());
+    }
+    drop(TcpStream::connect(addr).await.unwrap());
+    served
+        .wait_for_metric("ratelimit_tls_handshake_errors_total{listener=\"gRPC\"}", 3)
+        .await;
+    let log = served.log();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("a client's TLS handshake was refused"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("peer sent no certificates"),
+        "{log}"
+    );
+}
+
 #[tokio::test]
 async fn mtls_refuses_no_certificate_another_ca_and_the_wrong_san() {
     let f = tls_server(true, |_| {}).await;

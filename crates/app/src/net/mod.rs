@@ -6,12 +6,14 @@
 //! ours is served with the kernel's defaults.
 
 mod clients;
+mod first_bytes;
 mod limited;
 mod listener;
 mod serve;
 mod serve_grpc;
 mod serve_http;
 pub(crate) mod tls;
+mod wrong_protocol;
 
 use std::io;
 use std::net::IpAddr;
@@ -30,6 +32,7 @@ pub(crate) use listener::Listener;
 pub(crate) use serve::ConnectionAge;
 pub(crate) use serve_grpc::{Http2Settings, serve_grpc};
 pub(crate) use serve_http::serve_http;
+pub(crate) use wrong_protocol::{WrongProtocol, counters as wrong_protocol_counters};
 
 /// First wait after a failed accept; it doubles up to [`MAX_ACCEPT_BACKOFF`].
 const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
 use crate::net::{
-    self, Acceptor, ConnectionAge, ConnectionCaps, Http2Settings, Listener, Timeouts,
+    self, Acceptor, ConnectionAge, ConnectionCaps, Http2Settings, Listener, Timeouts, WrongProtocol,
 };
 use crate::settings::{ServeSettings, TransportArgs};
 use ratelimit_core::clock::Clock;
@@ -149,6 +149,7 @@ pub(super) struct Tasks {
     /// `MAX_CONNECTIONS_PER_CLIENT`; `None`: each listener's default share.
     client_cap: Option<usize>,
     refused: prometheus::IntCounterVec,
+    wrong_protocol: prometheus::IntCounterVec,
     timeouts: Timeouts,
     pub(super) shutdown: watch::Receiver<bool>,
     pub(super) handles: Vec<JoinHandle<()>>,
@@ -168,6 +169,7 @@ impl Tasks {
                 .max_connections_per_client
                 .map(|n| n as usize),
             refused: net::refusal_counters(metrics.registry()),
+            wrong_protocol: net::wrong_protocol_counters(metrics.registry()),
             timeouts: settings.transport.timeouts(),
             shutdown,
             handles: Vec::new(),
@@ -226,7 +228,14 @@ impl Tasks {
             max_connections = self.caps.uds,
             "gRPC also on a Unix socket"
         );
-        let open = |stream| std::future::ready(Some(stream));
+        let wrong = Arc::new(WrongProtocol::new(name, false, self.wrong_protocol.clone()));
+        let open = move |mut stream| {
+            let wrong = wrong.clone();
+            async move {
+                let serves = wrong.serves::<tokio::net::UnixListener>(&mut stream).await;
+                serves.then_some(stream)
+            }
+        };
         let stop = self.stopped();
         self.spawn(net::serve_grpc(
             acceptor, open, settings, routes, stop, name,
@@ -244,7 +253,20 @@ impl Tasks {
     ) {
         let name = "gRPC";
         let acceptor = self.acceptor(listener, self.caps.grpc, name);
-        let open = move |stream| tls::open(tls.clone(), stream);
+        let wrong = Arc::new(WrongProtocol::new(
+            name,
+            tls.is_some(),
+            self.wrong_protocol.clone(),
+        ));
+        let open = move |mut stream| {
+            let (tls, wrong) = (tls.clone(), wrong.clone());
+            async move {
+                if !wrong.serves::<TcpListener>(&mut stream).await {
+                    return None;
+                }
+                tls::open(tls, stream).await
+            }
+        };
         let stop = self.stopped();
         self.spawn(net::serve_grpc(
             acceptor, open, settings, routes, stop, name,

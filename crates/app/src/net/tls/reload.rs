@@ -19,6 +19,12 @@ use super::expiry::{Expiry, Validity, Warned, human, instant};
 use super::files::{PemFiles, Refusal, TlsError, TlsSpec};
 use super::metrics::TlsMetrics;
 use ratelimit_core::clock::{Clock, NANOS_PER_SECOND};
+use ratelimit_remote::Every;
+
+/// A client's handshake refused (no certificate, another CA, no shared TLS version…) is warned of
+/// at most this often per listener; a connection that ends before or during its handshake (a TCP
+/// health probe) is not.
+const REFUSED_HANDSHAKE_WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What the files held when read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +75,8 @@ pub(crate) struct TlsSource {
     state: Mutex<PollState>,
     metrics: TlsMetrics,
     clock: Arc<dyn Clock>,
+    /// Handshakes refused for what the client sent are warned of at most this often.
+    refused_handshakes: Every,
 }
 
 /// Unix seconds of a clock.
@@ -100,6 +108,7 @@ impl TlsSource {
             }),
             metrics,
             clock,
+            refused_handshakes: Every::new(REFUSED_HANDSHAKE_WARN_EVERY),
         };
         source.warn_of_expiry();
         Ok(source)
@@ -111,6 +120,12 @@ impl TlsSource {
 
     pub(crate) fn metrics(&self) -> &TlsMetrics {
         &self.metrics
+    }
+
+    /// Whether a handshake refused now is to be warned of (at most once per
+    /// [`REFUSED_HANDSHAKE_WARN_EVERY`]; each is counted).
+    pub(crate) fn warn_of_refused_handshake(&self) -> bool {
+        self.refused_handshakes.due(self.clock.now())
     }
 
     /// The config new connections get.

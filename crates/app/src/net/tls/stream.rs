@@ -37,11 +37,26 @@ pub(crate) async fn handshake(
             let limited = LimitedStream::resume(tls, timeouts, slot, accepted);
             return Some(Conn::Tls(Box::new(limited)));
         }
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => "no TLS handshake within the handshake timeout".to_owned(),
+        Ok(Err(e)) => e,
+        Err(_) => io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no TLS handshake within the handshake timeout",
+        ),
     };
     source.metrics().handshake_error(listener);
-    tracing::debug!(listener, ?peer, %error, "TLS handshake failed; connection closed");
+    // rustls's refusals of what the client sent are InvalidData; a peer gone or silent is not.
+    if error.kind() == io::ErrorKind::InvalidData && source.warn_of_refused_handshake() {
+        tracing::warn!(
+            listener,
+            peer = peer.map(|peer| peer.to_string()).as_deref(),
+            %error,
+            "a client's TLS handshake was refused; its calls fail, so its Envoy lets requests \
+             through unlimited (failure_mode_deny: false) or refuses them. Refused handshakes are \
+             counted in ratelimit_tls_handshake_errors_total and warned of at most once a minute"
+        );
+    } else {
+        tracing::debug!(listener, ?peer, %error, "TLS handshake failed; connection closed");
+    }
     None
 }
 

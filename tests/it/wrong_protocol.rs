@@ -1,0 +1,117 @@
+//! Clients that speak another protocol than the gRPC listener serves, from outside on the real
+//! binary: an HTTP/1.x request (an Envoy cluster without HTTP/2, or curl) is answered 505 with
+//! the reason, on TCP and on the Unix socket; a TLS handshake on the plaintext port is closed;
+//! each is counted and warned of once a minute, not once per connection; gRPC clients beside them
+//! are served as before. (Plaintext on the TLS port: `tls`; a real Envoy: `envoy_e2e::failure`.)
+
+use crate::common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::process::Served;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
+
+const RULES: &str =
+    "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+
+/// What Envoy sends on a rate-limit cluster left on HTTP/1.1.
+const HTTP1_CALL: &[u8] = b"POST /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit HTTP/1.1\r\n\
+    host: ratelimit\r\ncontent-type: application/grpc\r\nte: trailers\r\ncontent-length: 5\r\n\r\n\0\0\0\0\0";
+
+/// The start of a TLS 1.2 ClientHello record, as a client with a TLS transport socket sends it.
+const TLS_HELLO: &[u8] = &[
+    0x16, 0x03, 0x01, 0x00, 0xa5, 0x01, 0x00, 0x00, 0xa1, 0x03, 0x03,
+];
+
+/// Sends `bytes`, then reads until the server closes (at most 10 s): what it answered.
+async fn answer_to<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, bytes: &[u8]) -> String {
+    stream.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the connection")
+        .ok();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn wrong(protocol: &str) -> String {
+    format!(
+        "ratelimit_connections_wrong_protocol_total{{listener=\"gRPC\",protocol=\"{protocol}\"}}"
+    )
+}
+
+#[tokio::test]
+async fn http1_and_tls_on_the_grpc_port_are_answered_counted_and_warned_of_once_a_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    let socket = dir.path().join("grpc.sock");
+    let uds = socket.to_str().unwrap();
+    let mut served = Served::start(dir.path(), &["--grpc-uds", uds]);
+    served.wait_healthy().await;
+    let grpc = format!("127.0.0.1:{}", served.grpc);
+
+    for _ in 0..2 {
+        let answer = answer_to(TcpStream::connect(&grpc).await.unwrap(), HTTP1_CALL).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 505 HTTP Version Not Supported\r\n"),
+            "{answer:?}"
+        );
+        assert!(
+            answer.ends_with(
+                "gRPC needs HTTP/2 and this request came as HTTP/1.x: send it with HTTP/2.\n"
+            ),
+            "{answer:?}"
+        );
+    }
+    let answer = answer_to(TcpStream::connect(&grpc).await.unwrap(), TLS_HELLO).await;
+    assert_eq!(answer, "", "a TLS client gets no plaintext answer");
+    let answer = answer_to(
+        UnixStream::connect(Path::new(uds)).await.unwrap(),
+        HTTP1_CALL,
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 505 "), "{answer:?}");
+
+    served.wait_for_metric(&wrong("http1"), 2).await;
+    served.wait_for_metric(&wrong("tls"), 1).await;
+    let on_the_socket = "ratelimit_connections_wrong_protocol_total{listener=\"gRPC (Unix socket)\",protocol=\"http1\"}";
+    served.wait_for_metric(on_the_socket, 1).await;
+    let log = served.log();
+    assert_eq!(
+        served.log_lines("a client sent an HTTP/1.x request to the gRPC listener"),
+        2,
+        "once per listener (TCP, the Unix socket), not once per connection:\n{log}"
+    );
+    assert!(
+        log.contains("http2_protocol_options"),
+        "says what to change:\n{log}"
+    );
+    assert!(
+        log.contains("request_line=\"POST /envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit HTTP/1.1\""),
+        "{log}"
+    );
+    assert_eq!(
+        served.log_lines("began a TLS handshake on the gRPC listener"),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("GRPC_SERVER_USE_TLS=true"), "{log}");
+
+    // A gRPC client beside them is served as before.
+    let mut client = served.client().await;
+    let response = client
+        .should_rate_limit(common::request("d", &[&[("k", "v")]]))
+        .await
+        .expect("a gRPC call is answered");
+    assert_eq!(
+        common::code(response.into_inner().overall_code),
+        common::Code::Ok
+    );
+    assert_eq!(
+        served.metric(&wrong("http1")).await,
+        2,
+        "a gRPC client is not counted"
+    );
+}
