@@ -4,7 +4,9 @@
 //! {domain}`, the descriptors of calls to a domain with no rules (the reference's stat). A domain
 //! with no rules is whatever a client sends, so its series are bounded: the first
 //! [`UNKNOWN_DOMAINS_CAP`] distinct domains get their own (the label bounded in length as a
-//! detailed one is), every later one counts under [`OTHER_DOMAINS`].
+//! detailed one is), every later one counts under [`OTHER_DOMAINS`]. Each domain that gets its
+//! own series is also warned of once, when it is first seen: a filter's `domain` that matches no
+//! rules file limits nothing, and would otherwise go unsaid.
 
 use std::collections::HashSet;
 use std::sync::{PoisonError, RwLock};
@@ -60,7 +62,16 @@ impl UnknownDomains {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         if known(&set) || set.len() < self.cap {
-            set.insert(label.clone());
+            if set.insert(label.clone()) {
+                tracing::warn!(
+                    domain = %label,
+                    "a call for a domain that no rules file defines: its descriptors are answered \
+                     OK and nothing is limited for it. Does the `domain` of Envoy's ratelimit \
+                     filter equal a rules file's `domain:`? (GET /rlconfig lists the domains with \
+                     rules.) Said once per domain; counted in \
+                     ratelimit_service_rate_limit_domain_not_found"
+                );
+            }
             label
         } else {
             OTHER_DOMAINS.to_owned()

@@ -1,8 +1,10 @@
-//! Clients that speak another protocol than the gRPC listener serves, from outside on the real
-//! binary: an HTTP/1.x request (an Envoy cluster without HTTP/2, or curl) is answered 505 with
-//! the reason, on TCP and on the Unix socket; a TLS handshake on the plaintext port is closed;
-//! each is counted and warned of once a minute, not once per connection; gRPC clients beside them
-//! are served as before. (Plaintext on the TLS port: `tls`; a real Envoy: `envoy_e2e::failure`.)
+//! Clients set up wrong, from outside on the real binary, which must say so rather than let their
+//! Envoy fail open in silence. One that speaks another protocol than the gRPC listener serves: an
+//! HTTP/1.x request (an Envoy cluster without HTTP/2, or curl) is answered 505 with the reason, on
+//! TCP and on the Unix socket; a TLS handshake on the plaintext port is closed; each is counted
+//! and warned of once a minute, not once per connection; gRPC clients beside them are served as
+//! before. (Plaintext on the TLS port: `tls`; a real Envoy: `envoy_e2e::failure`.) One that asks
+//! for a domain no rules file defines is warned of once per domain.
 
 use crate::common;
 
@@ -114,4 +116,36 @@ async fn http1_and_tls_on_the_grpc_port_are_answered_counted_and_warned_of_once_
         2,
         "a gRPC client is not counted"
     );
+}
+
+#[tokio::test]
+async fn a_domain_without_rules_is_warned_of_once_per_domain() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    let mut served = Served::start(dir.path(), &[]);
+    served.wait_healthy().await;
+    let mut client = served.client().await;
+    for domain in ["D", "d", "D", "other", "D"] {
+        let response = client
+            .should_rate_limit(common::request(domain, &[&[("k", "v")]]))
+            .await
+            .expect("answered");
+        assert_eq!(
+            common::code(response.into_inner().overall_code),
+            common::Code::Ok
+        );
+    }
+    let not_found = "ratelimit_service_rate_limit_domain_not_found";
+    served
+        .wait_for_metric(&format!("{not_found}{{domain=\"D\"}}"), 3)
+        .await;
+    let said = "a call for a domain that no rules file defines";
+    let log = served.log();
+    let warned: Vec<&str> = log.lines().filter(|l| l.contains(said)).collect();
+    assert_eq!(warned.len(), 2, "once for D, once for other:\n{log}");
+    assert!(
+        warned[0].contains("WARN") && warned[0].contains("domain=D"),
+        "{log}"
+    );
+    assert!(warned[1].contains("domain=other"), "{log}");
 }
