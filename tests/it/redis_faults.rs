@@ -152,7 +152,7 @@ async fn while_redis_is_unreachable_the_server_counts_its_attempts_and_keeps_say
 
 #[tokio::test]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
-async fn connections_cut_now_and_then_do_not_open_the_breaker() {
+async fn connections_cut_now_and_then_do_not_open_the_breaker_and_are_said_once_a_minute() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
@@ -205,6 +205,13 @@ async fn connections_cut_now_and_then_do_not_open_the_breaker() {
     assert!(
         (failure_mode as u64) * 2 < errors,
         "{failure_mode} failure-mode answers for {errors} connection errors"
+    );
+    // No breaker opened to say it, so the failed calls say it themselves, once a minute.
+    assert_eq!(
+        server.log_lines("a Redis call failed without an answer"),
+        1,
+        "{}",
+        server.log()
     );
 }
 

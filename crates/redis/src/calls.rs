@@ -30,6 +30,9 @@ const SLOW_WARNING_EVERY: Duration = Duration::from_secs(60);
 /// How often Redis's error replies are said again while they go on.
 const REFUSED_WARNING_EVERY: Duration = Duration::from_secs(60);
 
+/// How often calls that failed without an answer (a lost connection, a timeout) are said again.
+const UNANSWERED_WARNING_EVERY: Duration = Duration::from_secs(60);
+
 /// A call's outcome before it is counted: `Err(())` when no answer came within `REDIS_TIMEOUT`.
 type Sent = Result<::redis::RedisResult<::redis::Value>, ()>;
 
@@ -49,6 +52,8 @@ pub(crate) struct Calls {
     slow_warning: Every,
     /// When the last "Redis answered a call with an error" warning was said.
     refused_warning: Every,
+    /// When the last "a call failed without an answer" warning was said.
+    unanswered_warning: Every,
 }
 
 impl Calls {
@@ -67,6 +72,7 @@ impl Calls {
             metrics,
             slow_warning: Every::new(SLOW_WARNING_EVERY),
             refused_warning: Every::new(REFUSED_WARNING_EVERY),
+            unanswered_warning: Every::new(UNANSWERED_WARNING_EVERY),
         }
     }
 
@@ -306,6 +312,8 @@ impl Calls {
                 m.error(error_kind(&e));
                 if answered_with_error(&e) {
                     self.refused(&e);
+                } else {
+                    self.unanswered(&e.to_string());
                 }
                 let message = StoreError::Unavailable(e.to_string());
                 self.failed(Some(e));
@@ -313,8 +321,10 @@ impl Calls {
             }
             Err(()) => {
                 m.error("timeout");
+                let message = format!("Redis call timed out after {:?}", self.timeout);
+                self.unanswered(&message);
                 self.failed(None);
-                StoreError::Unavailable(format!("Redis call timed out after {:?}", self.timeout))
+                StoreError::Unavailable(message)
             }
         };
         Err(error)
@@ -343,6 +353,19 @@ impl Calls {
             tracing::warn!(
                 error = %e,
                 "Redis answered a call with an error: its decisions are answered by REDIS_FAILURE_MODE (said at most once a minute; ratelimit_redis_errors{{kind=\"script\"}} counts every one)"
+            );
+        }
+    }
+
+    /// A call failed without an answer (its connection lost, or no answer in time): said at most
+    /// every [`UNANSWERED_WARNING_EVERY`], since a Redis restarted or a connection cut now and then
+    /// fails a few decisions and opens no breaker, which would say it.
+    fn unanswered(&self, error: &str) {
+        let at = monotonic().saturating_duration_since(self.epoch);
+        if self.unanswered_warning.due(at.as_nanos() as u64) {
+            tracing::warn!(
+                error,
+                "a Redis call failed without an answer: the connection is made again, a call whose reply was lost is sent once more, and decisions left without an answer are answered by REDIS_FAILURE_MODE; the breaker opens if failures go on (said at most once a minute; ratelimit_redis_errors{{kind=\"connection\"|\"timeout\"}} counts every one)"
             );
         }
     }
