@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use arc_swap::ArcSwap;
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 pub use build_info::long_version;
@@ -45,6 +46,8 @@ pub struct Metrics {
     /// Reads of the rules files (a file event's burst or a reload request), changed or not.
     pub rules_checks: IntCounter,
     pub should_rate_limit_error: IntCounterVec,
+    /// Answers held now for their leaky-bucket turn (`ratelimit_waiting_answers`).
+    pub waiting_answers: IntGauge,
     pub total_requests: IntCounterVec,
     pub response_time: HistogramVec,
     /// The concurrency rules' series.
@@ -130,6 +133,17 @@ impl Metrics {
                 "Failed ShouldRateLimit calls",
                 &["err_type"],
             ),
+            waiting_answers: {
+                let g = IntGauge::new(
+                    "ratelimit_waiting_answers",
+                    "Answers held now for their leaky-bucket turn (at most MAX_WAITING_ANSWERS; \
+                     past it a call is refused with RESOURCE_EXHAUSTED)",
+                )
+                .expect("valid metric definition");
+                r.register(Box::new(g.clone()))
+                    .expect("metric registered once");
+                g
+            },
             total_requests: counter_vec(
                 &r,
                 "ratelimit_service_total_requests",

@@ -170,6 +170,8 @@ impl<B: Backend> Engine<B> {
 
     /// Records per-rule and global metrics into `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.waiting = turn::Waiting::new(self.settings.max_waiting)
+            .with_gauge(metrics.waiting_answers.clone());
         self.metrics = Some(metrics);
         let policy = self.policy();
         self.install(policy);

@@ -143,10 +143,11 @@ async fn a_caller_that_goes_away_while_queued_gives_its_turn_back() {
 
 /// `max_waiting`: one answer more than may wait is not held: it fails at once (`Overloaded`) and
 /// its turn is given back, as a cancelled caller's is; the one waiting keeps its turn, and once it
-/// is answered a place is free again.
+/// is answered a place is free again. `ratelimit_waiting_answers` shows those waiting.
 #[tokio::test]
 async fn an_answer_beyond_max_waiting_is_not_held_and_gives_its_turn_back() {
     let clock = ManualClock::new(START);
+    let metrics = Arc::new(Metrics::new(10));
     let e = engine_on(
         LEAKY,
         clock.clone(),
@@ -154,18 +155,25 @@ async fn an_answer_beyond_max_waiting_is_not_held_and_gives_its_turn_back() {
             max_waiting: 1,
             ..EngineSettings::default()
         },
-    );
+    )
+    .with_metrics(metrics.clone());
     let q = request(&[&[("q", "1")]]);
     assert_eq!(
         e.should_rate_limit(&q).await.unwrap().statuses[0].limit_remaining,
         2
     );
+    assert_eq!(metrics.waiting_answers.get(), 0);
     let mut waiting = Box::pin(e.should_rate_limit(&q));
     assert!((&mut waiting).now_or_never().is_none(), "held for its turn");
     let refused = e.should_rate_limit(&q).now_or_never();
     assert!(
         matches!(refused, Some(Err(EngineError::Overloaded(1)))),
         "{refused:?}"
+    );
+    assert_eq!(
+        metrics.waiting_answers.get(),
+        1,
+        "the refused one is not held"
     );
     let r = e.should_rate_limit(&check()).await.unwrap();
     assert_eq!(
@@ -174,6 +182,7 @@ async fn an_answer_beyond_max_waiting_is_not_held_and_gives_its_turn_back() {
     );
     clock.advance(std::time::Duration::from_millis(500));
     assert_eq!(waiting.await.unwrap().overall_code, Code::Ok as i32);
+    assert_eq!(metrics.waiting_answers.get(), 0);
     let mut next = Box::pin(e.should_rate_limit(&q));
     assert!(
         (&mut next).now_or_never().is_none(),

@@ -8,6 +8,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use prometheus::IntGauge;
+
 use crate::clock::{Clock, Nanos};
 use crate::config::Algorithm;
 use crate::store::{Backend, Charge, Store, Verdict};
@@ -31,6 +33,8 @@ impl<B: Backend> Drop for RefundOnDrop<'_, B> {
 pub(super) struct Waiting {
     now: AtomicUsize,
     max: usize,
+    /// `ratelimit_waiting_answers`, when the engine has metrics.
+    gauge: Option<IntGauge>,
 }
 
 impl Waiting {
@@ -38,7 +42,14 @@ impl Waiting {
         Waiting {
             now: AtomicUsize::new(0),
             max,
+            gauge: None,
         }
+    }
+
+    /// Also shown in `gauge`.
+    pub(super) fn with_gauge(mut self, gauge: IntGauge) -> Waiting {
+        self.gauge = Some(gauge);
+        self
     }
 
     /// A place among the waiting, or `Full` with how many wait.
@@ -47,7 +58,12 @@ impl Waiting {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max).then_some(n + 1)
             })
-            .map(|_| Place(self))
+            .map(|_| {
+                if let Some(gauge) = &self.gauge {
+                    gauge.inc();
+                }
+                Place(self)
+            })
             .map_err(Full)
     }
 }
@@ -58,6 +74,9 @@ struct Place<'a>(&'a Waiting);
 impl Drop for Place<'_> {
     fn drop(&mut self) {
         self.0.now.fetch_sub(1, Ordering::AcqRel);
+        if let Some(gauge) = &self.0.gauge {
+            gauge.dec();
+        }
     }
 }
 
