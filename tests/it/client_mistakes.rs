@@ -125,7 +125,8 @@ async fn a_domain_without_rules_is_warned_of_once_per_domain() {
     let mut served = Served::start(dir.path(), &[]);
     served.wait_healthy().await;
     let mut client = served.client().await;
-    for domain in ["D", "d", "D", "other", "D"] {
+    // A domain is the client's text: a line break in it must not forge a log line.
+    for domain in ["D", "d", "D", "other", "D", "evil\nforged ERROR line"] {
         let response = client
             .should_rate_limit(common::request(domain, &[&[("k", "v")]]))
             .await
@@ -142,10 +143,15 @@ async fn a_domain_without_rules_is_warned_of_once_per_domain() {
     let said = "a call for a domain that no rules file defines";
     let log = served.log();
     let warned: Vec<&str> = log.lines().filter(|l| l.contains(said)).collect();
-    assert_eq!(warned.len(), 2, "once for D, once for other:\n{log}");
+    assert_eq!(warned.len(), 3, "once for D, other and evil:\n{log}");
     assert!(
-        warned[0].contains("WARN") && warned[0].contains("domain=D"),
+        warned[0].contains("WARN") && warned[0].contains("domain=\"D\""),
         "{log}"
     );
-    assert!(warned[1].contains("domain=other"), "{log}");
+    assert!(warned[1].contains("domain=\"other\""), "{log}");
+    assert!(
+        warned[2].contains(r#"domain="evil\nforged ERROR line""#),
+        "{log}"
+    );
+    assert!(!log.lines().any(|l| l.starts_with("forged")), "{log}");
 }

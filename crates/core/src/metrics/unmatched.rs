@@ -64,7 +64,7 @@ impl UnknownDomains {
         if known(&set) || set.len() < self.cap {
             if set.insert(label.clone()) {
                 tracing::warn!(
-                    domain = %label,
+                    domain = label.as_str(),
                     "a call for a domain that no rules file defines: its descriptors are answered \
                      OK and nothing is limited for it. Does the `domain` of Envoy's ratelimit \
                      filter equal a rules file's `domain:`? (GET /rlconfig lists the domains with \
