@@ -51,7 +51,9 @@ const CRATES: &[(&str, &[&[&str]])] = &[
                 "conditional",
                 "test_redis",
             ],
-            &["cas", "seen", "pending", "settings", "masters", "greeting"],
+            &[
+                "cas", "seen", "pending", "settings", "masters", "greeting", "speaks",
+            ],
             &["dispatch"],
             &["calls"],
             &["writer", "demand", "lease", "mode"],

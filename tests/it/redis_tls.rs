@@ -263,3 +263,47 @@ async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
             .success()
     );
 }
+
+/// TLS on one side only, the commonest TLS mistake with a managed Redis (its TLS port given
+/// without `REDIS_TLS`, or `rediss://` at a plaintext port): start-up stops saying which side
+/// speaks what and what to set, where it said "unreachable" (a reset, or no connection in time)
+/// and served on the failure mode for good.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn tls_on_one_side_only_stops_start_up_saying_which() {
+    if !ready() {
+        return;
+    }
+    let certs = tempfile::tempdir().unwrap();
+    certificates(certs.path(), "DNS:localhost,IP:127.0.0.1");
+    let rules = rules();
+    let redis = tls_redis(certs.path(), false);
+    let plaintext = [
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_URL", redis.addr()),
+        ("REDIS_AUTH", PASSWORD.into()),
+        ("REDIS_TIMEOUT", "1s".into()),
+    ];
+    let log = Served::refused(rules.path(), &plaintext);
+    let said = format!(
+        "Redis refuses this server (TLS): {} serves TLS, and this server connects in plaintext: set REDIS_TLS=true",
+        redis.addr()
+    );
+    assert!(log.contains(&said), "{log}");
+    drop(redis);
+
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let tls = [
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_URL", format!("rediss://{}", redis.addr())),
+        ("REDIS_TIMEOUT", "1s".into()),
+    ];
+    let log = Served::refused(rules.path(), &tls);
+    let said = format!(
+        "Redis refuses this server (TLS): {} answers in plaintext, and this server connects with TLS",
+        redis.addr()
+    );
+    assert!(log.contains(&said), "{log}");
+}

@@ -31,7 +31,7 @@ use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
-use crate::{attempts, greeting, io, lease, mode, refusal, spread};
+use crate::{attempts, greeting, io, lease, mode, refusal, speaks, spread};
 
 /// How long the breaker's probe key lives (it is written again at each probe).
 const PROBE_KEY_LIFETIME_MS: u64 = 1000;
@@ -368,14 +368,19 @@ async fn open(config: &RedisConfig) -> Result<Conns, StoreError> {
     };
     let opened = io::run(connecting)
         .await
-        .ok_or_else(|| StoreError::Unavailable("the Redis I/O thread is gone".into()))?
-        .map_err(|_| {
-            StoreError::Unreachable(format!(
-                "no connection to Redis within {bound:?} ({} round trips of REDIS_TIMEOUT={:?} per connection)",
-                conn::CONNECT_ROUND_TRIPS,
-                config.timeout
-            ))
-        })?;
+        .ok_or_else(|| StoreError::Unavailable("the Redis I/O thread is gone".into()))?;
+    let Ok(opened) = opened else {
+        // A TLS client at Redis's plaintext port waits here: Redis waits for the line end of
+        // the ClientHello it takes for a command.
+        if let Some(mismatch) = tls_mismatch(None, config).await {
+            return Err(mismatch);
+        }
+        return Err(StoreError::Unreachable(format!(
+            "no connection to Redis within {bound:?} ({} round trips of REDIS_TIMEOUT={:?} per connection)",
+            conn::CONNECT_ROUND_TRIPS,
+            config.timeout
+        )));
+    };
     match opened {
         Ok(conns) => Ok(conns),
         Err(e) => Err(connect_failure(&e, config).await),
@@ -393,7 +398,27 @@ async fn connect_failure(e: &::redis::RedisError, config: &RedisConfig) -> Store
             None => {}
         }
     }
+    if let Some(mismatch) = tls_mismatch(Some(e), config).await {
+        return mismatch;
+    }
     refusal::classify(e)
+}
+
+/// A refusal when the store and Redis disagree about TLS (`speaks`): with TLS on, Redis's
+/// plaintext port answers a `PING` as Redis (after any failure: the ClientHello taken for a bad
+/// command, or no answer at all, `e` `None`); with TLS off, a connection cut as it opened (`e`)
+/// where a ClientHello gets TLS back is Redis's TLS port.
+async fn tls_mismatch(e: Option<&::redis::RedisError>, config: &RedisConfig) -> Option<StoreError> {
+    let addr = *config.first_addrs().first()?;
+    if config.tls.is_some() {
+        return speaks::answers_plain_redis(addr, config.timeout)
+            .await
+            .then(|| refusal::tls_at_plaintext(addr));
+    }
+    if e.is_some_and(refusal::cut) && speaks::speaks_tls(addr, config.timeout).await {
+        return Some(refusal::plaintext_at_tls(addr));
+    }
+    None
 }
 
 /// Frees a call's keys when dropped (also when its caller goes away mid-call), and starts what

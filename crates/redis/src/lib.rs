@@ -33,7 +33,8 @@
 //! - `settings`: `REDIS_URL`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS*`… checked into a
 //!   [`RedisConfig`]; `conn`: connections by topology; `refusal`: a failure to connect sorted
 //!   into a refusal (start-up stops) or unreachable (`greeting`: what Redis wrote on a
-//!   connection it turned away); `mode`: whether the server runs as `REDIS_TYPE` says (a
+//!   connection it turned away; `speaks`: whether it speaks TLS or plain Redis, when the store
+//!   connects the other way); `mode`: whether the server runs as `REDIS_TYPE` says (a
 //!   Sentinel or a cluster node named as a single server is a refusal); `io`: the redis-io thread; `dispatch`:
 //!   compare-and-sets sent together, pipelined (`pack`: several in one script call; one key
 //!   expected absent as a plain command, and one held as a plain `SET … IFEQ` where the server
@@ -78,6 +79,7 @@ mod retry;
 mod seen;
 mod settings;
 mod slot;
+mod speaks;
 mod spread;
 #[cfg(test)]
 mod test_redis;

@@ -4,9 +4,11 @@
 //! first PING alike: a PING that times out or whose reply is cut is "unreachable", never a reason
 //! to exit (in Kubernetes that would be a crash loop while Redis is only slow). A connection cut
 //! as it opened is sorted by what Redis wrote on it (`greeting`, [`turned_away`]); a server that
-//! greets as Redis never does is said not to be Redis ([`not_redis`]).
+//! greets as Redis never does is said not to be Redis ([`not_redis`]); one whose TLS or plaintext
+//! is not what the store speaks (`speaks`) is a refusal that says which ([`tls_at_plaintext`],
+//! [`plaintext_at_tls`]).
 
-use ::redis::{ErrorKind, RedisError};
+use ::redis::{ConnectionAddr, ErrorKind, RedisError};
 
 use ratelimit_core::store::StoreError;
 
@@ -116,6 +118,36 @@ pub(crate) fn not_redis(e: &RedisError, wrote: &str) -> StoreError {
          Redis server's address and port?)",
         one_line(e)
     ))
+}
+
+/// Redis's plaintext port at `addr`, reached with TLS on: a refusal saying what to change.
+pub(crate) fn tls_at_plaintext(addr: &ConnectionAddr) -> StoreError {
+    StoreError::Unavailable(format!(
+        "Redis refuses this server (TLS): {} answers in plaintext, and this server connects with \
+         TLS (REDIS_TLS=true or a rediss:// URL): turn REDIS_TLS off and use redis://, or give \
+         the address of Redis's TLS port (its tls-port)",
+        host_port(addr)
+    ))
+}
+
+/// Redis's TLS port at `addr`, reached in plaintext: a refusal saying what to change.
+pub(crate) fn plaintext_at_tls(addr: &ConnectionAddr) -> StoreError {
+    StoreError::Unavailable(format!(
+        "Redis refuses this server (TLS): {} serves TLS, and this server connects in plaintext: \
+         set REDIS_TLS=true (with REDIS_TLS_CACERT unless its certificate is from a CA the system \
+         trusts) or use a rediss:// URL",
+        host_port(addr)
+    ))
+}
+
+/// `addr` as `host:port` (the address Redis is asked at, without redis-rs's TLS marks).
+fn host_port(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        other => other.to_string(),
+    }
 }
 
 /// `e`'s text on one line (redis-rs' parse errors span several: "Parse error at 1\nUnexpected
