@@ -262,17 +262,85 @@ impl XdsClient {
 }
 
 fn status_text(status: &tonic::Status) -> String {
+    if status.code() == tonic::Code::Unimplemented {
+        return "Unimplemented: the server does not serve xDS's aggregated stream (ADS); is \
+                CONFIG_GRPC_XDS_SERVER_URL the management server's address?"
+            .to_owned();
+    }
     format!("{:?}: {}", status.code(), status.message())
 }
 
-/// An error with its causes, for a connection failure's log line.
+/// An error with its causes, for a connection failure's log line; a cause whose text the line
+/// already ends with (hyper's and the socket's "Connection reset by peer") is not said twice.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        let cause = s.to_string();
+        if !text.ends_with(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let reset = || {
+            Some(Box::new(Layer(
+                "Connection reset by peer (os error 104)",
+                None,
+            )))
+        };
+        let e = Layer(
+            "transport error",
+            Some(Box::new(Layer(
+                "Connection reset by peer (os error 104)",
+                reset(),
+            ))),
+        );
+        assert_eq!(
+            error_chain(&e),
+            "transport error: Connection reset by peer (os error 104)"
+        );
+        let e = Layer(
+            "transport error",
+            Some(Box::new(Layer("dns error", reset()))),
+        );
+        assert_eq!(
+            error_chain(&e),
+            "transport error: dns error: Connection reset by peer (os error 104)"
+        );
+    }
+
+    #[test]
+    fn unimplemented_says_the_server_is_not_an_xds_server() {
+        let text = status_text(&tonic::Status::unimplemented(""));
+        assert!(text.contains("does not serve xDS"), "{text}");
+        assert_eq!(
+            status_text(&tonic::Status::unavailable("down")),
+            "Unavailable: down"
+        );
+    }
 }
