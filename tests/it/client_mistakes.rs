@@ -4,7 +4,8 @@
 //! TCP and on the Unix socket; a TLS handshake on the plaintext port is closed; each is counted
 //! and warned of once a minute, not once per connection; gRPC clients beside them are served as
 //! before. (Plaintext on the TLS port: `tls`; a real Envoy: `envoy_e2e::failure`.) One that asks
-//! for a domain no rules file defines is warned of once per domain.
+//! for a domain no rules file defines is warned of once per domain; a gRPC health check for a
+//! service name the server does not answer for, once per name.
 
 use crate::common;
 
@@ -154,4 +155,51 @@ async fn a_domain_without_rules_is_warned_of_once_per_domain() {
         "{log}"
     );
     assert!(!log.lines().any(|l| l.starts_with("forged")), "{log}");
+}
+
+#[tokio::test]
+async fn a_health_check_for_a_name_not_answered_for_is_warned_of_once_per_name() {
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    let mut served = Served::start(dir.path(), &[]);
+    served.wait_healthy().await;
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", served.grpc))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut health = HealthClient::new(channel);
+    let check = |service: &str| HealthCheckRequest {
+        service: service.into(),
+    };
+    for service in [
+        "",
+        "ratelimit",
+        "envoy.service.ratelimit.v3.RateLimitService",
+    ] {
+        let status = health
+            .check(check(service))
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    for _ in 0..2 {
+        let refused = health.check(check("rate-limit")).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::NotFound);
+        assert!(
+            refused.message().contains("\"ratelimit\""),
+            "{}",
+            refused.message()
+        );
+    }
+    let said = "a gRPC health check asked for a service this server does not answer for";
+    let log = served.log();
+    assert_eq!(served.log_lines(said), 1, "once per name:\n{log}");
+    assert!(log.contains("service=\"rate-limit\""), "{log}");
 }

@@ -1,8 +1,11 @@
 //! gRPC health checking (`grpc.health.v1`): one serving status shared by every service name we
 //! answer for, and Watch streams that end when the server closes its listeners, so an open Watch
-//! never holds a shutdown for its whole drain timeout.
+//! never holds a shutdown for its whole drain timeout. A name we do not answer for is `NOT_FOUND`
+//! (which Envoy's health checker counts as unhealthy), and warned of once per name.
 
+use std::collections::HashSet;
 use std::pin::Pin;
+use std::sync::{Mutex, PoisonError};
 
 use futures_util::Stream;
 use tokio::sync::watch;
@@ -11,8 +14,16 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-/// Health service names we report: the whole server and the reference's "ratelimit".
-pub(crate) const HEALTH_SERVICES: [&str; 2] = ["", "ratelimit"];
+/// Health service names we report: the whole server, the reference's "ratelimit", and the
+/// rate-limit service's full name (gRPC's convention for a service's health).
+pub(crate) const HEALTH_SERVICES: [&str; 3] = [
+    "",
+    "ratelimit",
+    "envoy.service.ratelimit.v3.RateLimitService",
+];
+
+/// Unknown names warned of, at most (a client's text: bounded).
+const UNKNOWN_NAMES_WARNED: usize = 16;
 
 /// Sets what the health service answers.
 #[derive(Debug, Clone)]
@@ -29,6 +40,7 @@ impl HealthReporter {
         let reporter = HealthReporter { status, closed };
         let service = HealthService {
             reporter: reporter.clone(),
+            unknown: Mutex::new(HashSet::new()),
         };
         (reporter, HealthServer::new(service))
     }
@@ -49,13 +61,30 @@ impl HealthReporter {
 
 pub(crate) struct HealthService {
     reporter: HealthReporter,
+    /// The unknown names warned of so far.
+    unknown: Mutex<HashSet<String>>,
 }
 
-fn known(request: &Request<HealthCheckRequest>) -> Result<(), Status> {
-    if HEALTH_SERVICES.contains(&request.get_ref().service.as_str()) {
-        Ok(())
-    } else {
-        Err(Status::not_found("service not registered"))
+impl HealthService {
+    /// `Ok` for a name we answer for; else `NOT_FOUND`, and a warning the first time.
+    fn known(&self, request: &Request<HealthCheckRequest>) -> Result<(), Status> {
+        let name = request.get_ref().service.as_str();
+        if HEALTH_SERVICES.contains(&name) {
+            return Ok(());
+        }
+        let mut warned = self.unknown.lock().unwrap_or_else(PoisonError::into_inner);
+        if warned.len() < UNKNOWN_NAMES_WARNED && warned.insert(name.to_owned()) {
+            tracing::warn!(
+                service = name,
+                known = ?HEALTH_SERVICES,
+                "a gRPC health check asked for a service this server does not answer for: it is \
+                 answered NOT_FOUND, which Envoy's health checker counts as unhealthy; set the \
+                 check's service_name to one of the known names (said once per name)"
+            );
+        }
+        Err(Status::not_found(format!(
+            "service not registered; this server answers for {HEALTH_SERVICES:?}"
+        )))
     }
 }
 
@@ -67,7 +96,7 @@ impl Health for HealthService {
         &self,
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<HealthCheckResponse>, Status> {
-        known(&request)?;
+        self.known(&request)?;
         Ok(Response::new(HealthCheckResponse {
             status: self.reporter.status() as i32,
         }))
@@ -79,7 +108,7 @@ impl Health for HealthService {
         &self,
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<WatchStream>, Status> {
-        known(&request)?;
+        self.known(&request)?;
         let status = self.reporter.status.subscribe();
         let closed = self.reporter.closed.subscribe();
         // The current status first; then each change; the end once closed, but never before a
