@@ -10,10 +10,8 @@
 use crate::common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::process::Served;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 const RULES: &str =
@@ -28,15 +26,13 @@ const TLS_HELLO: &[u8] = &[
     0x16, 0x03, 0x01, 0x00, 0xa5, 0x01, 0x00, 0x00, 0xa1, 0x03, 0x03,
 ];
 
-/// Sends `bytes`, then reads until the server closes (at most 10 s): what it answered.
-async fn answer_to<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, bytes: &[u8]) -> String {
-    stream.write_all(bytes).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
-        .await
-        .expect("the server closes the connection")
-        .ok();
-    String::from_utf8_lossy(&answer).into_owned()
+/// A rules directory holding `RULES`, and the real binary serving it with `args`, healthy.
+async fn served(args: &[&str]) -> (tempfile::TempDir, Served) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    let mut served = Served::start(dir.path(), args);
+    served.wait_healthy().await;
+    (dir, served)
 }
 
 fn wrong(protocol: &str) -> String {
@@ -47,16 +43,14 @@ fn wrong(protocol: &str) -> String {
 
 #[tokio::test]
 async fn http1_and_tls_on_the_grpc_port_are_answered_counted_and_warned_of_once_a_minute() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
-    let socket = dir.path().join("grpc.sock");
+    let sockets = tempfile::tempdir().unwrap();
+    let socket = sockets.path().join("grpc.sock");
     let uds = socket.to_str().unwrap();
-    let mut served = Served::start(dir.path(), &["--grpc-uds", uds]);
-    served.wait_healthy().await;
+    let (_rules, mut served) = served(&["--grpc-uds", uds]).await;
     let grpc = format!("127.0.0.1:{}", served.grpc);
 
     for _ in 0..2 {
-        let answer = answer_to(TcpStream::connect(&grpc).await.unwrap(), HTTP1_CALL).await;
+        let answer = common::answer_to(TcpStream::connect(&grpc).await.unwrap(), HTTP1_CALL).await;
         assert!(
             answer.starts_with("HTTP/1.1 505 HTTP Version Not Supported\r\n"),
             "{answer:?}"
@@ -68,9 +62,9 @@ async fn http1_and_tls_on_the_grpc_port_are_answered_counted_and_warned_of_once_
             "{answer:?}"
         );
     }
-    let answer = answer_to(TcpStream::connect(&grpc).await.unwrap(), TLS_HELLO).await;
+    let answer = common::answer_to(TcpStream::connect(&grpc).await.unwrap(), TLS_HELLO).await;
     assert_eq!(answer, "", "a TLS client gets no plaintext answer");
-    let answer = answer_to(
+    let answer = common::answer_to(
         UnixStream::connect(Path::new(uds)).await.unwrap(),
         HTTP1_CALL,
     )
@@ -121,10 +115,7 @@ async fn http1_and_tls_on_the_grpc_port_are_answered_counted_and_warned_of_once_
 
 #[tokio::test]
 async fn a_domain_without_rules_is_warned_of_once_per_domain() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
-    let mut served = Served::start(dir.path(), &[]);
-    served.wait_healthy().await;
+    let (_rules, mut served) = served(&[]).await;
     let mut client = served.client().await;
     // A domain is the client's text: a line break in it must not forge a log line.
     for domain in ["D", "d", "D", "other", "D", "evil\nforged ERROR line"] {
@@ -162,10 +153,7 @@ async fn a_health_check_for_a_name_not_answered_for_is_warned_of_once_per_name()
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
 
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
-    let mut served = Served::start(dir.path(), &[]);
-    served.wait_healthy().await;
+    let (_rules, served) = served(&[]).await;
     let channel =
         tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{}", served.grpc))
             .unwrap()

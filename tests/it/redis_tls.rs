@@ -172,18 +172,25 @@ fn ready() -> bool {
     available() && Command::new("openssl").arg("version").output().is_ok()
 }
 
+/// Certificates for `san`, a rules directory, and a TLS-only redis-server on them (no client
+/// certificates asked); `None` (the test skipped) without redis-server or openssl.
+fn set_up(san: &str) -> Option<(tempfile::TempDir, tempfile::TempDir, RedisServer)> {
+    if !ready() {
+        return None;
+    }
+    let certs = tempfile::tempdir().unwrap();
+    certificates(certs.path(), san);
+    let redis = tls_redis(certs.path(), false);
+    Some((certs, rules(), redis))
+}
+
 #[tokio::test]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn tls_with_a_password_and_mutual_tls() {
-    if !ready() {
-        return;
-    }
-    let certs = tempfile::tempdir().unwrap();
-    certificates(certs.path(), "DNS:localhost,IP:127.0.0.1");
-    let rules = rules();
-
     // Server-authenticated TLS and a password.
-    let redis = tls_redis(certs.path(), false);
+    let Some((certs, rules, redis)) = set_up("DNS:localhost,IP:127.0.0.1") else {
+        return;
+    };
     let mut server = Served::with_env(rules.path(), &env(&redis, certs.path(), &[]));
     assert_eq!(
         decides(&mut server).await,
@@ -222,13 +229,9 @@ async fn tls_with_a_password_and_mutual_tls() {
 #[tokio::test]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
-    if !ready() {
+    let Some((certs, rules, redis)) = set_up("DNS:redis.elsewhere.example") else {
         return;
-    }
-    let certs = tempfile::tempdir().unwrap();
-    certificates(certs.path(), "DNS:redis.elsewhere.example");
-    let rules = rules();
-    let redis = tls_redis(certs.path(), false);
+    };
     let strict = env(&redis, certs.path(), &[]);
     assert!(
         !Served::with_env(rules.path(), &strict)
@@ -271,13 +274,9 @@ async fn a_certificate_for_another_host_needs_the_hostname_check_skipped() {
 #[tokio::test]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn tls_on_one_side_only_stops_start_up_saying_which() {
-    if !ready() {
+    let Some((_certs, rules, redis)) = set_up("DNS:localhost,IP:127.0.0.1") else {
         return;
-    }
-    let certs = tempfile::tempdir().unwrap();
-    certificates(certs.path(), "DNS:localhost,IP:127.0.0.1");
-    let rules = rules();
-    let redis = tls_redis(certs.path(), false);
+    };
     let plaintext = [
         ("BACKEND_TYPE", "redis".to_string()),
         ("REDIS_URL", redis.addr()),

@@ -157,14 +157,7 @@ async fn plaintext_clients_on_the_tls_port_are_told_counted_and_closed() {
     let f = tls_server(false, |_| {}).await;
     let addr = f.server.grpc_addr;
     let told = |bytes: &'static [u8]| async move {
-        let mut tcp = TcpStream::connect(addr).await.unwrap();
-        tcp.write_all(bytes).await.unwrap();
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
-            .await
-            .expect("closed")
-            .ok();
-        String::from_utf8_lossy(&answer).into_owned()
+        common::answer_to(TcpStream::connect(addr).await.unwrap(), bytes).await
     };
     let answer = told(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
     assert!(

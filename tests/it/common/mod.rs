@@ -200,3 +200,19 @@ pub async fn wait_remaining(
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// Sends `bytes` on `stream`, then reads until the server closes it (at most 10 s): what the
+/// server answered, as text.
+pub async fn answer_to<S>(mut stream: S, bytes: &[u8]) -> String
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("the server closes the connection")
+        .ok();
+    String::from_utf8_lossy(&answer).into_owned()
+}
