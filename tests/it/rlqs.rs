@@ -206,6 +206,40 @@ async fn buckets_without_a_limit_are_allowed_for_an_hour() {
     }
 }
 
+/// A rate_limit_quota filter whose `domain` no rules file defines (here the rules say `other`)
+/// has its buckets allowed for an hour, as before, and the server now says so, once per domain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_of_a_domain_without_rules_are_allowed_and_warned_of_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rlqs.yaml"),
+        RULES.replace("rlqs-test", "other"),
+    )
+    .unwrap();
+    let mut served = Served::start(dir.path(), &[]);
+    served.wait_healthy().await;
+    let mut envoy = Envoy::at(served.grpc).await;
+    let k1 = bucket(&[("name", "per-api-key"), ("api_key", "k1")]);
+    let k2 = bucket(&[("name", "per-api-key"), ("api_key", "k2")]);
+    envoy.report(&[(&k1, 1, 0)]).await;
+    assert_eq!(
+        envoy.next_one().await,
+        Told::Blanket(BlanketRule::AllowAll, 3600)
+    );
+    envoy.report(&[(&k2, 1, 0)]).await;
+    assert_eq!(
+        envoy.next_one().await,
+        Told::Blanket(BlanketRule::AllowAll, 3600)
+    );
+    let log = served.log();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("a call for a domain that no rules file defines"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{log}");
+    assert!(warned[0].contains("domain=\"rlqs-test\""), "{log}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_envoy_gets_a_share_and_the_first_is_told_without_asking() {
     let s = common::start(&[("rlqs.yaml", RULES)]).await;

@@ -193,6 +193,12 @@ impl Metrics {
         self.unknown_domains.count(domain, descriptors);
     }
 
+    /// An RLQS bucket in `domain`, which has no rules: warned of as a call's domain is, not
+    /// counted (`domain_not_found` counts ShouldRateLimit's descriptors, as the reference does).
+    pub(crate) fn quota_domain_not_found(&self, domain: &str) {
+        self.unknown_domains.seen(domain);
+    }
+
     /// Reads the store's key and eviction counts (`Store::stats`) for every scrape from now on.
     /// Only the first store attached is read: a server has one.
     pub fn read_store_stats<B: Backend>(&self, store: Store<B>) {

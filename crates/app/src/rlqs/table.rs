@@ -27,7 +27,7 @@ use ratelimit_core::engine::Engine;
 use ratelimit_core::policy::Policy;
 use ratelimit_core::quota::fraction::even;
 use ratelimit_core::quota::{
-    BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId,
+    BucketLookup, BucketView, Deadlines, Governed, Mapping, Shares, StreamId, Unruled,
 };
 use ratelimit_core::quota::{MAX_BUCKET_BYTES, MAX_BUCKET_ENTRIES, canonical};
 use ratelimit_core::store::Backend;
@@ -433,6 +433,9 @@ impl<B: Backend> Table<B> {
 
     fn new_bucket(&self, key: &BucketKey, id: BucketId, fraction: f64, now: Nanos) -> Bucket {
         let (_, mapping) = self.engine.map_bucket(&key.0, &key.1);
+        if mapping.governed == Governed::AllowAll(Unruled::UnknownDomain) {
+            self.engine.quota_domain_not_found(&key.0);
+        }
         let shares = match &mapping.governed {
             Governed::Limited { pool, .. } => {
                 let mut shares = Shares::new(*pool, now);

@@ -25,6 +25,14 @@ impl<B: Backend> Engine<B> {
         (policy, mapping)
     }
 
+    /// Notes a new RLQS bucket in `domain`, which has no rules (warned of once per domain, as
+    /// ShouldRateLimit's calls are).
+    pub fn quota_domain_not_found(&self, domain: &str) {
+        if let Some(metrics) = &self.metrics {
+            metrics.quota_domain_not_found(domain);
+        }
+    }
+
     /// Counts one report of a bucket whose (ordered) descriptor is `descriptor`: `allowed` as
     /// within the limit but `shadow_over` of them as over and shadowed, `denied` as over.
     pub fn record_quota_usage(

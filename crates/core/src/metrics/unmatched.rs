@@ -46,6 +46,11 @@ impl UnknownDomains {
             .inc_by(descriptors);
     }
 
+    /// Notes `domain`, which has no rules, without counting it: warned of if it is new.
+    pub(crate) fn seen(&self, domain: &str) {
+        let _ = self.label(domain);
+    }
+
     /// `domain`'s label: its own (bounded) while it has one or there is room, else
     /// [`OTHER_DOMAINS`].
     fn label(&self, domain: &str) -> String {
@@ -65,10 +70,11 @@ impl UnknownDomains {
             if set.insert(label.clone()) {
                 tracing::warn!(
                     domain = label.as_str(),
-                    "a call for a domain that no rules file defines: its descriptors are answered \
-                     OK and nothing is limited for it. Does the `domain` of Envoy's ratelimit \
-                     filter equal a rules file's `domain:`? (GET /rlconfig lists the domains with \
-                     rules.) Said once per domain; counted in \
+                    "a call for a domain that no rules file defines: its descriptors (or RLQS \
+                     buckets) are allowed and nothing is limited for it. Does the `domain` of \
+                     Envoy's filter (ratelimit or rate_limit_quota) equal a rules file's \
+                     `domain:`? (GET /rlconfig lists the domains with rules.) Said once per \
+                     domain; ShouldRateLimit's descriptors are counted in \
                      ratelimit_service_rate_limit_domain_not_found"
                 );
             }
