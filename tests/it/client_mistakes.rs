@@ -134,7 +134,7 @@ async fn a_domain_without_rules_is_warned_of_once_per_domain() {
         .await;
     let said = "a call for a domain that no rules file defines";
     let log = served.log();
-    let warned: Vec<&str> = log.lines().filter(|l| l.contains(said)).collect();
+    let warned = served.lines_with(said);
     assert_eq!(warned.len(), 3, "once for D, other and evil:\n{log}");
     assert!(
         warned[0].contains("WARN") && warned[0].contains("domain=\"D\""),

@@ -277,13 +277,7 @@ async fn tls_on_one_side_only_stops_start_up_saying_which() {
     let Some((_certs, rules, redis)) = set_up("DNS:localhost,IP:127.0.0.1") else {
         return;
     };
-    let plaintext = [
-        ("BACKEND_TYPE", "redis".to_string()),
-        ("REDIS_URL", redis.addr()),
-        ("REDIS_AUTH", PASSWORD.into()),
-        ("REDIS_TIMEOUT", "1s".into()),
-    ];
-    let log = Served::refused(rules.path(), &plaintext);
+    let log = refused_at(rules.path(), redis.addr(), Some(PASSWORD));
     let said = format!(
         "Redis refuses this server (TLS): {} serves TLS, and this server connects in plaintext: set REDIS_TLS=true",
         redis.addr()
@@ -294,15 +288,22 @@ async fn tls_on_one_side_only_stops_start_up_saying_which() {
     let Some(redis) = RedisServer::start() else {
         return;
     };
-    let tls = [
-        ("BACKEND_TYPE", "redis".to_string()),
-        ("REDIS_URL", format!("rediss://{}", redis.addr())),
-        ("REDIS_TIMEOUT", "1s".into()),
-    ];
-    let log = Served::refused(rules.path(), &tls);
+    let log = refused_at(rules.path(), format!("rediss://{}", redis.addr()), None);
     let said = format!(
         "Redis refuses this server (TLS): {} answers in plaintext, and this server connects with TLS",
         redis.addr()
     );
     assert!(log.contains(&said), "{log}");
+}
+
+/// The log of a start-up that must stop, on Redis at `url` (TLS only as the URL says), with the
+/// password `auth`.
+fn refused_at(rules: &Path, url: String, auth: Option<&str>) -> String {
+    let mut env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_URL", url),
+        ("REDIS_TIMEOUT", "1s".into()),
+    ];
+    env.extend(auth.map(|auth| ("REDIS_AUTH", auth.to_owned())));
+    Served::refused(rules, &env)
 }

@@ -232,10 +232,7 @@ async fn buckets_of_a_domain_without_rules_are_allowed_and_warned_of_once() {
         Told::Blanket(BlanketRule::AllowAll, 3600)
     );
     let log = served.log();
-    let warned: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("a call for a domain that no rules file defines"))
-        .collect();
+    let warned = served.lines_with("a call for a domain that no rules file defines");
     assert_eq!(warned.len(), 1, "{log}");
     assert!(warned[0].contains("domain=\"rlqs-test\""), "{log}");
 }

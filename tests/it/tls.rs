@@ -224,10 +224,7 @@ async fn a_refused_handshake_is_warned_of_once_a_minute_with_its_reason_and_a_pr
         .wait_for_metric("ratelimit_tls_handshake_errors_total{listener=\"gRPC\"}", 3)
         .await;
     let log = served.log();
-    let warned: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("a client's TLS handshake was refused"))
-        .collect();
+    let warned = served.lines_with("a client's TLS handshake was refused");
     assert_eq!(warned.len(), 1, "{log}");
     assert!(
         warned[0].contains("WARN") && warned[0].contains("peer sent no certificates"),

