@@ -22,7 +22,13 @@ fn file_from_env(name: &str) -> Option<PathBuf> {
 }
 
 fn main() {
-    for name in ["no_redis", "no_valkey", "no_envoy", "no_kubectl"] {
+    for name in [
+        "no_redis",
+        "no_valkey",
+        "no_redis6",
+        "no_envoy",
+        "no_kubectl",
+    ] {
         println!("cargo::rustc-check-cfg=cfg({name})");
     }
     for var in ["CI", "PATH", "ENVOY_BIN", "KUBECTL"] {
@@ -37,6 +43,9 @@ fn main() {
     }
     if !on_path("valkey-server") {
         println!("cargo::rustc-cfg=no_valkey");
+    }
+    if !on_path("redis6-server") {
+        println!("cargo::rustc-cfg=no_redis6");
     }
     let envoy = file_from_env("ENVOY_BIN").is_some_and(|p| p.is_file()) || on_path("envoy");
     if !envoy {

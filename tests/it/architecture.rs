@@ -56,7 +56,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             ],
             &["dispatch"],
             &["calls"],
-            &["writer", "demand", "lease", "mode"],
+            &["writer", "demand", "lease", "mode", "version"],
             &["attempts", "spread"],
             &["backend"],
             &["connect", "admin"],

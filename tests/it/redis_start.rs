@@ -1,4 +1,5 @@
-//! Start-up on a Redis that is slow, cuts its replies, turns connections away, or refuses us: the
+//! Start-up on a Redis that is slow, cuts its replies, turns connections away, refuses us, or is
+//! too old for the compare-and-set: the
 //! real binary at the defaults a user gets, a real redis-server, behind a proxy whose faults
 //! change while the server runs (`common::fault_proxy`) or reconfigured. Only a refusal (password,
 //! ACL, TLS, protected mode) stops the start; a Redis too far, a reply cut short or a Redis at its
@@ -157,6 +158,29 @@ async fn an_acl_that_refuses_the_first_ping_stops_start_up_saying_why() {
     assert!(log.contains("Redis refuses this server (ACL)"), "{log}");
     assert!(
         log.contains("no permissions to run the 'ping' command"),
+        "{log}"
+    );
+}
+
+/// A Redis before 6.2 (Debian 11's 6.0, as envoyproxy/ratelimit's users may run: its `INCRBY`
+/// and `EXPIRE` work on any) answers `PING` and loads the script, then answers every decision's
+/// `SET … PXAT … GET` with a syntax error: the server served on its failure mode for good, its
+/// log naming no version. Start-up now stops, naming the version and what to run instead.
+#[tokio::test]
+#[cfg_attr(no_redis6, ignore = "needs redis6-server (scripts/install-redis6.sh)")]
+async fn a_redis_too_old_for_the_compare_and_set_stops_start_up_naming_its_version() {
+    let Some(redis) = RedisServer::start_redis6() else {
+        return;
+    };
+    let rules = rules();
+    let log = Served::refused(rules.path(), &env(&redis.addr(), &[]));
+    let said = format!(
+        "Redis 6.0.16 (single {}) is too old for this server",
+        redis.addr()
+    );
+    assert!(log.contains(&said), "{log}");
+    assert!(
+        log.contains("ERR syntax error") && log.contains("upgrade to Redis 7.0 or later"),
         "{log}"
     );
 }

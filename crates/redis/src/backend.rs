@@ -31,7 +31,7 @@ use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
-use crate::{attempts, greeting, io, lease, mode, refusal, speaks, spread};
+use crate::{attempts, greeting, io, lease, mode, refusal, speaks, spread, version};
 
 /// How long the breaker's probe key lives (it is written again at each probe).
 const PROBE_KEY_LIFETIME_MS: u64 = 1000;
@@ -89,7 +89,13 @@ impl RedisBackend {
         });
         let calls = Arc::new(Calls::new(conns, config.timeout, metrics));
         calls.first_ping().await?;
-        mode::check(&calls, config).await?;
+        let info = mode::server_info(&calls).await;
+        mode::check(info.as_deref(), config)?;
+        let probe = cas::write_probe(
+            &TextKeyBuilder::new(config.prefix.clone()).write_probe_key(),
+            wall_clock_ms() + PROBE_KEY_LIFETIME_MS,
+        );
+        version::check(&calls, info.as_deref(), probe, &config.describe()).await?;
         calls
             .probe_conditional_set(&TextKeyBuilder::new(config.prefix.clone()).probe_key())
             .await;

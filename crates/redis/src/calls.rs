@@ -258,7 +258,7 @@ impl Calls {
                         // conditional SET: a plain command, no script (`cas::Group::plain`).
                         if let Some(cmd) = group.plain(conditional.on()) {
                             match cmd.query_async(&mut c).await {
-                                Err(e) if cas::no_conditional_set_error(&e) => conditional.lost(),
+                                Err(e) if cas::lacks_option(&e) => conditional.lost(),
                                 value => return Ok(cas::plain_reply(value?, &group)),
                             }
                         }

@@ -414,8 +414,9 @@ pub(super) fn no_conditional_set(value: &::redis::Value) -> bool {
         if e.code() == "ERR" && e.details().is_some_and(|d| d.contains("syntax")))
 }
 
-/// [`no_conditional_set`] of a command's error.
-pub(super) fn no_conditional_set_error(e: &::redis::RedisError) -> bool {
+/// [`no_conditional_set`] of a command's error; also the script's own error on a Redis before
+/// 6.2, whose `SET` has neither `PXAT` nor `GET` (`version`).
+pub(super) fn lacks_option(e: &::redis::RedisError) -> bool {
     e.code() == Some("ERR") && e.detail().is_some_and(|d| d.contains("syntax"))
 }
 

@@ -35,7 +35,8 @@
 //!   into a refusal (start-up stops) or unreachable (`greeting`: what Redis wrote on a
 //!   connection it turned away; `speaks`: whether it speaks TLS or plain Redis, when the store
 //!   connects the other way); `mode`: whether the server runs as `REDIS_TYPE` says (a
-//!   Sentinel or a cluster node named as a single server is a refusal); `io`: the redis-io thread; `dispatch`:
+//!   Sentinel or a cluster node named as a single server is a refusal); `version`: whether it
+//!   takes the script's commands (a Redis before 6.2 is a refusal naming its version); `io`: the redis-io thread; `dispatch`:
 //!   compare-and-sets sent together, pipelined (`pack`: several in one script call; one key
 //!   expected absent as a plain command, and one held as a plain `SET … IFEQ` where the server
 //!   has it, `conditional`).
@@ -83,6 +84,7 @@ mod speaks;
 mod spread;
 #[cfg(test)]
 mod test_redis;
+mod version;
 mod writer;
 
 pub use admin::{ScanStep, ScannedCounter};

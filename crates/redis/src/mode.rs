@@ -44,22 +44,34 @@ fn mismatch(config: &RedisConfig, mode: &str) -> Option<String> {
     }
 }
 
-/// Fails with `Unavailable` (a refusal: start-up stops) if the server `calls` reach runs otherwise
-/// than `config` says. A server that does not answer `INFO` (an ACL, a timeout) is taken as it is:
-/// the decisions' own calls will tell.
-pub(crate) async fn check(calls: &Arc<Calls>, config: &RedisConfig) -> Result<(), StoreError> {
+/// What `INFO server` says of the server `calls` reach (on a cluster, of one of its nodes);
+/// `None` if it does not answer (an ACL, a timeout).
+pub(crate) async fn server_info(calls: &Arc<Calls>) -> Option<String> {
+    let mut c = calls.conn();
+    let info = ::redis::cmd("INFO").arg("server").clone();
+    let reply = calls
+        .quiet(async move { info.query_async::<::redis::Value>(&mut c).await })
+        .await
+        .ok()?;
+    text(reply)
+}
+
+/// The text of an `INFO` reply: a node's own, or the first of a cluster's nodes'.
+fn text(reply: ::redis::Value) -> Option<String> {
+    match reply {
+        ::redis::Value::Map(nodes) => nodes.into_iter().find_map(|(_, info)| text(info)),
+        other => ::redis::from_redis_value(other).ok(),
+    }
+}
+
+/// Fails with `Unavailable` (a refusal: start-up stops) if the server, as `info` (its
+/// `server_info`) says, runs otherwise than `config` says. A server that did not answer `INFO`
+/// is taken as it is: the decisions' own calls will tell.
+pub(crate) fn check(info: Option<&str>, config: &RedisConfig) -> Result<(), StoreError> {
     if matches!(config.topology, Topology::Cluster(_)) {
         return Ok(());
     }
-    let mut c = calls.conn();
-    let info = ::redis::cmd("INFO").arg("server").clone();
-    let Ok(info) = calls
-        .quiet(async move { info.query_async::<String>(&mut c).await })
-        .await
-    else {
-        return Ok(());
-    };
-    match mode(&info).and_then(|mode| mismatch(config, mode)) {
+    match info.and_then(mode).and_then(|mode| mismatch(config, mode)) {
         Some(wrong) => Err(StoreError::Unavailable(wrong)),
         None => Ok(()),
     }

@@ -29,6 +29,12 @@ pub fn valkey_available() -> bool {
     runs(VALKEY, "scripts/install-valkey.sh; .ci/run runs it")
 }
 
+/// Whether `redis6-server` (Redis 6.0, older than the compare-and-set needs) can be run: as
+/// [`available`], for the tests marked `no_redis6`.
+pub fn redis6_available() -> bool {
+    runs(REDIS6, "scripts/install-redis6.sh; .ci/run runs it")
+}
+
 fn runs(program: &str, install: &str) -> bool {
     let found = Command::new(program)
         .arg("--version")
@@ -64,6 +70,7 @@ impl HeldClient {
 
 pub const REDIS: &str = "redis-server";
 pub const VALKEY: &str = "valkey-server";
+pub const REDIS6: &str = "redis6-server";
 
 /// The server the Redis tests start: redis-server, or valkey-server where `REDIS_TEST_SERVER`
 /// says so (.ci/run runs the Redis tests a second time on Valkey that way). Tests that start a
@@ -109,6 +116,14 @@ impl RedisServer {
             return None;
         }
         Some(Self::spawn_program(VALKEY, free_port(), &[], Vec::new()))
+    }
+
+    /// A Redis 6.0 server on a free port, or None (after a loud message) without one.
+    pub fn start_redis6() -> Option<RedisServer> {
+        if !redis6_available() {
+            return None;
+        }
+        Some(Self::spawn_program(REDIS6, free_port(), &[], Vec::new()))
     }
 
     /// Starts redis-server on `port` with `extra` arguments, reached by redis-cli with `cli_args`.
