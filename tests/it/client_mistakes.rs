@@ -5,7 +5,9 @@
 //! and warned of once a minute, not once per connection; gRPC clients beside them are served as
 //! before. (Plaintext on the TLS port: `tls`; a real Envoy: `envoy_e2e::failure`.) One that asks
 //! for a domain no rules file defines is warned of once per domain; a gRPC health check for a
-//! service name the server does not answer for, once per name.
+//! service name the server does not answer for, once per name; a descriptor whose entries would
+//! match a rule in another order (Envoy's actions in another order than the rules nest), once per
+//! order.
 
 use crate::common;
 
@@ -28,8 +30,13 @@ const TLS_HELLO: &[u8] = &[
 
 /// A rules directory holding `RULES`, and the real binary serving it with `args`, healthy.
 async fn served(args: &[&str]) -> (tempfile::TempDir, Served) {
+    served_rules(RULES, args).await
+}
+
+/// [`served`] of the rules file `rules`.
+async fn served_rules(rules: &str, args: &[&str]) -> (tempfile::TempDir, Served) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("d.yaml"), RULES).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
     let mut served = Served::start(dir.path(), args);
     served.wait_healthy().await;
     (dir, served)
@@ -190,4 +197,51 @@ async fn a_health_check_for_a_name_not_answered_for_is_warned_of_once_per_name()
     let log = served.log();
     assert_eq!(served.log_lines(said), 1, "once per name:\n{log}");
     assert!(log.contains("service=\"rate-limit\""), "{log}");
+}
+
+/// Rules nested client first, then path, as an Envoy route whose `rate_limits` actions name the
+/// path first never matches: its requests went unlimited with nothing said.
+const NESTED: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      \
+    - key: path\n        value: /v1/*\n        rate_limit: {unit: minute, requests_per_unit: 2}\n";
+
+#[tokio::test]
+async fn entries_in_another_order_than_the_rules_are_warned_of_once_per_order() {
+    let (_rules, mut served) = served_rules(NESTED, &[]).await;
+    let mut client = served.client().await;
+    let mut ask = async |entries: &[(&str, &str)]| {
+        let response = client
+            .should_rate_limit(common::request("edge", &[entries]))
+            .await
+            .expect("answered");
+        common::code(response.into_inner().overall_code)
+    };
+    let (path, client_ip) = (("path", "/v1/search"), ("remote_address", "10.0.0.1"));
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&[path, client_ip]).await,
+            common::Code::Ok,
+            "no rule as sent"
+        );
+    }
+    // In the rules' order the rule applies; other keys or values match nothing and are not said.
+    let in_order = [ask(&[client_ip, path]).await, ask(&[client_ip, path]).await];
+    assert_eq!(in_order, [common::Code::Ok, common::Code::Ok]);
+    assert_eq!(ask(&[client_ip, path]).await, common::Code::OverLimit);
+    assert_eq!(ask(&[("path", "/v2"), client_ip]).await, common::Code::Ok);
+    assert_eq!(ask(&[path, ("user", "u")]).await, common::Code::Ok);
+    served
+        .wait_for_metric("ratelimit_service_rate_limit_no_rule{domain=\"edge\"}", 5)
+        .await;
+    let log = served.log();
+    let warned = served.lines_with("came in another order than the rules nest them");
+    assert_eq!(warned.len(), 1, "once, for the first order only:\n{log}");
+    for said in [
+        "WARN",
+        "domain=\"edge\"",
+        "sent=\"path, remote_address\"",
+        "rule=\"remote_address.path_/v1/*\"",
+        "rule_order=\"remote_address, path\"",
+    ] {
+        assert!(warned[0].contains(said), "{said}:\n{log}");
+    }
 }

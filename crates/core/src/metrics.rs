@@ -31,7 +31,9 @@ pub use series::{Counts, HitOutcome};
 pub(crate) use store_stats::StatsSource;
 pub use unmatched::{OTHER_DOMAINS, UNKNOWN_DOMAINS_CAP};
 
-use crate::policy::Policy;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+
+use crate::policy::{DomainRules, Policy};
 use crate::store::{Backend, Store};
 
 pub struct Metrics {
@@ -58,6 +60,8 @@ pub struct Metrics {
     no_rule: IntCounterVec,
     /// Descriptors of calls to domains with no rules, by domain (bounded).
     unknown_domains: unmatched::UnknownDomains,
+    /// Descriptors whose entries would match a rule in another order, warned of once.
+    reordered: unmatched::Reordered,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -167,6 +171,7 @@ impl Metrics {
                 ),
                 UNKNOWN_DOMAINS_CAP,
             ),
+            reordered: unmatched::Reordered::default(),
             registry: r,
             live,
             installing: Mutex::new(()),
@@ -185,12 +190,19 @@ impl Metrics {
             PolicyMetrics::carry_over(&self.live.load(), policy).counting_no_rule(&self.no_rule),
         );
         self.live.store(table.clone());
+        self.reordered.forget();
         table
     }
 
     /// Counts `descriptors` descriptors of a call to `domain`, which has no rules.
     pub(crate) fn domain_not_found(&self, domain: &str, descriptors: u64) {
         self.unknown_domains.count(domain, descriptors);
+    }
+
+    /// A descriptor of a call to `rules`' domain that matched no rule, its keys those of a rule's
+    /// path in another order: warned of if another order of its `entries` matches that rule.
+    pub(crate) fn descriptor_in_another_order(&self, rules: &DomainRules, entries: &[Entry]) {
+        self.reordered.note(rules, entries);
     }
 
     /// An RLQS bucket in `domain`, which has no rules: warned of as a call's domain is, not

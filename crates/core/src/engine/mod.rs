@@ -384,7 +384,7 @@ impl<B: Backend> Engine<B> {
         if let Some(metrics) = &self.metrics {
             observe::record(
                 metrics,
-                &live.counters,
+                &live,
                 request,
                 &plans,
                 &tightest,

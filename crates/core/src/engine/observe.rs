@@ -1,20 +1,21 @@
 //! Metrics of one decision: per-rule hit counters (within, near, over, shadow), global shadow
 //! mode, and the descriptors nothing matched (per known domain; calls to unknown domains, per
-//! descriptor as the reference counts them). The series of a rule are created on its first hit
+//! descriptor as the reference counts them; a descriptor whose entries would match a rule in
+//! another order, warned of). The series of a rule are created on its first hit
 //! (see `metrics::PolicyMetrics`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use super::EngineSettings;
 use super::outcome::outcome;
 use super::plan::{Kind, Lookup, Plan, PlannedLimit, Role, Slot};
-use crate::metrics::{HitOutcome, Metrics, PolicyMetrics};
+use super::{EngineSettings, Live};
+use crate::metrics::{HitOutcome, Metrics};
 use crate::store::Verdict;
 
 pub(super) fn record(
     metrics: &Metrics,
-    counters: &PolicyMetrics,
+    live: &Live,
     request: &RateLimitRequest,
     plans: &[Plan<'_>],
     tightest: &[Option<(&PlannedLimit<'_>, Verdict)>],
@@ -25,17 +26,24 @@ pub(super) fn record(
     for plan in plans {
         match plan.lookup {
             Lookup::Found => {}
-            Lookup::NoRule => no_rule += 1,
+            Lookup::NoRule { .. } => no_rule += 1,
             Lookup::UnknownDomain => unknown_domain += 1,
         }
     }
     if no_rule > 0
-        && let Some(counter) = counters.no_rule(&request.domain)
+        && let Some(counter) = live.counters.no_rule(&request.domain)
     {
         counter.inc_by(no_rule);
     }
     if unknown_domain > 0 {
         metrics.domain_not_found(&request.domain, unknown_domain);
+    }
+    for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
+        if let (Lookup::NoRule { rule_keys: true }, Some(rules)) =
+            (plan.lookup, live.policy.domain(&request.domain))
+        {
+            metrics.descriptor_in_another_order(rules, &descriptor.entries);
+        }
     }
     for ((plan, tightest), descriptor) in plans.iter().zip(tightest).zip(&request.descriptors) {
         let (outcome, depth) = match (tightest, &plan.kind) {
@@ -59,12 +67,12 @@ pub(super) fn record(
             .map(|e| (e.key.as_str(), e.value.as_str()));
         match plan.rule {
             Some(rule) => {
-                if let Some(series) = counters.rule(&request.domain, rule) {
+                if let Some(series) = live.counters.rule(&request.domain, rule) {
                     series.record(outcome, plan.hits, entries);
                 }
             }
             None => {
-                if let Some(counts) = counters.override_counts(&request.domain) {
+                if let Some(counts) = live.counters.override_counts(&request.domain) {
                     counts.record(outcome, plan.hits);
                 }
             }

@@ -88,8 +88,9 @@ pub(super) struct Plan<'p> {
 pub(crate) enum Lookup {
     /// A rule, a whitelisting entry, a request override, or nothing to look up (no entries).
     Found,
-    /// The domain is known and no entry of the rules matched the descriptor.
-    NoRule,
+    /// The domain is known and no entry of the rules matched the descriptor. `rule_keys`: its
+    /// keys are, in another order, those of a rule's path (`DomainRules::may_match_reordered`).
+    NoRule { rule_keys: bool },
     /// The request's domain has no rules (the reference's `domain_not_found`).
     UnknownDomain,
 }
@@ -209,7 +210,10 @@ pub(super) fn plan<'p>(
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()));
         if let Outcome::Unmatched = matched(domain, entries, &mut plan, defaults) {
-            plan.lookup = Lookup::NoRule;
+            let keys = descriptor.entries.iter().map(|e| e.key.as_str());
+            plan.lookup = Lookup::NoRule {
+                rule_keys: descriptor.entries.len() >= 2 && domain.may_match_reordered(keys),
+            };
         }
         if let Kind::Concurrency(slot) = &mut plan.kind {
             match super::concurrency::role(&descriptor.entries, slot.depth) {

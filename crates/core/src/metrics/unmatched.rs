@@ -6,14 +6,18 @@
 //! [`UNKNOWN_DOMAINS_CAP`] distinct domains get their own (the label bounded in length as a
 //! detailed one is), every later one counts under [`OTHER_DOMAINS`]. Each domain that gets its
 //! own series is also warned of once, when it is first seen: a filter's `domain` that matches no
-//! rules file limits nothing, and would otherwise go unsaid.
+//! rules file limits nothing, and would otherwise go unsaid. So is a descriptor whose entries
+//! would match a rule in another order ([`Reordered`]).
 
 use std::collections::HashSet;
-use std::sync::{PoisonError, RwLock};
+use std::hash::BuildHasher;
+use std::sync::{Mutex, PoisonError, RwLock};
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use prometheus::IntCounterVec;
 
 use super::label::bounded_label;
+use crate::policy::DomainRules;
 
 /// Most unknown domains with a series of their own.
 pub const UNKNOWN_DOMAINS_CAP: usize = 100;
@@ -82,6 +86,67 @@ impl UnknownDomains {
         } else {
             OTHER_DOMAINS.to_owned()
         }
+    }
+}
+
+/// Most (domain, key order) pairs looked into for [`Reordered`] until the next reload.
+const REORDERED_CAP: usize = 64;
+
+/// Descriptors of a known domain that matched no rule though their keys, in another order, are a
+/// rule's: each domain and key order is looked into once (the first [`REORDERED_CAP`], again
+/// after a reload) and warned of if another order of its entries matches a rule. Envoy sends the
+/// entries in its `rate_limits` actions' order: nested otherwise in the rules, they limit
+/// nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Reordered {
+    looked: Mutex<HashSet<u64>>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl Reordered {
+    /// Looks into `entries` of a call to `rules`' domain (they matched no rule as they came),
+    /// unless their key order was looked into already.
+    pub(crate) fn note(&self, rules: &DomainRules, entries: &[Entry]) {
+        let order = self.hasher.hash_one((
+            &rules.name,
+            entries.iter().map(|e| &e.key).collect::<Vec<_>>(),
+        ));
+        {
+            let mut looked = self.looked.lock().unwrap_or_else(PoisonError::into_inner);
+            if looked.len() >= REORDERED_CAP || !looked.insert(order) {
+                return;
+            }
+        }
+        let pairs: Vec<(&str, &str)> = entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let Some((order, rule)) = rules.reordered(&pairs) else {
+            return;
+        };
+        // The keys are the rule's own (no client text but the rule's keys).
+        let sent: Vec<&str> = pairs.iter().map(|(key, _)| *key).collect();
+        let rules_order: Vec<&str> = order.iter().map(|&i| pairs[i].0).collect();
+        tracing::warn!(
+            domain = rules.name.as_str(),
+            sent = sent.join(", "),
+            rule = rule.path.as_str(),
+            rule_order = rules_order.join(", "),
+            "a descriptor's entries came in another order than the rules nest them: as sent they \
+             match no rule, and in the rule's order they would match it. Envoy sends a \
+             descriptor's entries in the order of the route's `rate_limits` actions: put the \
+             actions in the rules' order, or nest the rules as the actions come. Until then these \
+             requests are not limited by that rule. Said once per domain and order (again after a \
+             reload); counted in ratelimit_service_rate_limit_no_rule"
+        );
+    }
+
+    /// Forgets what was looked into (the rules changed).
+    pub(crate) fn forget(&self) {
+        self.looked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod order;
 mod pattern;
+mod reordered;
 
 use std::collections::HashMap;
 
@@ -291,6 +292,8 @@ pub fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
 pub struct DomainRules {
     pub name: String,
     root: Level,
+    /// Its rules' path keys, for descriptors that would match in another order.
+    key_sets: reordered::KeySets,
 }
 
 /// One step of a match, for `explain`.
@@ -418,11 +421,14 @@ impl Policy {
         let domains = configs
             .iter()
             .map(|c| {
+                let root = Level::build(&c.descriptors, "", &[], &mut next_id);
+                let key_sets = reordered::KeySets::of(&root);
                 (
                     c.domain.clone(),
                     DomainRules {
                         name: c.domain.clone(),
-                        root: Level::build(&c.descriptors, "", &[], &mut next_id),
+                        root,
+                        key_sets,
                     },
                 )
             })

@@ -18,7 +18,7 @@ fn limit(rpu: u32) -> RateLimitSpec {
     }])
 }
 
-fn d(
+pub(super) fn d(
     key: &str,
     value: Option<&str>,
     rpu: Option<u32>,
@@ -40,7 +40,7 @@ fn d(
     }
 }
 
-fn policy(descriptors: Vec<DescriptorConfig>) -> Policy {
+pub(super) fn policy(descriptors: Vec<DescriptorConfig>) -> Policy {
     Policy::new(&[DomainConfig {
         domain: "test".into(),
         descriptors,
