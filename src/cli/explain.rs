@@ -146,7 +146,24 @@ fn offline(rules: &crate::policy::DomainRules, entries: &[(String, String)], d: 
         Outcome::NoLimitOnNode => {
             println!("  => matched an entry with no rate_limit: never limited")
         }
-        Outcome::Unmatched => println!("  => no rule: OK, no limit"),
+        Outcome::Unmatched => {
+            println!("  => no rule: OK, no limit");
+            let pairs: Vec<(&str, &str)> = entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            if let Some((order, rule)) = rules.reordered(&pairs) {
+                let reordered: Vec<String> = order
+                    .iter()
+                    .map(|&i| format!("{}={}", pairs[i].0, pairs[i].1))
+                    .collect();
+                println!(
+                    "     in another order, {}, it would match rule '{}': Envoy sends the entries in the order of the route's rate_limits actions, which must nest as the rules do",
+                    reordered.join(","),
+                    rule.path
+                );
+            }
+        }
     }
 }
 

@@ -84,3 +84,36 @@ async fn explain_reports_a_server_it_cannot_reach() {
     assert!(out.contains("cannot reach"), "{out}");
     assert!(out.contains("Connection refused"), "names the cause: {out}");
 }
+
+/// A descriptor whose entries would match a rule in another order: the explanation says so, with
+/// that order and the rule (what an Envoy whose actions are ordered otherwise than the rules nest
+/// needs to read); one whose values match no rule in any order says nothing more.
+#[test]
+fn explain_says_when_another_order_would_match_a_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      \
+        - key: path\n        value: /v1/*\n        rate_limit: {unit: minute, requests_per_unit: 2}\n";
+    std::fs::write(dir.path().join("edge.yaml"), rules).unwrap();
+    let args = |descriptor: &str| {
+        vec![
+            dir.path().display().to_string(),
+            "--domain".into(),
+            "edge".into(),
+            descriptor.into(),
+        ]
+    };
+    let (status, out) = explain(args("path=/v1/x,remote_address=10.0.0.1"));
+    assert_eq!(status, 0, "{out}");
+    assert!(out.contains("=> no rule: OK, no limit"), "{out}");
+    assert!(
+        out.contains(
+            "in another order, remote_address=10.0.0.1,path=/v1/x, it would match rule 'remote_address.path_/v1/*'"
+        ),
+        "{out}"
+    );
+    let (_, out) = explain(args("path=/v2,remote_address=10.0.0.1"));
+    assert!(
+        out.contains("=> no rule") && !out.contains("another order"),
+        "{out}"
+    );
+}
