@@ -293,7 +293,9 @@ fn meta_value(ctx: &mut Ctx, node: &Node) -> Option<MetaValue> {
     })
 }
 
-/// A descriptor `value`: a non-empty string, or an integer turned into its decimal text.
+/// A descriptor `value`: a non-empty string, an integer turned into its decimal text, or a boolean
+/// as written (`value: true` is "true": the reference's YAML library gives a string field the
+/// scalar's text, and a header's value is often `true`).
 fn descriptor_value(ctx: &mut Ctx, node: &Node) -> Option<String> {
     match &node.kind {
         NodeKind::Scalar(text, ScalarKind::Str) if text.is_empty() => {
@@ -303,7 +305,7 @@ fn descriptor_value(ctx: &mut Ctx, node: &Node) -> Option<String> {
             );
             None
         }
-        NodeKind::Scalar(text, ScalarKind::Str) => Some(text.clone()),
+        NodeKind::Scalar(text, ScalarKind::Str | ScalarKind::Bool(_)) => Some(text.clone()),
         NodeKind::Scalar(text, ScalarKind::Int) => match fields::int_value(text) {
             Ok(v) => Some(v.to_string()),
             // Decimal digits beyond i128 are still their own decimal text.
