@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::Ctx;
-use super::fields::{self, IntError, Level};
+use super::fields::{self, Level};
 use super::{concurrency, rate_limit};
 use crate::config::model::{
     ConcurrencySpec, DescriptorConfig, MAX_DESCRIPTOR_DEPTH, MetaValue, RateLimitSpec,
@@ -293,9 +293,9 @@ fn meta_value(ctx: &mut Ctx, node: &Node) -> Option<MetaValue> {
     })
 }
 
-/// A descriptor `value`: a non-empty string, an integer turned into its decimal text, or a boolean
-/// as written (`value: true` is "true": the reference's YAML library gives a string field the
-/// scalar's text, and a header's value is often `true`).
+/// A descriptor `value`: a non-empty string, or an integer or a boolean as written (`value: 0123`
+/// is "0123", `value: true` is "true"): the reference's YAML library gives a string field the
+/// scalar's text, and a header's value is matched as text.
 fn descriptor_value(ctx: &mut Ctx, node: &Node) -> Option<String> {
     match &node.kind {
         NodeKind::Scalar(text, ScalarKind::Str) if text.is_empty() => {
@@ -305,18 +305,9 @@ fn descriptor_value(ctx: &mut Ctx, node: &Node) -> Option<String> {
             );
             None
         }
-        NodeKind::Scalar(text, ScalarKind::Str | ScalarKind::Bool(_)) => Some(text.clone()),
-        NodeKind::Scalar(text, ScalarKind::Int) => match fields::int_value(text) {
-            Ok(v) => Some(v.to_string()),
-            // Decimal digits beyond i128 are still their own decimal text.
-            Err(IntError::TooLarge) if !text.contains(['x', 'o']) => {
-                Some(text.trim_start_matches('+').to_string())
-            }
-            Err(e) => {
-                ctx.error(&node.location, e.message("value", text));
-                None
-            }
-        },
+        NodeKind::Scalar(text, ScalarKind::Str | ScalarKind::Int | ScalarKind::Bool(_)) => {
+            Some(text.clone())
+        }
         _ => fields::string(ctx, "value", node),
     }
 }

@@ -240,15 +240,6 @@ fn empty_value() {
 }
 
 #[test]
-fn ambiguous_integer_value() {
-    assert_error(
-        "domain: a\ndescriptors:\n  - key: k\n    value: 0123\n",
-        "4:12",
-        &["'value' value '0123' is ambiguous", "leading zero"],
-    );
-}
-
-#[test]
 fn unknown_descriptor_field() {
     assert_error(
         "domain: a\ndescriptors:\n  - key: k\n    shadow: true\n",

@@ -424,13 +424,16 @@ fn a_calendar_window_names_its_unit_in_a_time_zone() {
 }
 
 #[test]
-fn a_boolean_value_is_its_text_as_the_references_yaml_gives_it() {
-    let text = "domain: a\ndescriptors:\n  - key: internal\n    value: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: beta\n    value: False\n";
+fn an_integer_or_boolean_value_is_its_text_as_the_references_yaml_gives_it() {
+    let text = "domain: a\ndescriptors:\n  - key: internal\n    value: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: beta\n    value: False\n  - key: code\n    value: 0123\n  - key: code\n    value: +5\n  - key: code\n    value: 0x1F\n";
     let configs = parse_files(&[(PathBuf::from("r.yaml"), text.to_string())]).unwrap();
     let values: Vec<_> = configs[0]
         .descriptors
         .iter()
         .map(|d| d.value.as_deref())
         .collect();
-    assert_eq!(values, [Some("true"), Some("False")]);
+    assert_eq!(
+        values,
+        [Some("true"), Some("False"), Some("0123"), Some("+5"), Some("0x1F")]
+    );
 }
