@@ -28,7 +28,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "remote",
         &[
-            &["breaker", "every", "mode", "names"],
+            &["breaker", "every", "mode", "names", "speaks"],
             &["metrics", "outage"],
             &["remote"],
             &["over_limit_cache", "shards"],

@@ -431,3 +431,63 @@ async fn a_response_over_the_message_size_cap_is_not_taken() {
     assert!(rlconfig(&t).await["domains"].as_array().unwrap().is_empty());
     t.server.shutdown().await;
 }
+
+/// TLS on one side only, the real binary at its default waits: a plaintext client at Envoy
+/// Gateway's mTLS management server saw only `Unknown: transport error`, and a TLS client at a
+/// plaintext one a reset; each failure's WARN now says what the server speaks and which setting
+/// to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_on_one_side_only_is_said_with_the_setting_to_change() {
+    let ca = Ca::new("envoy-gateway CA");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
+    let leaf = ca.server("envoy-gateway");
+    let tls = Ads::start(Some(tls13_requiring_client_certs(&ca.cert_pem(), &leaf))).await;
+    let xds = |url: String, extra: &[(&'static str, String)]| {
+        let mut env = vec![
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW".to_string()),
+            ("CONFIG_GRPC_XDS_SERVER_URL", url),
+            ("CONFIG_GRPC_XDS_NODE_ID", NODE.into()),
+        ];
+        env.extend_from_slice(extra);
+        common::process::Served::with_env(dir.path(), &env)
+    };
+    let said = async |served: &common::process::Served, what: &str| {
+        common::wait::eventually(what, || async { served.log_lines(what) > 0 }).await;
+        served.lines_with(what).remove(0)
+    };
+
+    let plaintext_client = xds(tls.url(), &[]);
+    let line = said(
+        &plaintext_client,
+        "speaks TLS, and this server connects in plaintext",
+    )
+    .await;
+    assert!(
+        line.contains("WARN") && line.contains("set CONFIG_GRPC_XDS_SERVER_USE_TLS=true"),
+        "{line}"
+    );
+    drop(plaintext_client);
+
+    let plaintext = Ads::start(None).await;
+    let tls_client = xds(
+        plaintext.url(),
+        &[
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
+            (
+                "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                ca_file.display().to_string(),
+            ),
+        ],
+    );
+    let line = said(
+        &tls_client,
+        "answers in plaintext HTTP/2, and this server connects with TLS",
+    )
+    .await;
+    assert!(
+        line.contains("set CONFIG_GRPC_XDS_SERVER_USE_TLS=false"),
+        "{line}"
+    );
+}

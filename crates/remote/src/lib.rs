@@ -14,6 +14,9 @@
 //! - `over_limit_cache` (keys known over their limit, answered without a call; pure);
 //! - `guarded` ([`Guarded`]: the call under deadline and permit, the failure modes, the outage's
 //!   hand-over and write-back, the background tasks).
+//!
+//! Beside them, `speaks`: whether a server at a TCP address speaks TLS or plaintext HTTP/2, for
+//! the Redis store and the xDS client to say which side of a TLS mismatch is which.
 #![forbid(unsafe_code)]
 #![deny(unreachable_pub)]
 
@@ -27,6 +30,7 @@ mod outage;
 mod over_limit_cache;
 mod remote;
 mod shards;
+pub mod speaks;
 
 pub use every::Every;
 pub use guarded::Guarded;

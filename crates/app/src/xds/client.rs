@@ -20,6 +20,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 
 use super::backoff::{self, Backoff};
 use super::convert;
+use super::mismatch;
 use super::protocol::{Subscription, Verdict};
 use super::settings::XdsConfig;
 use super::silence::{Silence, XdsMetrics};
@@ -96,7 +97,8 @@ impl XdsClient {
             let wait = match self.connect().await {
                 Err(e) => {
                     let wait = around(self.config.connect_retry);
-                    tracing::warn!(server = %url, error = %e, ?wait, "cannot connect to the xDS management server; the rules in force stay");
+                    let error = self.with_mismatch(e).await;
+                    tracing::warn!(server = %url, %error, ?wait, "cannot connect to the xDS management server; the rules in force stay");
                     wait
                 }
                 Ok(channel) => {
@@ -104,9 +106,13 @@ impl XdsClient {
                     match self.stream(channel, &mut subscription, &mut shutdown).await {
                         Ended::Shutdown => return,
                         Ended::Lost(why, answered) => {
-                            if answered {
-                                failures = 0;
-                            }
+                            let why = match answered {
+                                true => {
+                                    failures = 0;
+                                    why
+                                }
+                                false => self.with_mismatch(why).await,
+                            };
                             let wait = self.config.backoff.delay(failures, backoff::draw());
                             failures = failures.saturating_add(1);
                             tracing::warn!(
@@ -125,6 +131,16 @@ impl XdsClient {
                 _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.wait_for(|s| *s) => return,
             }
+        }
+    }
+
+    /// `error`, with which setting to change where the management server speaks TLS and this
+    /// server connects in plaintext, or the reverse (`mismatch`).
+    async fn with_mismatch(&self, error: String) -> String {
+        let tls = self.config.tls.is_some();
+        match mismatch::tls_mismatch(&self.config.authority, tls).await {
+            Some(change) => format!("{error}: {change}"),
+            None => error,
         }
     }
 

@@ -5,12 +5,14 @@
 //!
 //! Parts: `convert` (resources → rules documents, errors → resource and field; pure),
 //! `protocol` (the requests: subscribe, ACK, NACK; pure), `backoff` (reconnect waits; pure),
-//! `settings` (the reference's setting names), `tls` (the client side of mTLS), `silence` (a
-//! stream that goes unanswered: warned of, counted), `client` (the task).
+//! `settings` (the reference's setting names), `tls` (the client side of mTLS), `mismatch` (TLS
+//! on one side only: which setting to change), `silence` (a stream that goes unanswered: warned
+//! of, counted), `client` (the task).
 
 mod backoff;
 mod client;
 mod convert;
+mod mismatch;
 mod protocol;
 mod settings;
 mod silence;

@@ -434,6 +434,12 @@ fn an_integer_or_boolean_value_is_its_text_as_the_references_yaml_gives_it() {
         .collect();
     assert_eq!(
         values,
-        [Some("true"), Some("False"), Some("0123"), Some("+5"), Some("0x1F")]
+        [
+            Some("true"),
+            Some("False"),
+            Some("0123"),
+            Some("+5"),
+            Some("0x1F")
+        ]
     );
 }
