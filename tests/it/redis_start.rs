@@ -185,6 +185,29 @@ async fn a_redis_too_old_for_the_compare_and_set_stops_start_up_naming_its_versi
     );
 }
 
+/// A replica named in `REDIS_URL` answers `PING` and refuses every write (`READONLY`): the server
+/// served every decision from its failure mode, its log saying only `ReadOnly` once a minute.
+/// Start-up now says the server is a replica, of which master, and what to set.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_replica_named_as_the_server_is_said_at_start_up_with_its_master() {
+    let Some(master) = RedisServer::start() else {
+        return;
+    };
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]).unwrap();
+    let rules = rules();
+    let mut server = Served::with_env(rules.path(), &env(&replica.addr(), &[]));
+    server.wait_healthy().await;
+    let said = "REDIS_URL names a replica";
+    eventually(said, || async { server.log_lines(said) > 0 }).await;
+    let line = server.lines_with(said).remove(0);
+    assert!(
+        line.contains("WARN") && line.contains(&format!("master=127.0.0.1:{port}")),
+        "{line}"
+    );
+}
+
 /// A Redis at its `maxclients` (the test holds its one client) writes `ERR max number of clients
 /// reached` on each connection it turns away and closes it, which redis-rs reads as a broken pipe.
 /// The server starts in the failure mode saying what Redis said (it said "broken pipe", which sent

@@ -91,6 +91,7 @@ impl RedisBackend {
         calls.first_ping().await?;
         let info = mode::server_info(&calls).await;
         mode::check(info.as_deref(), config)?;
+        mode::warn_if_replica(&calls, config).await;
         let probe = cas::write_probe(
             &TextKeyBuilder::new(config.prefix.clone()).write_probe_key(),
             wall_clock_ms() + PROBE_KEY_LIFETIME_MS,

@@ -2,7 +2,9 @@
 //! node named in `REDIS_URL` with `REDIS_TYPE=single` answers the first `PING`, then refuses
 //! every decision (`unknown command 'EVALSHA'`) or redirects it (`MOVED`): the server ran on its
 //! failure mode for good, the log naming neither. Asked once connected (`INFO server`, its
-//! `redis_mode`, Valkey's `server_mode`); a mismatch is a refusal (the settings must change).
+//! `redis_mode`, Valkey's `server_mode`); a mismatch is a refusal (the settings must change). A
+//! replica named as a single server refuses every write (`READONLY`) until it is promoted, which
+//! a failover may do: said at start-up with its master (`INFO replication`), not refused.
 
 use std::sync::Arc;
 
@@ -77,6 +79,46 @@ pub(crate) fn check(info: Option<&str>, config: &RedisConfig) -> Result<(), Stor
     }
 }
 
+/// The master's address where `info` (`INFO replication`) says the server is a replica.
+fn replica_of(info: &str) -> Option<String> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name).map(str::trim))
+    };
+    (field("role:")? == "slave").then(|| {
+        format!(
+            "{}:{}",
+            field("master_host:").unwrap_or("?"),
+            field("master_port:").unwrap_or("?")
+        )
+    })
+}
+
+/// Warns if the server `calls` reach, named as a single server in `config`, is a replica: every
+/// decision is then answered by the failure mode until it is promoted.
+pub(crate) async fn warn_if_replica(calls: &Arc<Calls>, config: &RedisConfig) {
+    let Topology::Single(info) = &config.topology else {
+        return;
+    };
+    let mut c = calls.conn();
+    let ask = ::redis::cmd("INFO").arg("replication").clone();
+    let Ok(replication) = calls
+        .quiet(async move { ask.query_async::<String>(&mut c).await })
+        .await
+    else {
+        return;
+    };
+    if let Some(master) = replica_of(&replication) {
+        tracing::warn!(
+            redis = %info.addr(),
+            %master,
+            "REDIS_URL names a replica: it refuses every write (READONLY), so decisions are \
+             answered by REDIS_FAILURE_MODE until it is promoted. Set REDIS_URL to the master, or \
+             REDIS_TYPE=sentinel with the sentinels that follow it"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +130,17 @@ mod tests {
         let valkey = "# Server\r\nvalkey_version:8.1.1\r\nserver_mode:standalone\r\n";
         assert_eq!(mode(valkey), Some("standalone"));
         assert_eq!(mode("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn a_replica_is_told_with_its_master() {
+        let replica = "# Replication\r\nrole:slave\r\nmaster_host:10.0.0.5\r\nmaster_port:6379\r\n";
+        assert_eq!(replica_of(replica).as_deref(), Some("10.0.0.5:6379"));
+        assert_eq!(
+            replica_of("# Replication\r\nrole:master\r\nconnected_slaves:1\r\n"),
+            None
+        );
+        assert_eq!(replica_of(""), None);
     }
 
     #[test]
