@@ -39,8 +39,8 @@ pub(super) fn record(
         metrics.domain_not_found(&request.domain, unknown_domain);
     }
     for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
-        if let (Lookup::NoRule { rule_keys: true }, Some(rules)) =
-            (plan.lookup, live.policy.domain(&request.domain))
+        if plan.lookup == (Lookup::NoRule { rule_keys: true })
+            && let Some(rules) = live.policy.domain(&request.domain)
         {
             metrics.descriptor_in_another_order(rules, &descriptor.entries);
         }
