@@ -205,8 +205,8 @@ const NESTED: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    d
     - key: path\n        value: /v1/*\n        rate_limit: {unit: minute, requests_per_unit: 2}\n";
 
 #[tokio::test]
-async fn entries_in_another_order_than_the_rules_are_warned_of_once_per_order() {
-    let (_rules, mut served) = served_rules(NESTED, &[]).await;
+async fn entries_in_another_order_than_the_rules_are_warned_of_once_per_order_and_reload() {
+    let (rules, mut served) = served_rules(NESTED, &[]).await;
     let mut client = served.client().await;
     let mut ask = async |entries: &[(&str, &str)]| {
         let response = client
@@ -244,4 +244,22 @@ async fn entries_in_another_order_than_the_rules_are_warned_of_once_per_order() 
     ] {
         assert!(warned[0].contains(said), "{said}:\n{log}");
     }
+
+    // A reload that leaves the order as it was says it again, once.
+    let loads = "ratelimit_service_config_load_success";
+    let before = served.metric(loads).await;
+    std::fs::write(
+        rules.path().join("rules.yaml"),
+        NESTED.replace(": 2}", ": 3}"),
+    )
+    .unwrap();
+    served.wait_for_metric(loads, before + 1).await;
+    for _ in 0..2 {
+        assert_eq!(ask(&[path, client_ip]).await, common::Code::Ok);
+    }
+    served
+        .wait_for_metric("ratelimit_service_rate_limit_no_rule{domain=\"edge\"}", 7)
+        .await;
+    let warned = served.lines_with("came in another order than the rules nest them");
+    assert_eq!(warned.len(), 2, "again after the reload:\n{}", served.log());
 }
