@@ -3,8 +3,9 @@
 # old for the compare-and-set's `SET … PXAT … GET` (before 6.2) stops start-up naming its version
 # (tests/it/redis_start.rs). envoyproxy/ratelimit's users run such servers (its INCRBY and EXPIRE
 # work on any). Debian 12 ships 7.0 only: this takes bullseye's package and the libraries it links
-# that bookworm lacks or has newer, from Debian's own archive, unpacked under $PREFIX (nothing of
-# the system is installed or upgraded), and puts a `redis6-server` wrapper on the PATH.
+# that bookworm lacks or has newer, from Debian's own archive, unpacked under $PREFIX
+# (scripts/unpack-debian-packages.sh: nothing of the system is installed or upgraded), and puts a
+# `redis6-server` wrapper on the PATH.
 #
 # usage: scripts/install-redis6.sh      PREFIX=/opt/redis6 BIN=/usr/local/bin (as root)
 set -euo pipefail
@@ -14,30 +15,11 @@ if "$BIN/redis6-server" --version 2>/dev/null | grep -q 'v=6\.0\.'; then
   "$BIN/redis6-server" --version
   exit 0
 fi
-# bullseye's package lists beside bookworm's, pinned low so that nothing installed is ever upgraded
-# from them (only `apt-get download` below reads them).
-cat > /etc/apt/sources.list.d/bullseye-for-redis6.sources <<'EOF'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bullseye
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-cat > /etc/apt/preferences.d/bullseye-for-redis6 <<'EOF'
-Package: *
-Pin: release n=bullseye
-Pin-Priority: 1
-EOF
-apt-get update -qq
-work=$(mktemp -d); chmod a+rwx "$work"  # apt downloads as _apt
 # redis-tools holds the server's binary (redis-check-rdb; redis-server is its other name, which
 # it reads from argv[0]); then the libraries it links that bookworm does not have (OpenSSL 1.1,
 # Lua 5.1 and the Lua modules Redis loads) or has in other versions.
-(cd "$work" && apt-get download -qq redis-tools/bullseye libssl1.1/bullseye liblua5.1-0/bullseye \
-  lua-cjson/bullseye lua-bitop/bullseye libjemalloc2/bullseye liblzf1/bullseye)
-rm -rf "$PREFIX"; mkdir -p "$PREFIX"
-for deb in "$work"/*.deb; do dpkg -x "$deb" "$PREFIX"; done
-rm -rf "$work"
+bash "$(dirname "$0")/unpack-debian-packages.sh" bullseye "$PREFIX" redis-tools libssl1.1 \
+  liblua5.1-0 lua-cjson lua-bitop libjemalloc2 liblzf1
 ln -sf redis-check-rdb "$PREFIX/usr/bin/redis-server"
 mkdir -p "$BIN"
 cat > "$BIN/redis6-server" <<EOF

@@ -3,8 +3,9 @@
 # conditional SET (tests/it/valkey.rs, crates/redis's cas tests) on a Debian 12 (bookworm) machine,
 # which ships no Valkey with it (bookworm-backports has 8.0, without IFEQ). It takes Debian 13's
 # (trixie's) package and the libraries it links, from Debian's own archive, unpacked beside the
-# system under $PREFIX (nothing of the system is upgraded: trixie's glibc stays in $PREFIX and the
-# server runs through trixie's dynamic loader), and puts a `valkey-server` wrapper on the PATH.
+# system under $PREFIX (scripts/unpack-debian-packages.sh: nothing of the system is upgraded;
+# trixie's glibc stays in $PREFIX and the server runs through trixie's dynamic loader), and puts a
+# `valkey-server` wrapper on the PATH.
 #
 # usage: scripts/install-valkey.sh      PREFIX=/opt/valkey BIN=/usr/local/bin (as root)
 set -euo pipefail
@@ -14,30 +15,11 @@ if "$BIN/valkey-server" --version 2>/dev/null | grep -q 'v=\(8\.[1-9]\|9\|[1-9][
   "$BIN/valkey-server" --version
   exit 0
 fi
-# trixie's package lists beside bookworm's, pinned low so that nothing installed is ever upgraded
-# from them (only `apt-get download` below reads them).
-cat > /etc/apt/sources.list.d/trixie-for-valkey.sources <<'EOF'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-cat > /etc/apt/preferences.d/trixie-for-valkey <<'EOF'
-Package: *
-Pin: release n=trixie
-Pin-Priority: 1
-EOF
-apt-get update -qq
-work=$(mktemp -d); chmod a+rwx "$work"  # apt downloads as _apt
 # valkey-tools holds the server's binary (valkey-check-rdb; valkey-server is its other name);
 # then the libraries it and they link (valkey-tools' Depends, and libsystemd0's).
-(cd "$work" && apt-get download -qq -t trixie valkey-tools libc6 libjemalloc2 liblzf1 libssl3t64 \
-  libsystemd0 libatomic1 libcap2 libzstd1 liblz4-1 liblzma5 libgcrypt20 libgpg-error0 \
-  libstdc++6 libgcc-s1)
-rm -rf "$PREFIX"; mkdir -p "$PREFIX"
-for deb in "$work"/*.deb; do dpkg -x "$deb" "$PREFIX"; done
-rm -rf "$work"
+bash "$(dirname "$0")/unpack-debian-packages.sh" trixie "$PREFIX" valkey-tools libc6 libjemalloc2 \
+  liblzf1 libssl3t64 libsystemd0 libatomic1 libcap2 libzstd1 liblz4-1 liblzma5 libgcrypt20 \
+  libgpg-error0 libstdc++6 libgcc-s1
 lib=$PREFIX/usr/lib/x86_64-linux-gnu
 mkdir -p "$BIN"
 cat > "$BIN/valkey-server" <<EOF
