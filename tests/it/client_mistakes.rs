@@ -263,3 +263,49 @@ async fn entries_in_another_order_than_the_rules_are_warned_of_once_per_order_an
     let warned = served.lines_with("came in another order than the rules nest them");
     assert_eq!(warned.len(), 2, "again after the reload:\n{}", served.log());
 }
+
+/// A rule without nested descriptors, and an Envoy route that adds an action after its entry: the
+/// descriptor goes on past the rule and matches nothing (as in the reference), so its requests
+/// went unlimited with nothing said.
+const LEAF: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    \
+    rate_limit: {unit: minute, requests_per_unit: 2}\n";
+
+#[tokio::test]
+async fn a_descriptor_longer_than_its_rule_is_warned_of_once_per_order() {
+    let (_rules, mut served) = served_rules(LEAF, &[]).await;
+    let mut client = served.client().await;
+    let mut ask = async |entries: &[(&str, &str)]| {
+        let response = client
+            .should_rate_limit(common::request("edge", &[entries]))
+            .await
+            .expect("answered");
+        common::code(response.into_inner().overall_code)
+    };
+    let (client_ip, path) = (("remote_address", "10.0.0.1"), ("path", "/v1"));
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&[client_ip, path]).await,
+            common::Code::Ok,
+            "no rule as sent"
+        );
+    }
+    // The rule's entries alone are limited; other first keys are not said.
+    for expected in [common::Code::Ok, common::Code::Ok, common::Code::OverLimit] {
+        assert_eq!(ask(&[client_ip]).await, expected);
+    }
+    assert_eq!(ask(&[path, client_ip]).await, common::Code::Ok);
+    served
+        .wait_for_metric("ratelimit_service_rate_limit_no_rule{domain=\"edge\"}", 4)
+        .await;
+    let log = served.log();
+    let warned = served.lines_with("goes on past the rule its first entries match");
+    assert_eq!(warned.len(), 1, "once:\n{log}");
+    for said in [
+        "WARN",
+        "sent=\"remote_address, path\"",
+        "rule=\"remote_address\"",
+        "rule_entries=1",
+    ] {
+        assert!(warned[0].contains(said), "{said}:\n{log}");
+    }
+}

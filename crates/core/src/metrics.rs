@@ -60,8 +60,8 @@ pub struct Metrics {
     no_rule: IntCounterVec,
     /// Descriptors of calls to domains with no rules, by domain (bounded).
     unknown_domains: unmatched::UnknownDomains,
-    /// Descriptors whose entries would match a rule in another order, warned of once.
-    reordered: unmatched::Reordered,
+    /// Descriptors that nearly match a rule, warned of once.
+    near_misses: unmatched::NearMisses,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -171,7 +171,7 @@ impl Metrics {
                 ),
                 UNKNOWN_DOMAINS_CAP,
             ),
-            reordered: unmatched::Reordered::default(),
+            near_misses: unmatched::NearMisses::default(),
             registry: r,
             live,
             installing: Mutex::new(()),
@@ -190,7 +190,7 @@ impl Metrics {
             PolicyMetrics::carry_over(&self.live.load(), policy).counting_no_rule(&self.no_rule),
         );
         self.live.store(table.clone());
-        self.reordered.forget();
+        self.near_misses.forget();
         table
     }
 
@@ -202,7 +202,13 @@ impl Metrics {
     /// A descriptor of a call to `rules`' domain that matched no rule, its keys those of a rule's
     /// path in another order: warned of if another order of its `entries` matches that rule.
     pub(crate) fn descriptor_in_another_order(&self, rules: &DomainRules, entries: &[Entry]) {
-        self.reordered.note(rules, entries);
+        self.near_misses.another_order(rules, entries);
+    }
+
+    /// A descriptor of a call to `rules`' domain that matched no rule, its first keys the path of
+    /// a rule without nested descriptors: warned of if its first entries match that rule.
+    pub(crate) fn descriptor_longer_than_a_rule(&self, rules: &DomainRules, entries: &[Entry]) {
+        self.near_misses.longer_than_a_rule(rules, entries);
     }
 
     /// An RLQS bucket in `domain`, which has no rules: warned of as a call's domain is, not

@@ -1,14 +1,14 @@
 //! Metrics of one decision: per-rule hit counters (within, near, over, shadow), global shadow
 //! mode, and the descriptors nothing matched (per known domain; calls to unknown domains, per
-//! descriptor as the reference counts them; a descriptor whose entries would match a rule in
-//! another order, warned of). The series of a rule are created on its first hit
+//! descriptor as the reference counts them; a descriptor that nearly matches a rule, in
+//! another order or with more entries than its branch, warned of). The series of a rule are created on its first hit
 //! (see `metrics::PolicyMetrics`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use super::outcome::outcome;
-use super::plan::{Kind, Lookup, Plan, PlannedLimit, Role, Slot};
+use super::plan::{Kind, Lookup, Nearly, Plan, PlannedLimit, Role, Slot};
 use super::{EngineSettings, Live};
 use crate::metrics::{HitOutcome, Metrics};
 use crate::store::Verdict;
@@ -26,7 +26,7 @@ pub(super) fn record(
     for plan in plans {
         match plan.lookup {
             Lookup::Found => {}
-            Lookup::NoRule { .. } => no_rule += 1,
+            Lookup::NoRule(_) => no_rule += 1,
             Lookup::UnknownDomain => unknown_domain += 1,
         }
     }
@@ -39,10 +39,18 @@ pub(super) fn record(
         metrics.domain_not_found(&request.domain, unknown_domain);
     }
     for (plan, descriptor) in plans.iter().zip(&request.descriptors) {
-        if plan.lookup == (Lookup::NoRule { rule_keys: true })
-            && let Some(rules) = live.policy.domain(&request.domain)
-        {
-            metrics.descriptor_in_another_order(rules, &descriptor.entries);
+        let Lookup::NoRule(nearly) = plan.lookup else {
+            continue;
+        };
+        let Some(rules) = live.policy.domain(&request.domain) else {
+            continue;
+        };
+        match nearly {
+            Nearly::Nothing => {}
+            Nearly::AnotherOrder => metrics.descriptor_in_another_order(rules, &descriptor.entries),
+            Nearly::LongerThanARule => {
+                metrics.descriptor_longer_than_a_rule(rules, &descriptor.entries)
+            }
         }
     }
     for ((plan, tightest), descriptor) in plans.iter().zip(tightest).zip(&request.descriptors) {

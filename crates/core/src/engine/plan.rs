@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 use smallvec::{SmallVec, smallvec};
@@ -83,14 +84,26 @@ pub(super) struct Plan<'p> {
     pub(crate) overridden: bool,
 }
 
+/// What a descriptor that matched no rule may nearly match, as the rules' digests tell (cheap,
+/// with rare false positives): the looks and warnings are `metrics`'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nearly {
+    Nothing,
+    /// Its keys are, in another order, a rule's path (`DomainRules::may_match_reordered`).
+    AnotherOrder,
+    /// Its first keys are the path of a rule without nested descriptors, and it goes on
+    /// (`DomainRules::may_be_longer_than_a_rule`).
+    LongerThanARule,
+}
+
 /// How a descriptor's lookup in the rules ended, as far as the unmatched counts care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Lookup {
     /// A rule, a whitelisting entry, a request override, or nothing to look up (no entries).
     Found,
-    /// The domain is known and no entry of the rules matched the descriptor. `rule_keys`: its
-    /// keys are, in another order, those of a rule's path (`DomainRules::may_match_reordered`).
-    NoRule { rule_keys: bool },
+    /// The domain is known and no entry of the rules matched the descriptor; what it may nearly
+    /// match, to be looked into off the decision's path.
+    NoRule(Nearly),
     /// The request's domain has no rules (the reference's `domain_not_found`).
     UnknownDomain,
 }
@@ -210,10 +223,7 @@ pub(super) fn plan<'p>(
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()));
         if let Outcome::Unmatched = matched(domain, entries, &mut plan, defaults) {
-            let keys = descriptor.entries.iter().map(|e| e.key.as_str());
-            plan.lookup = Lookup::NoRule {
-                rule_keys: descriptor.entries.len() >= 2 && domain.may_match_reordered(keys),
-            };
+            plan.lookup = Lookup::NoRule(nearly(domain, descriptor));
         }
         if let Kind::Concurrency(slot) = &mut plan.kind {
             match super::concurrency::role(&descriptor.entries, slot.depth) {
@@ -225,6 +235,20 @@ pub(super) fn plan<'p>(
     }
     drop_replaced(&mut plans);
     Ok(plans)
+}
+
+/// What `descriptor`, which matched none of `rules`, may nearly match.
+fn nearly(rules: &DomainRules, descriptor: &RateLimitDescriptor) -> Nearly {
+    let keys = || descriptor.entries.iter().map(|e| e.key.as_str());
+    if descriptor.entries.len() < 2 {
+        Nearly::Nothing
+    } else if rules.may_match_reordered(keys()) {
+        Nearly::AnotherOrder
+    } else if rules.may_be_longer_than_a_rule(keys()) {
+        Nearly::LongerThanARule
+    } else {
+        Nearly::Nothing
+    }
 }
 
 /// Matches a descriptor's `entries` on its domain's `rules` and, if they end on a rule, plans its

@@ -6,8 +6,8 @@
 //! [`UNKNOWN_DOMAINS_CAP`] distinct domains get their own (the label bounded in length as a
 //! detailed one is), every later one counts under [`OTHER_DOMAINS`]. Each domain that gets its
 //! own series is also warned of once, when it is first seen: a filter's `domain` that matches no
-//! rules file limits nothing, and would otherwise go unsaid. So is a descriptor whose entries
-//! would match a rule in another order ([`Reordered`]).
+//! rules file limits nothing, and would otherwise go unsaid. So is a descriptor that nearly
+//! matches a rule ([`NearMisses`]): in another order, or with more entries than its branch.
 
 use std::collections::HashSet;
 use std::hash::BuildHasher;
@@ -89,38 +89,38 @@ impl UnknownDomains {
     }
 }
 
-/// Most (domain, key order) pairs looked into for [`Reordered`] until the next reload.
-const REORDERED_CAP: usize = 64;
+/// Most (domain, key order) pairs looked into for [`NearMisses`] until the next reload.
+const LOOKED_CAP: usize = 64;
 
-/// Descriptors of a known domain that matched no rule though their keys, in another order, are a
-/// rule's: each domain and key order is looked into once (the first [`REORDERED_CAP`], again
-/// after a reload) and warned of if another order of its entries matches a rule. Envoy sends the
-/// entries in its `rate_limits` actions' order: nested otherwise in the rules, they limit
-/// nothing.
+/// Descriptors of a known domain that matched no rule though they nearly match one: their keys in
+/// another order are a rule's, or they go on past a rule without nested descriptors. Each domain
+/// and key order is looked into once (the first [`LOOKED_CAP`], again after a reload) and warned
+/// of if it is so. Envoy sends the entries in its `rate_limits` actions' order: ordered otherwise
+/// than the rules nest, or more of them than a branch has, they limit nothing.
 #[derive(Debug, Default)]
-pub(crate) struct Reordered {
+pub(crate) struct NearMisses {
     looked: Mutex<HashSet<u64>>,
     hasher: foldhash::fast::RandomState,
 }
 
-impl Reordered {
-    /// Looks into `entries` of a call to `rules`' domain (they matched no rule as they came),
-    /// unless their key order was looked into already.
-    pub(crate) fn note(&self, rules: &DomainRules, entries: &[Entry]) {
+impl NearMisses {
+    /// Whether `entries` of a call to `rules`' domain are to be looked into: their key order was
+    /// not yet (and there is room).
+    fn first_look(&self, rules: &DomainRules, entries: &[Entry]) -> bool {
         let order = self.hasher.hash_one((
             &rules.name,
             entries.iter().map(|e| &e.key).collect::<Vec<_>>(),
         ));
-        {
-            let mut looked = self.looked.lock().unwrap_or_else(PoisonError::into_inner);
-            if looked.len() >= REORDERED_CAP || !looked.insert(order) {
-                return;
-            }
+        let mut looked = self.looked.lock().unwrap_or_else(PoisonError::into_inner);
+        looked.len() < LOOKED_CAP && looked.insert(order)
+    }
+
+    /// Looks into `entries` (they matched no rule as they came) for another order that matches.
+    pub(crate) fn another_order(&self, rules: &DomainRules, entries: &[Entry]) {
+        if !self.first_look(rules, entries) {
+            return;
         }
-        let pairs: Vec<(&str, &str)> = entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
-            .collect();
+        let pairs = pairs(entries);
         let Some((order, rule)) = rules.reordered(&pairs) else {
             return;
         };
@@ -141,6 +141,35 @@ impl Reordered {
         );
     }
 
+    /// Looks into `entries` (they matched no rule) for a rule without nested descriptors that
+    /// their first entries match.
+    pub(crate) fn longer_than_a_rule(&self, rules: &DomainRules, entries: &[Entry]) {
+        if !self.first_look(rules, entries) {
+            return;
+        }
+        let pairs = pairs(entries);
+        let Some((matched, rule)) = rules.longer_than_its_rule(&pairs) else {
+            return;
+        };
+        // The first keys are the rule's own; the rest is the client's, shown bounded.
+        let sent: Vec<String> = pairs
+            .iter()
+            .map(|(key, _)| bounded_label([(*key, None)]))
+            .collect();
+        tracing::warn!(
+            domain = rules.name.as_str(),
+            sent = sent.join(", "),
+            rule = rule.path.as_str(),
+            rule_entries = matched,
+            "a descriptor goes on past the rule its first entries match: that rule has no nested \
+             descriptors, so the whole descriptor matches nothing (as in envoyproxy/ratelimit) and \
+             these requests are not limited by it. Nest the next entries under the rule, or send \
+             the rule's entries alone (one `rate_limits` entry per descriptor). Said once per \
+             domain and key order (again after a reload); counted in \
+             ratelimit_service_rate_limit_no_rule"
+        );
+    }
+
     /// Forgets what was looked into (the rules changed).
     pub(crate) fn forget(&self) {
         self.looked
@@ -148,6 +177,14 @@ impl Reordered {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
     }
+}
+
+/// A descriptor's entries as the rules match them.
+fn pairs(entries: &[Entry]) -> Vec<(&str, &str)> {
+    entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect()
 }
 
 #[cfg(test)]

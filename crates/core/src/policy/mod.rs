@@ -6,6 +6,7 @@
 mod order;
 mod pattern;
 mod reordered;
+mod too_long;
 
 use std::collections::HashMap;
 
@@ -294,6 +295,8 @@ pub struct DomainRules {
     root: Level,
     /// Its rules' path keys, for descriptors that would match in another order.
     key_sets: reordered::KeySets,
+    /// Its rules without nested descriptors, for descriptors longer than such a rule's path.
+    leaf_paths: too_long::LeafPaths,
 }
 
 /// One step of a match, for `explain`.
@@ -423,12 +426,14 @@ impl Policy {
             .map(|c| {
                 let root = Level::build(&c.descriptors, "", &[], &mut next_id);
                 let key_sets = reordered::KeySets::of(&root);
+                let leaf_paths = too_long::LeafPaths::of(&root);
                 (
                     c.domain.clone(),
                     DomainRules {
                         name: c.domain.clone(),
                         root,
                         key_sets,
+                        leaf_paths,
                     },
                 )
             })
