@@ -14,7 +14,9 @@ use crate::common;
 use std::path::Path;
 
 use common::process::Served;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use tokio::net::{TcpStream, UnixStream};
+use tonic::transport::Channel;
 
 const RULES: &str =
     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
@@ -199,6 +201,18 @@ async fn a_health_check_for_a_name_not_answered_for_is_warned_of_once_per_name()
     assert!(log.contains("service=\"rate-limit\""), "{log}");
 }
 
+/// The overall code the server answers one descriptor of `entries` in the domain `edge` with.
+async fn overall_in_edge(
+    client: &mut RateLimitServiceClient<Channel>,
+    entries: &[(&str, &str)],
+) -> common::Code {
+    let response = client
+        .should_rate_limit(common::request("edge", &[entries]))
+        .await
+        .expect("answered");
+    common::code(response.into_inner().overall_code)
+}
+
 /// Rules nested client first, then path, as an Envoy route whose `rate_limits` actions name the
 /// path first never matches: its requests went unlimited with nothing said.
 const NESTED: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    descriptors:\n      \
@@ -208,13 +222,7 @@ const NESTED: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    d
 async fn entries_in_another_order_than_the_rules_are_warned_of_once_per_order_and_reload() {
     let (rules, mut served) = served_rules(NESTED, &[]).await;
     let mut client = served.client().await;
-    let mut ask = async |entries: &[(&str, &str)]| {
-        let response = client
-            .should_rate_limit(common::request("edge", &[entries]))
-            .await
-            .expect("answered");
-        common::code(response.into_inner().overall_code)
-    };
+    let mut ask = async |entries: &[(&str, &str)]| overall_in_edge(&mut client, entries).await;
     let (path, client_ip) = (("path", "/v1/search"), ("remote_address", "10.0.0.1"));
     for _ in 0..3 {
         assert_eq!(
@@ -274,13 +282,7 @@ const LEAF: &str = "domain: edge\ndescriptors:\n  - key: remote_address\n    \
 async fn a_descriptor_longer_than_its_rule_is_warned_of_once_per_order() {
     let (_rules, mut served) = served_rules(LEAF, &[]).await;
     let mut client = served.client().await;
-    let mut ask = async |entries: &[(&str, &str)]| {
-        let response = client
-            .should_rate_limit(common::request("edge", &[entries]))
-            .await
-            .expect("answered");
-        common::code(response.into_inner().overall_code)
-    };
+    let mut ask = async |entries: &[(&str, &str)]| overall_in_edge(&mut client, entries).await;
     let (client_ip, path) = (("remote_address", "10.0.0.1"), ("path", "/v1"));
     for _ in 0..3 {
         assert_eq!(

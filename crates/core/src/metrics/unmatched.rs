@@ -104,23 +104,32 @@ pub(crate) struct NearMisses {
 }
 
 impl NearMisses {
-    /// Whether `entries` of a call to `rules`' domain are to be looked into: their key order was
-    /// not yet (and there is room).
-    fn first_look(&self, rules: &DomainRules, entries: &[Entry]) -> bool {
+    /// `entries` of a call to `rules`' domain as the rules match them, if their key order is to
+    /// be looked into: not yet looked into (and there is room).
+    fn first_look<'e>(
+        &self,
+        rules: &DomainRules,
+        entries: &'e [Entry],
+    ) -> Option<Vec<(&'e str, &'e str)>> {
         let order = self.hasher.hash_one((
             &rules.name,
             entries.iter().map(|e| &e.key).collect::<Vec<_>>(),
         ));
         let mut looked = self.looked.lock().unwrap_or_else(PoisonError::into_inner);
-        looked.len() < LOOKED_CAP && looked.insert(order)
+        let first = looked.len() < LOOKED_CAP && looked.insert(order);
+        first.then(|| {
+            entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect()
+        })
     }
 
     /// Looks into `entries` (they matched no rule as they came) for another order that matches.
     pub(crate) fn another_order(&self, rules: &DomainRules, entries: &[Entry]) {
-        if !self.first_look(rules, entries) {
+        let Some(pairs) = self.first_look(rules, entries) else {
             return;
-        }
-        let pairs = pairs(entries);
+        };
         let Some((order, rule)) = rules.reordered(&pairs) else {
             return;
         };
@@ -144,10 +153,9 @@ impl NearMisses {
     /// Looks into `entries` (they matched no rule) for a rule without nested descriptors that
     /// their first entries match.
     pub(crate) fn longer_than_a_rule(&self, rules: &DomainRules, entries: &[Entry]) {
-        if !self.first_look(rules, entries) {
+        let Some(pairs) = self.first_look(rules, entries) else {
             return;
-        }
-        let pairs = pairs(entries);
+        };
         let Some((matched, rule)) = rules.longer_than_its_rule(&pairs) else {
             return;
         };
@@ -177,14 +185,6 @@ impl NearMisses {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
     }
-}
-
-/// A descriptor's entries as the rules match them.
-fn pairs(entries: &[Entry]) -> Vec<(&str, &str)> {
-    entries
-        .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()))
-        .collect()
 }
 
 #[cfg(test)]
