@@ -19,7 +19,7 @@ use tonic::Streaming;
 use crate::common::metrics::scrape_count as scrape_metric;
 use crate::common::process::Served;
 use crate::common::redis::RedisServer;
-use crate::common::wait::eventually;
+use crate::common::wait::{eventually, eventually_or};
 use crate::common::{self, TestServer};
 
 const RULES: &str = "
@@ -701,9 +701,11 @@ async fn a_bucket_at_rest_is_not_written_again_and_a_dropped_one_is_deleted() {
     assert!(!before.0.trim().is_empty(), "{before:?}");
     // The stream gone, the bucket is no longer held: its entry is deleted.
     drop(a);
-    eventually("the entry deleted", || async {
-        redis.cli(&["HLEN", &key]).is_ok_and(|n| n.trim() == "0")
-    })
+    eventually_or(
+        "the entry deleted",
+        || async { redis.cli(&["HLEN", &key]).is_ok_and(|n| n.trim() == "0") },
+        || format!("{:?}\n{}", state(), one.log()),
+    )
     .await;
     assert_eq!(one.metric("ratelimit_rlqs_exchange_errors_total").await, 0);
 }
