@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use crate::clock::SystemClock;
 use crate::policy::Policy;
 use crate::policy::parse_descriptor;
-use crate::rules_dir::{SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir};
+use crate::rules_dir::{SizeCaps, load_rules_dir_saying};
 use crate::settings::{DefaultsArgs, RulesFilesArgs, ServeSettings};
 
 #[derive(Debug, Parser)]
@@ -138,15 +138,7 @@ pub async fn run(cli: Cli) -> i32 {
 }
 
 fn check(dir: &Path, caps: SizeCaps, merge_domains: bool) -> i32 {
-    let loaded = read_rules_dir(dir, caps)
-        .map_err(|e| crate::config::ConfigErrors(vec![e.into()]))
-        .and_then(|files| {
-            if files.is_empty() {
-                eprintln!("warning: {}", no_rules_warning(dir));
-            }
-            parse_rules_merging(files, merge_domains)
-        });
-    match loaded {
+    match load_rules_dir_saying(dir, caps, merge_domains, |w| eprintln!("warning: {w}")) {
         Ok(configs) => {
             for warning in configs.iter().flat_map(|c| &c.warnings) {
                 eprintln!("warning: {warning}");

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 
 use crate::engine::EngineSettings;
 use crate::policy::Policy;
-use crate::rules_dir::{no_rules_warning, parse_rules_merging, read_rules_dir};
+use crate::rules_dir::load_rules_dir_saying;
 use crate::settings::{DefaultsArgs, RulesFilesArgs};
 use ratelimit_replay::{
     Decode, DiffTally, EnvoyLogMapping, Merged, Problems, RecordLines, Side, build_report,
@@ -69,15 +69,8 @@ pub struct ReplayArgs {
 
 /// Loads a rules directory; prints its errors and returns None if it has any.
 fn load(dir: &Path, args: &RulesFilesArgs) -> Option<Policy> {
-    let loaded = read_rules_dir(dir, args.caps())
-        .map_err(|e| crate::config::ConfigErrors(vec![e.into()]))
-        .and_then(|files| {
-            if files.is_empty() {
-                eprintln!("warning: {}", no_rules_warning(dir));
-            }
-            parse_rules_merging(files, args.merge_domain_config)
-        });
-    match loaded {
+    let warn = |w: &str| eprintln!("warning: {w}");
+    match load_rules_dir_saying(dir, args.caps(), args.merge_domain_config, warn) {
         Ok(configs) => Some(Policy::new(&configs)),
         Err(errors) => {
             for e in &errors.0 {

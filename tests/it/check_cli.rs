@@ -71,7 +71,10 @@ fn an_empty_directory_passes_with_a_warning() {
     assert_eq!(
         stderr.trim(),
         format!(
-            "warning: no rules files in {}: every request is allowed",
+            "warning: no rules files in {0}: every request is allowed\n\
+             warning: 1 file(s) in {0} not read, as only *.yaml and *.yml files are rules files \
+             here (envoyproxy/ratelimit reads every file): README.md; rename a rules file to end \
+             in .yaml",
             dir.path().display()
         )
     );

@@ -386,6 +386,29 @@ async fn deleting_every_file_allows_everything_with_a_warning() {
 }
 
 #[tokio::test]
+async fn a_rules_file_under_another_name_is_said_not_read_until_renamed() {
+    // envoyproxy/ratelimit reads every file of its directory; here only *.yaml and *.yml are.
+    let mut s = start(&[
+        ("a.yaml", &rules("a", 5)),
+        ("ratelimit.conf", &rules("b", 7)),
+    ])
+    .await;
+    let said = format!(
+        "1 file(s) in {} not read, as only *.yaml and *.yml files are rules files here \
+         (envoyproxy/ratelimit reads every file): ratelimit.conf",
+        s.dir.path().display()
+    );
+    let summary = rlconfig(&s).await["last_load"]["summary"].to_string();
+    assert!(summary.contains(&said), "{summary}");
+    assert_eq!(limit_of(s.client.clone(), "b").await, None);
+    let dir = s.dir.path().to_owned();
+    fs::rename(dir.join("ratelimit.conf"), dir.join("ratelimit.yaml")).unwrap();
+    wait_for_limit(&mut s, "b", Some(7)).await;
+    let summary = rlconfig(&s).await["last_load"]["summary"].to_string();
+    assert!(!summary.contains("not read"), "{summary}");
+}
+
+#[tokio::test]
 async fn a_relative_config_path_reloads() {
     // The server is a child process started in the directory's parent with `--config rules`.
     let root = tempfile::tempdir().unwrap();

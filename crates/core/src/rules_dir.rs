@@ -1,6 +1,7 @@
 //! Reading a rules directory from disk: finds every `*.yaml`/`*.yml` file under it (recursively,
 //! following symlinks, skipping dot entries) and reads it, within size caps checked before
-//! reading. The I/O side of `config`, which owns decoding, parsing and validation.
+//! reading, and names the other files found, which are not read. The I/O side of `config`, which
+//! owns decoding, parsing and validation.
 
 use std::fs;
 use std::io::{self, Read};
@@ -30,12 +31,52 @@ impl Default for SizeCaps {
 /// Every rules file (path, bytes), sorted by path.
 pub type RulesFiles = Vec<(PathBuf, Vec<u8>)>;
 
-/// The warning for a directory without rules files (logged on load, printed by `check`).
-pub fn no_rules_warning(dir: &Path) -> String {
-    format!(
-        "no rules files in {}: every request is allowed",
-        dir.display()
-    )
+/// How many of the files not read a warning names.
+const NOT_READ_NAMED: usize = 10;
+
+/// A rules directory as read: its rules files, and the other files found where they are looked
+/// for (neither dot entries nor `*.yaml`/`*.yml`), which are not read. envoyproxy/ratelimit reads
+/// every file there, so a rules file carried over under another name (`ratelimit.conf`, a
+/// ConfigMap key without an extension) is one of these.
+#[derive(Debug, Default, PartialEq)]
+pub struct RulesDir {
+    /// The rules files (path, bytes), sorted by path.
+    pub files: RulesFiles,
+    /// The files not read, sorted by path.
+    pub not_read: Vec<PathBuf>,
+}
+
+impl RulesDir {
+    /// What a load of `dir` says beyond the rules' own warnings (logged on load, printed by
+    /// `check` and `replay`): that it holds no rules file, and which files in it are not read.
+    pub fn warnings(&self, dir: &Path) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.files.is_empty() {
+            warnings.push(format!(
+                "no rules files in {}: every request is allowed",
+                dir.display()
+            ));
+        }
+        if !self.not_read.is_empty() {
+            let mut named: Vec<String> = self
+                .not_read
+                .iter()
+                .take(NOT_READ_NAMED)
+                .map(|p| p.strip_prefix(dir).unwrap_or(p).display().to_string())
+                .collect();
+            if self.not_read.len() > NOT_READ_NAMED {
+                named.push(format!("and {} more", self.not_read.len() - NOT_READ_NAMED));
+            }
+            warnings.push(format!(
+                "{} file(s) in {} not read, as only *.yaml and *.yml files are rules files here \
+                 (envoyproxy/ratelimit reads every file): {}; rename a rules file to end in .yaml",
+                self.not_read.len(),
+                dir.display(),
+                named.join(", ")
+            ));
+        }
+        warnings
+    }
 }
 
 /// Why a rules directory could not be read.
@@ -102,13 +143,13 @@ impl From<RulesDirError> for ConfigError {
     }
 }
 
-/// Lists and reads every rules file under `dir`, sorted by path. Paths are `dir` joined with the
-/// relative path (not canonicalised). Entries whose name starts with `.` are skipped, so a
+/// Lists and reads every rules file under `dir`, sorted by path, and lists the files that are not
+/// rules files. Paths are `dir` joined with the relative path (not canonicalised). Entries whose name starts with `.` are skipped, so a
 /// Kubernetes ConfigMap mount (`a.yaml -> ..data/a.yaml`, `..data -> ..2026_01_01…`) yields each
 /// file once; symlinks are followed, a directory that is its own ancestor is walked once. A file's
 /// size is checked against `caps` before it is read (and the read stops past the cap, should the
 /// file grow meanwhile).
-pub fn read_rules_dir(dir: &Path, caps: SizeCaps) -> Result<RulesFiles, RulesDirError> {
+pub fn read_rules_dir(dir: &Path, caps: SizeCaps) -> Result<RulesDir, RulesDirError> {
     let meta = fs::metadata(dir).map_err(|source| RulesDirError::ReadDir {
         path: dir.to_path_buf(),
         source,
@@ -118,17 +159,21 @@ pub fn read_rules_dir(dir: &Path, caps: SizeCaps) -> Result<RulesFiles, RulesDir
             path: dir.to_path_buf(),
         });
     }
-    let mut paths = Vec::new();
-    walk(dir, 0, &mut Vec::new(), &mut paths)?;
-    paths.sort();
+    let mut found = Found::default();
+    walk(dir, 0, &mut Vec::new(), &mut found)?;
+    found.rules.sort();
+    found.not_read.sort();
     let mut total = 0u64;
-    let mut files = Vec::with_capacity(paths.len());
-    for path in paths {
+    let mut files = Vec::with_capacity(found.rules.len());
+    for path in found.rules {
         let bytes = read_capped(&path, caps, total)?;
         total += bytes.len() as u64;
         files.push((path, bytes));
     }
-    Ok(files)
+    Ok(RulesDir {
+        files,
+        not_read: found.not_read,
+    })
 }
 
 /// Reads one file whose size (from its metadata, before reading) fits `caps` given `total` bytes
@@ -234,19 +279,40 @@ pub fn parse_rules_merging(
 /// Reads and validates every rules file under `dir` within `caps`; an I/O problem becomes a
 /// `ConfigError` without a location.
 pub fn load_rules_dir(dir: &Path, caps: SizeCaps) -> Result<Vec<DomainConfig>, ConfigErrors> {
-    let files = read_rules_dir(dir, caps).map_err(|e| ConfigErrors(vec![e.into()]))?;
-    parse_rules(files)
+    load_rules_dir_saying(dir, caps, false, |_| {})
+}
+
+/// [`load_rules_dir`], merging a domain's files when `merge_domains`, and handing each of the
+/// directory's warnings ([`RulesDir::warnings`]) to `warn` before the rules are parsed.
+pub fn load_rules_dir_saying(
+    dir: &Path,
+    caps: SizeCaps,
+    merge_domains: bool,
+    mut warn: impl FnMut(&str),
+) -> Result<Vec<DomainConfig>, ConfigErrors> {
+    let read = read_rules_dir(dir, caps).map_err(|e| ConfigErrors(vec![e.into()]))?;
+    for warning in read.warnings(dir) {
+        warn(&warning);
+    }
+    parse_rules_merging(read.files, merge_domains)
 }
 
 fn is_rules_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
+/// What a walk found: the rules files, and the other files.
+#[derive(Default)]
+struct Found {
+    rules: Vec<PathBuf>,
+    not_read: Vec<PathBuf>,
+}
+
 fn walk(
     dir: &Path,
     depth: usize,
     ancestors: &mut Vec<PathBuf>,
-    out: &mut Vec<PathBuf>,
+    out: &mut Found,
 ) -> Result<(), RulesDirError> {
     let read_dir_error = |source| RulesDirError::ReadDir {
         path: dir.to_path_buf(),
@@ -271,7 +337,8 @@ fn walk(
         let path = entry.path();
         match fs::metadata(&path) {
             Ok(m) if m.is_dir() => walk(&path, depth + 1, ancestors, out)?,
-            Ok(m) if m.is_file() && is_rules_file(&path) => out.push(path),
+            Ok(m) if m.is_file() && is_rules_file(&path) => out.rules.push(path),
+            Ok(m) if m.is_file() => out.not_read.push(path),
             Ok(_) => {}
             // A dangling symlink named like a rules file is an error; any other is ignored.
             Err(source) if is_rules_file(&path) => {

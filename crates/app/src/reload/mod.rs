@@ -25,9 +25,7 @@ use ratelimit_core::config::{self, ConfigErrors, DomainConfig};
 use ratelimit_core::engine::Rules;
 use ratelimit_core::metrics::Metrics;
 use ratelimit_core::policy::{Policy, Rule};
-use ratelimit_core::rules_dir::{
-    RulesFiles, SizeCaps, no_rules_warning, parse_rules_merging, read_rules_dir,
-};
+use ratelimit_core::rules_dir::{RulesDir, SizeCaps, parse_rules_merging, read_rules_dir};
 
 pub(crate) use watch::spawn_watcher;
 
@@ -81,9 +79,12 @@ struct State {
 }
 
 /// A 128-bit hash of every file's path and bytes, in order.
-fn fingerprint(files: &RulesFiles) -> u128 {
+/// The rules files as read, in one number: their names and bytes. (Not the files that are not
+/// read: an editor's or a tool's temporary file beside the rules is no change of them. Those are
+/// said at the next load.)
+fn fingerprint(read: &RulesDir) -> u128 {
     let mut h = SipHasher13::new();
-    for (path, bytes) in files {
+    for (path, bytes) in &read.files {
         let name = path.as_os_str().as_encoded_bytes();
         h.write_usize(name.len());
         h.write(name);
@@ -167,8 +168,8 @@ impl Reloader {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let at = self.clock.now() / NANOS_PER_SECOND;
         self.metrics.rules_checks.inc();
-        let files = read_rules_dir(&self.dir, self.caps);
-        let fingerprint = files.as_ref().ok().map(fingerprint);
+        let read = read_rules_dir(&self.dir, self.caps);
+        let fingerprint = read.as_ref().ok().map(fingerprint);
         if fingerprint.is_some() && fingerprint == state.fingerprint {
             tracing::debug!(dir = %self.dir.display(), "rules files unchanged; nothing to do");
             let last = self.status.last_load();
@@ -180,15 +181,18 @@ impl Reloader {
                 ..last
             });
         }
-        let empty = files.as_ref().is_ok_and(Vec::is_empty);
-        let loaded = files
+        let warnings = read
+            .as_ref()
+            .map(|read| read.warnings(&self.dir))
+            .unwrap_or_default();
+        let loaded = read
             .map_err(|e| ConfigErrors(vec![e.into()]))
-            .and_then(|files| parse_rules_merging(files, self.merge_domains));
+            .and_then(|read| parse_rules_merging(read.files, self.merge_domains));
         state.fingerprint = fingerprint;
         match loaded {
             Ok(configs) => {
                 state.installed = true;
-                let warning = empty.then(|| no_rules_warning(&self.dir));
+                let warning = (!warnings.is_empty()).then(|| warnings.join("; "));
                 Ok(self.install(&configs, at, warning, &Origin::Files))
             }
             Err(errors) => {

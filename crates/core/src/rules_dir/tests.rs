@@ -31,9 +31,10 @@ fn walks_nested_dirs_sorted_skipping_dotfiles_and_other_extensions() {
     write(&dir.join(".git/x.yaml"), "domain: x\n");
     fs::create_dir_all(dir.join("empty")).expect("mkdir");
 
-    let files = read_rules_dir(dir, SizeCaps::default()).expect("read");
+    let read = read_rules_dir(dir, SizeCaps::default()).expect("read");
+    let files = &read.files;
     assert_eq!(
-        names(&files),
+        names(files),
         [
             dir.join("a.yml"),
             dir.join("b.yaml"),
@@ -41,6 +42,52 @@ fn walks_nested_dirs_sorted_skipping_dotfiles_and_other_extensions() {
         ]
     );
     assert_eq!(files[2].1, b"domain: c\n");
+    // The other files are named, not read (envoyproxy/ratelimit would read them).
+    assert_eq!(
+        read.not_read,
+        [
+            dir.join("d.json"),
+            dir.join("e.yaml.bak"),
+            dir.join("sub/readme.md"),
+        ]
+    );
+    assert_eq!(
+        read.warnings(dir),
+        [format!(
+            "3 file(s) in {} not read, as only *.yaml and *.yml files are rules files here \
+             (envoyproxy/ratelimit reads every file): d.json, e.yaml.bak, sub/readme.md; rename a \
+             rules file to end in .yaml",
+            dir.display()
+        )]
+    );
+}
+
+#[test]
+fn a_directory_of_files_none_of_them_rules_says_both_and_names_at_most_ten() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    for i in 0..12 {
+        write(&dir.join(format!("rules{i:02}.conf")), "domain: a\n");
+    }
+    let read = read_rules_dir(dir, SizeCaps::default()).expect("read");
+    assert!(read.files.is_empty());
+    let warnings = read.warnings(dir);
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert_eq!(
+        warnings[0],
+        format!(
+            "no rules files in {}: every request is allowed",
+            dir.display()
+        )
+    );
+    assert!(
+        warnings[1].starts_with(&format!("12 file(s) in {} not read", dir.display()))
+            && warnings[1].contains(": rules00.conf, rules01.conf,")
+            && warnings[1].contains(", rules09.conf, and 2 more;")
+            && !warnings[1].contains("rules10.conf"),
+        "{}",
+        warnings[1]
+    );
 }
 
 #[cfg(unix)]
@@ -55,8 +102,9 @@ fn configmap_layout_is_loaded_once_under_the_top_level_name() {
     symlink("..data/a.yaml", dir.join("a.yaml")).expect("symlink");
     symlink("..data/b.yml", dir.join("b.yml")).expect("symlink");
 
-    let files = read_rules_dir(dir, SizeCaps::default()).expect("read");
-    assert_eq!(names(&files), [dir.join("a.yaml"), dir.join("b.yml")]);
+    let read = read_rules_dir(dir, SizeCaps::default()).expect("read");
+    assert_eq!(names(&read.files), [dir.join("a.yaml"), dir.join("b.yml")]);
+    assert_eq!(read.not_read, Vec::<PathBuf>::new(), "the dot entries");
     let configs = load_rules_dir(dir, SizeCaps::default()).expect("load");
     let domains: Vec<_> = configs.iter().map(|c| c.domain.as_str()).collect();
     assert_eq!(domains, ["a", "b"]);
@@ -75,7 +123,9 @@ fn symlinked_dirs_are_followed_and_loops_walked_once() {
     symlink(&outside, dir.join("linked")).expect("symlink");
     symlink("..", dir.join("sub/loop")).expect("symlink");
 
-    let files = read_rules_dir(&dir, SizeCaps::default()).expect("read");
+    let files = read_rules_dir(&dir, SizeCaps::default())
+        .expect("read")
+        .files;
     assert_eq!(
         names(&files),
         [dir.join("linked/o.yaml"), dir.join("sub/r.yaml")]
@@ -189,12 +239,13 @@ fn a_file_over_the_size_cap_is_refused_before_it_is_read() {
 fn an_empty_directory_loads_no_rules() {
     let tmp = tempfile::tempdir().expect("tempdir");
     assert_eq!(load_rules_dir(tmp.path(), SizeCaps::default()), Ok(vec![]));
+    let read = read_rules_dir(tmp.path(), SizeCaps::default()).expect("read");
     assert_eq!(
-        no_rules_warning(tmp.path()),
-        format!(
+        read.warnings(tmp.path()),
+        [format!(
             "no rules files in {}: every request is allowed",
             tmp.path().display()
-        )
+        )]
     );
 }
 
@@ -207,7 +258,7 @@ fn dangling_symlinks_fail_only_when_named_like_rules() {
     symlink("nowhere", dir.join("gone.txt")).expect("symlink");
     assert_eq!(
         read_rules_dir(dir, SizeCaps::default()).expect("read"),
-        vec![]
+        RulesDir::default()
     );
     symlink("nowhere", dir.join("gone.yaml")).expect("symlink");
     let err = read_rules_dir(dir, SizeCaps::default()).expect_err("dangling rules file");
@@ -271,6 +322,7 @@ fn bad_fixtures_match_expected_txt() {
     }
     let fixtures = read_rules_dir(&dir, SizeCaps::default())
         .expect("read")
+        .files
         .len();
     assert_eq!(
         fixtures,
