@@ -409,6 +409,35 @@ async fn a_rules_file_under_another_name_is_said_not_read_until_renamed() {
 }
 
 #[tokio::test]
+async fn sighup_reads_the_rules_again_and_never_stops_the_server() {
+    // Its default action ends a process on the spot; an operator sends it to have a server read
+    // its configuration again (or because the filesystem does not report edits to the watcher).
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("a.yaml"), rules("a", 5)).unwrap();
+    let mut served = common::process::Served::start(dir.path(), &[]);
+    served.wait_ready().await;
+    let checks = served.metric(CHECKS).await;
+    served.hang_up();
+    served.wait_for_metric(CHECKS, checks + 1).await;
+    assert_eq!(
+        served.log_lines("SIGHUP: the rules files were read again"),
+        1,
+        "{}",
+        served.log()
+    );
+    served.hang_up();
+    served.wait_for_metric(CHECKS, checks + 2).await;
+    assert_eq!(limit_of(served.client().await, "a").await, Some(5));
+    assert_eq!(
+        served.metric(SUCCESS).await,
+        1,
+        "unchanged files: no new load"
+    );
+    served.terminate();
+    assert!(served.wait_exit().success(), "{}", served.log());
+}
+
+#[tokio::test]
 async fn a_relative_config_path_reloads() {
     // The server is a child process started in the directory's parent with `--config rules`.
     let root = tempfile::tempdir().unwrap();

@@ -193,11 +193,20 @@ impl Served {
 
     /// Sends SIGTERM, as an orchestrator stops the server.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends SIGHUP, as an operator asks a server to read its configuration again.
+    pub fn hang_up(&self) {
+        self.signal("HUP");
+    }
+
+    fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .expect("kill runs");
-        assert!(status.success(), "kill -TERM {}", self.child.id());
+        assert!(status.success(), "kill -{name} {}", self.child.id());
     }
 
     /// The child's process id.

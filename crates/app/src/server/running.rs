@@ -12,7 +12,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use crate::health::HealthReporter;
 use crate::record::Recorder;
 use crate::reload::Reloader;
-use crate::settings::ServeSettings;
+use crate::settings::{ConfigType, ServeSettings};
 use crate::status::ServerStatus;
 use crate::telemetry::Tracing;
 use ratelimit_core::clock::Clock;
@@ -100,10 +100,17 @@ enum Signal {
     Interrupt,
 }
 
-/// Runs until SIGTERM or SIGINT, then shuts down gracefully.
+/// Runs until SIGTERM or SIGINT, then shuts down gracefully. SIGHUP re-reads the rules files at
+/// once and never stops the server (its default action would end the process on the spot).
 pub async fn run(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<(), StartError> {
+    // Listened for before starting, so that one sent while Redis or the rules load is not fatal.
+    let hangups = Hangups::listen();
     let server = start(settings, clock).await?;
-    let signal = wait_for_signal().await;
+    let from_files = settings.xds.config_type == ConfigType::File;
+    let signal = tokio::select! {
+        signal = wait_for_signal() => signal,
+        () = hangups.reload_on_each(&server.reloader, from_files) => unreachable!("never ends"),
+    };
     let delay = match signal {
         Signal::Terminate => settings.shutdown_delay,
         Signal::Interrupt => Duration::ZERO,
@@ -114,6 +121,54 @@ pub async fn run(settings: &ServeSettings, clock: Arc<dyn Clock>) -> Result<(), 
     );
     server.shutdown_after(delay).await;
     Ok(())
+}
+
+/// SIGHUP, as an operator sends it to have a server re-read its configuration (or the watcher was
+/// not told of an edit: a network or FUSE filesystem).
+struct Hangups {
+    #[cfg(unix)]
+    signals: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    fn listen() -> Hangups {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signals = signal(SignalKind::hangup())
+                .inspect_err(|e| tracing::warn!(error = %e, "cannot listen for SIGHUP"))
+                .ok();
+            Hangups { signals }
+        }
+        #[cfg(not(unix))]
+        Hangups {}
+    }
+
+    /// Re-reads the rules files at each SIGHUP (with rules from xDS there is nothing to read, and
+    /// it says so). Never returns.
+    async fn reload_on_each(mut self, reloader: &Arc<Reloader>, from_files: bool) {
+        #[cfg(unix)]
+        if let Some(signals) = &mut self.signals {
+            while signals.recv().await.is_some() {
+                if !from_files {
+                    tracing::info!(
+                        "SIGHUP: the rules come from the xDS server (CONFIG_TYPE=GRPC_XDS_SOTW); no file to re-read"
+                    );
+                    continue;
+                }
+                let r = reloader.clone();
+                // A load logs what it changed, or its errors (an unchanged one only at debug).
+                if let Ok(Ok(report)) = tokio::task::spawn_blocking(move || r.reload()).await {
+                    tracing::info!(
+                        dir = %reloader.dir().display(),
+                        summary = %report.summary,
+                        "SIGHUP: the rules files were read again"
+                    );
+                }
+            }
+        }
+        std::future::pending().await
+    }
 }
 
 async fn wait_for_signal() -> Signal {
