@@ -56,7 +56,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
             ],
             &["dispatch"],
             &["calls"],
-            &["writer", "demand", "lease", "mode", "version"],
+            &["writer", "demand", "lease", "mode", "version", "eviction"],
             &["attempts", "spread"],
             &["backend"],
             &["connect", "admin"],

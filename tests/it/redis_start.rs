@@ -208,6 +208,39 @@ async fn a_replica_named_as_the_server_is_said_at_start_up_with_its_master() {
     );
 }
 
+/// A Redis bounded by `maxmemory` with a policy that evicts drops counters when it is full: each
+/// one evicted starts afresh, so its key is admitted past its limit, and nothing said so. Start-up
+/// now says it, with the policy and the bound; of an unbounded Redis (the default) it says nothing.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_redis_that_evicts_keys_when_full_is_said_at_start_up() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let said = "Redis evicts keys when it reaches maxmemory";
+    let rules = rules();
+    let mut unbounded = Served::with_env(rules.path(), &env(&redis.addr(), &[]));
+    unbounded.wait_healthy().await;
+    assert_eq!(unbounded.log_lines(said), 0, "{}", unbounded.log());
+    for (name, value) in [("maxmemory", "100mb"), ("maxmemory-policy", "allkeys-lru")] {
+        assert_eq!(
+            redis.cli(&["CONFIG", "SET", name, value]).unwrap().trim(),
+            "OK"
+        );
+    }
+    let mut evicting = Served::with_env(rules.path(), &env(&redis.addr(), &[]));
+    evicting.wait_healthy().await;
+    eventually(said, || async { evicting.log_lines(said) > 0 }).await;
+    let line = evicting.lines_with(said).remove(0);
+    assert!(
+        line.contains("WARN")
+            && line.contains("maxmemory_policy=allkeys-lru")
+            && line.contains("maxmemory=100.00M")
+            && line.contains("maxmemory-policy noeviction"),
+        "{line}"
+    );
+}
+
 /// A Redis at its `maxclients` (the test holds its one client) writes `ERR max number of clients
 /// reached` on each connection it turns away and closes it, which redis-rs reads as a broken pipe.
 /// The server starts in the failure mode saying what Redis said (it said "broken pipe", which sent

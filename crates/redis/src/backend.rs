@@ -31,7 +31,7 @@ use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
-use crate::{attempts, greeting, io, lease, mode, refusal, speaks, spread, version};
+use crate::{attempts, eviction, greeting, io, lease, mode, refusal, speaks, spread, version};
 
 /// How long the breaker's probe key lives (it is written again at each probe).
 const PROBE_KEY_LIFETIME_MS: u64 = 1000;
@@ -92,6 +92,7 @@ impl RedisBackend {
         let info = mode::server_info(&calls).await;
         mode::check(info.as_deref(), config)?;
         mode::warn_if_replica(&calls, config).await;
+        eviction::warn_if_evicting(&calls, config).await;
         let probe = cas::write_probe(
             &TextKeyBuilder::new(config.prefix.clone()).write_probe_key(),
             wall_clock_ms() + PROBE_KEY_LIFETIME_MS,

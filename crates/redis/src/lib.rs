@@ -66,6 +66,7 @@ mod conn;
 mod connect;
 mod demand;
 mod dispatch;
+mod eviction;
 mod greeting;
 mod io;
 mod key;
