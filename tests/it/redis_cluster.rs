@@ -1010,3 +1010,32 @@ async fn a_cluster_node_named_as_a_single_redis_stops_start_up_saying_what_to_se
         "{log}"
     );
 }
+
+/// The mirror case: a single Redis's address given with `REDIS_TYPE=cluster`. Redis answers the
+/// cluster client's `CLUSTER SLOTS` with `ERR This instance has cluster support disabled`, which
+/// was taken as Redis being unreachable: the server served on its failure mode for good, connecting
+/// again and again to a Redis that answered every time. Start-up now stops, saying what to set.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn a_single_redis_named_as_a_cluster_stops_start_up_saying_what_to_set() {
+    let Some(redis) = crate::common::redis::RedisServer::start() else {
+        return;
+    };
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("c.yaml"),
+        "domain: c\ndescriptors:\n  - key: k\n",
+    )
+    .unwrap();
+    let env = vec![
+        ("BACKEND_TYPE", "redis".to_string()),
+        ("REDIS_TYPE", "cluster".to_string()),
+        ("REDIS_URL", redis.addr()),
+    ];
+    let log = Served::refused(rules.path(), &env);
+    assert!(
+        log.contains("REDIS_TYPE=cluster, but it is not a cluster node: set REDIS_TYPE=single")
+            && log.contains("cluster support disabled"),
+        "{log}"
+    );
+}

@@ -17,6 +17,10 @@ use ratelimit_core::store::StoreError;
 /// (`NOPERM`).
 const REFUSING_CODES: [&str; 3] = ["WRONGPASS", "NOAUTH", "NOPERM"];
 
+/// What a Redis without cluster support answers the cluster client's first `CLUSTER SLOTS`: the
+/// server is there and will never serve as a cluster node (`REDIS_TYPE=cluster` is wrong).
+const NOT_A_CLUSTER: &str = "cluster support disabled";
+
 /// The code of Redis's refusal of a client from outside the loopback while the default user has no
 /// password (protected mode): the operator must set a password or bind Redis otherwise.
 const PROTECTED_MODE: &str = "DENIED";
@@ -47,6 +51,12 @@ pub(crate) fn failure(e: &RedisError) -> Failure {
     }
     if tls_failure(e) {
         return Failure::Refused("TLS");
+    }
+    if e.to_string().contains(NOT_A_CLUSTER) {
+        return Failure::Refused(
+            "REDIS_TYPE=cluster, but it is not a cluster node: set REDIS_TYPE=single, or sentinel \
+             with the sentinels",
+        );
     }
     Failure::Unreachable
 }
@@ -222,6 +232,24 @@ mod tests {
             let e = RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
             assert_eq!(failure(&e), Failure::Refused("TLS"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_server_without_cluster_support_asked_as_a_cluster_is_a_refusal() {
+        let e = server_error(b"-ERR This instance has cluster support disabled\r\n");
+        let Failure::Refused(why) = failure(&e) else {
+            panic!("a refusal");
+        };
+        assert!(why.contains("set REDIS_TYPE=single"), "{why}");
+        assert!(matches!(
+            classify(&e),
+            StoreError::Unavailable(m) if m.contains("not a cluster node") && m.contains("cluster support disabled")
+        ));
+        // Another ERR is no refusal.
+        assert_eq!(
+            failure(&server_error(b"-ERR unknown command 'CLUSTER'\r\n")),
+            Failure::Unreachable
+        );
     }
 
     #[test]
