@@ -144,11 +144,11 @@ impl From<RulesDirError> for ConfigError {
 }
 
 /// Lists and reads every rules file under `dir`, sorted by path, and lists the files that are not
-/// rules files. Paths are `dir` joined with the relative path (not canonicalised). Entries whose name starts with `.` are skipped, so a
-/// Kubernetes ConfigMap mount (`a.yaml -> ..data/a.yaml`, `..data -> ..2026_01_01…`) yields each
-/// file once; symlinks are followed, a directory that is its own ancestor is walked once. A file's
-/// size is checked against `caps` before it is read (and the read stops past the cap, should the
-/// file grow meanwhile).
+/// rules files. Paths are `dir` joined with the relative path (not canonicalised). Entries whose
+/// name starts with `.` are skipped, so a Kubernetes ConfigMap mount (`a.yaml -> ..data/a.yaml`,
+/// `..data -> ..2026_01_01…`) yields each file once; symlinks are followed, a directory that is its
+/// own ancestor is walked once. A file's size is checked against `caps` before it is read (and the
+/// read stops past the cap, should the file grow meanwhile).
 pub fn read_rules_dir(dir: &Path, caps: SizeCaps) -> Result<RulesDir, RulesDirError> {
     let meta = fs::metadata(dir).map_err(|source| RulesDirError::ReadDir {
         path: dir.to_path_buf(),
