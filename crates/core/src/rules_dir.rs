@@ -1,5 +1,5 @@
 //! Reading a rules directory from disk: finds every `*.yaml`/`*.yml` file under it (recursively,
-//! following symlinks, skipping dot entries) and reads it, within size caps checked before
+//! following symlinks, skipping dot entries and an unreadable `lost+found`) and reads it, within size caps checked before
 //! reading, and names the other files found, which are not read. The I/O side of `config`, which
 //! owns decoding, parsing and validation.
 
@@ -301,6 +301,17 @@ fn is_rules_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "yaml" || e == "yml")
 }
 
+/// Whether `e`, from walking `dir`, is a volume's `lost+found` that only root may read: an ext
+/// filesystem mounted as the rules directory has one at its root, and a server not run as root
+/// (the image's user) would otherwise refuse every load for it. Any other unreadable directory
+/// stays an error: it may hold rules.
+fn fsck_leftovers(dir: &Path, e: &RulesDirError) -> bool {
+    matches!(e, RulesDirError::ReadDir { path, source }
+        if path == dir
+            && source.kind() == io::ErrorKind::PermissionDenied
+            && dir.file_name().is_some_and(|n| n == "lost+found"))
+}
+
 /// What a walk found: the rules files, and the other files.
 #[derive(Default)]
 struct Found {
@@ -328,15 +339,21 @@ fn walk(
         tracing::warn!(path = %dir.display(), "symlink loop in the rules directory; not followed");
         return Ok(());
     }
+    let entries = fs::read_dir(dir).map_err(read_dir_error)?;
     ancestors.push(canonical);
-    for entry in fs::read_dir(dir).map_err(read_dir_error)? {
+    for entry in entries {
         let entry = entry.map_err(read_dir_error)?;
         if entry.file_name().as_encoded_bytes().starts_with(b".") {
             continue;
         }
         let path = entry.path();
         match fs::metadata(&path) {
-            Ok(m) if m.is_dir() => walk(&path, depth + 1, ancestors, out)?,
+            Ok(m) if m.is_dir() => match walk(&path, depth + 1, ancestors, out) {
+                Err(e) if fsck_leftovers(&path, &e) => {
+                    tracing::debug!(path = %path.display(), "lost+found cannot be read; skipped");
+                }
+                walked => walked?,
+            },
             Ok(m) if m.is_file() && is_rules_file(&path) => out.rules.push(path),
             Ok(m) if m.is_file() => out.not_read.push(path),
             Ok(_) => {}

@@ -330,3 +330,24 @@ fn bad_fixtures_match_expected_txt() {
         "every fixture but duplicate_domain_a errs"
     );
 }
+
+#[test]
+fn only_an_unreadable_lost_and_found_is_skipped() {
+    let denied = |dir: &Path| RulesDirError::ReadDir {
+        path: dir.to_path_buf(),
+        source: io::Error::from(io::ErrorKind::PermissionDenied),
+    };
+    let lost = Path::new("/rules/lost+found");
+    assert!(fsck_leftovers(lost, &denied(lost)));
+    // Another directory that cannot be read may hold rules: still an error.
+    let other = Path::new("/rules/team-a");
+    assert!(!fsck_leftovers(other, &denied(other)));
+    // Not for want of permission, or deeper down: an error.
+    let gone = RulesDirError::ReadDir {
+        path: lost.to_path_buf(),
+        source: io::Error::from(io::ErrorKind::NotFound),
+    };
+    assert!(!fsck_leftovers(lost, &gone));
+    let inner = Path::new("/rules/lost+found/x");
+    assert!(!fsck_leftovers(lost, &denied(inner)));
+}
