@@ -438,6 +438,20 @@ async fn sighup_reads_the_rules_again_and_never_stops_the_server() {
 }
 
 #[tokio::test]
+async fn a_rules_directory_deleted_and_made_again_is_watched_again() {
+    // `rm -rf rules && cp -r new rules`: the same path, another directory. Its first rules came in
+    // through the parent's watch; the edits after them went unseen.
+    let mut s = start(&[("a.yaml", &rules("a", 5))]).await;
+    let dir = s.dir.path().to_owned();
+    fs::remove_dir_all(&dir).unwrap();
+    fs::create_dir(&dir).unwrap();
+    fs::write(dir.join("a.yaml"), rules("a", 6)).unwrap();
+    wait_for_limit(&mut s, "a", Some(6)).await;
+    fs::write(dir.join("a.yaml"), rules("a", 7)).unwrap();
+    wait_for_limit(&mut s, "a", Some(7)).await;
+}
+
+#[tokio::test]
 async fn a_relative_config_path_reloads() {
     // The server is a child process started in the directory's parent with `--config rules`.
     let root = tempfile::tempdir().unwrap();

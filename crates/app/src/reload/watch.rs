@@ -34,6 +34,14 @@ pub(crate) fn changes_content(kind: &EventKind) -> bool {
     }
 }
 
+/// Whether `event` is the rules directory itself made or removed at its path (`rm -rf rules &&
+/// cp -r new rules`, seen by the parent's watch): an inotify watch holds a directory, not a path,
+/// so the one made again must be watched anew, or edits in it go unseen.
+fn replaces_dir(event: &notify::Event, dir: &Path) -> bool {
+    matches!(event.kind, EventKind::Create(_) | EventKind::Remove(_))
+        && event.paths.iter().any(|p| p == dir)
+}
+
 /// Watches the directory recursively (through its symlink, if it is one).
 fn watch_dir(watcher: &mut RecommendedWatcher, dir: &Path) {
     if let Err(e) = watcher.watch(dir, RecursiveMode::Recursive) {
@@ -53,10 +61,11 @@ pub(crate) fn spawn_watcher(
     let filter_dir = dir.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // The parent's watch also reports its other entries: keep only events on the directory.
-        if event.is_ok_and(|e| {
-            changes_content(&e.kind) && e.paths.iter().any(|p| p.starts_with(&filter_dir))
-        }) {
-            let _ = tx.send(());
+        if let Ok(e) = event
+            && changes_content(&e.kind)
+            && e.paths.iter().any(|p| p.starts_with(&filter_dir))
+        {
+            let _ = tx.send(replaces_dir(&e, &filter_dir));
         }
     })?;
     watch_dir(&mut watcher, &dir);
@@ -66,16 +75,22 @@ pub(crate) fn spawn_watcher(
     let mut watched = std::fs::canonicalize(&dir).ok();
     Ok(tokio::spawn(async move {
         loop {
-            tokio::select! {
-                event = rx.recv() => if event.is_none() { break },
+            let mut replaced = tokio::select! {
+                event = rx.recv() => match event {
+                    Some(replaced) => replaced,
+                    None => break,
+                },
                 _ = stop.wait_for(|s| *s) => break,
+            };
+            while let Ok(Some(more)) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {
+                replaced |= more;
             }
-            while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, rx.recv()).await {}
             let r = reloader.clone();
             let _ = tokio::task::spawn_blocking(move || r.reload()).await;
-            // The directory itself may now be another one (symlink swap): watch the new target.
+            // The directory itself may now be another one (a symlink swap, or deleted and made
+            // again at the same path): watch the new one.
             let now = std::fs::canonicalize(&dir).ok();
-            if now != watched {
+            if replaced || now != watched {
                 if let Some(old) = &watched {
                     let _ = watcher.unwatch(old);
                 }
@@ -92,6 +107,20 @@ mod tests {
     use notify::event::{CreateKind, DataChange, RemoveKind, RenameMode};
 
     use super::*;
+
+    #[test]
+    fn only_the_directory_itself_made_or_removed_replaces_it() {
+        let dir = Path::new("/srv/rules");
+        let event = |kind, path: &str| notify::Event::new(kind).add_path(PathBuf::from(path));
+        let made = EventKind::Create(CreateKind::Folder);
+        let removed = EventKind::Remove(RemoveKind::Folder);
+        assert!(replaces_dir(&event(made, "/srv/rules"), dir));
+        assert!(replaces_dir(&event(removed, "/srv/rules"), dir));
+        // A file made in it, or the directory written to: the watch holds.
+        assert!(!replaces_dir(&event(made, "/srv/rules/a.yaml"), dir));
+        let written = EventKind::Modify(ModifyKind::Data(DataChange::Content));
+        assert!(!replaces_dir(&event(written, "/srv/rules"), dir));
+    }
 
     #[test]
     fn reads_never_reload_and_writes_always_do() {
