@@ -982,6 +982,17 @@ pub(crate) fn serves_slot(node: &RedisServer, slot: u16) -> bool {
         })
 }
 
+/// A rules directory whose one rule limits nothing: for the tests that only start a server.
+fn unlimited_rules() -> tempfile::TempDir {
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("c.yaml"),
+        "domain: c\ndescriptors:\n  - key: k\n",
+    )
+    .unwrap();
+    rules
+}
+
 /// A cluster node's address given as a single Redis (`REDIS_TYPE` left at `single`): the node
 /// answers the first `PING`, then redirects the decisions on other masters' slots (`MOVED`), and
 /// the server used to run on its failure mode for good. Start-up now stops, saying what to set.
@@ -991,12 +1002,7 @@ async fn a_cluster_node_named_as_a_single_redis_stops_start_up_saying_what_to_se
     let Some(cluster) = Cluster::start() else {
         return;
     };
-    let rules = tempfile::tempdir().unwrap();
-    std::fs::write(
-        rules.path().join("c.yaml"),
-        "domain: c\ndescriptors:\n  - key: k\n",
-    )
-    .unwrap();
+    let rules = unlimited_rules();
     let node = cluster.nodes[0].addr();
     let env = vec![
         ("BACKEND_TYPE", "redis".to_string()),
@@ -1021,12 +1027,7 @@ async fn a_single_redis_named_as_a_cluster_stops_start_up_saying_what_to_set() {
     let Some(redis) = crate::common::redis::RedisServer::start() else {
         return;
     };
-    let rules = tempfile::tempdir().unwrap();
-    std::fs::write(
-        rules.path().join("c.yaml"),
-        "domain: c\ndescriptors:\n  - key: k\n",
-    )
-    .unwrap();
+    let rules = unlimited_rules();
     let env = vec![
         ("BACKEND_TYPE", "redis".to_string()),
         ("REDIS_TYPE", "cluster".to_string()),
