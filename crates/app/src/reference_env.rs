@@ -74,7 +74,10 @@ fn host_port(
     port: &str,
     default_port: u16,
 ) -> Option<String> {
-    let (h, p) = (lookup(host), lookup(port));
+    // Trimmed: a value written `"8081 "` in a manifest, or read from a file with its newline,
+    // is the port it says, not a reason to listen elsewhere.
+    let read = |name: &str| lookup(name).map(|v| v.trim().to_owned());
+    let (h, p) = (read(host), read(port));
     if h.is_none() && p.is_none() {
         return None;
     }
@@ -377,6 +380,14 @@ mod tests {
             t.warnings,
             ["HOST/PORT ignored: 'myhost.local:8080' is not an IP address and port; set HTTP_ADDR"]
         );
+    }
+
+    #[test]
+    fn a_port_or_host_with_spaces_around_it_is_the_one_it_says() {
+        let t = run(&[("GRPC_PORT", "18107 "), ("HOST", " 127.0.0.1\n")]);
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        assert!(t.set.contains(&("GRPC_ADDR", "0.0.0.0:18107".to_owned())));
+        assert!(t.set.contains(&("HTTP_ADDR", "127.0.0.1:8080".to_owned())));
     }
 
     #[test]
