@@ -27,8 +27,20 @@ impl Drop for Sentinel {
 }
 
 fn cli(port: u16, args: &[&str]) -> String {
+    cli_as(port, &[], args)
+}
+
+/// redis-cli at `port` with `auth` (`-a`, `--user` …) before `args`.
+fn cli_as(port: u16, auth: &[&str], args: &[&str]) -> String {
     let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--no-auth-warning",
+        ])
+        .args(auth)
         .args(args)
         .output()
         .expect("redis-cli");
@@ -59,6 +71,12 @@ fn topology(rules: &str) -> Option<Topology> {
 }
 
 fn sentinel(master_port: u16) -> Sentinel {
+    sentinel_with(master_port, "", &[])
+}
+
+/// A sentinel watching the master at `master_port`, with `extra` lines added to its configuration
+/// and asked by redis-cli with `auth`.
+fn sentinel_with(master_port: u16, extra: &str, auth: &[&str]) -> Sentinel {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let conf = dir.path().join("sentinel.conf");
@@ -67,7 +85,7 @@ fn sentinel(master_port: u16) -> Sentinel {
         format!(
             "port {port}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
              sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
-             sentinel down-after-milliseconds mymaster 5000\n",
+             sentinel down-after-milliseconds mymaster 5000\n{extra}",
             dir.path().display()
         ),
     )
@@ -85,8 +103,12 @@ fn sentinel(master_port: u16) -> Sentinel {
         _dir: dir,
     };
     eventually_blocking("sentinel never knew the master", || {
-        cli(port, &["SENTINEL", "get-master-addr-by-name", "mymaster"])
-            .contains(&master_port.to_string())
+        cli_as(
+            port,
+            auth,
+            &["SENTINEL", "get-master-addr-by-name", "mymaster"],
+        )
+        .contains(&master_port.to_string())
     });
     s
 }
@@ -255,5 +277,76 @@ async fn a_sentinel_named_as_a_single_redis_stops_start_up_saying_what_to_set() 
             "REDIS_URL {sentinel} is a Redis Sentinel, not a Redis server: set REDIS_TYPE=sentinel"
         )),
         "{log}"
+    );
+}
+
+/// Sentinels with a password of their own (`requirepass` in sentinel.conf; Bitnami's chart sets
+/// one by default) and a master with another: envoyproxy/ratelimit asks the sentinels with
+/// `REDIS_SENTINEL_AUTH` and the master with `REDIS_AUTH`. Without the sentinels' password start-up
+/// stops naming the setting (it used to say only "NOAUTH", as if the master had refused); with
+/// both, decisions are made on the master.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn sentinels_with_a_password_of_their_own_are_asked_with_redis_sentinel_auth() {
+    if !common::redis::available() {
+        return;
+    }
+    let master = RedisServer::spawn(
+        free_port(),
+        &["--requirepass", "master-pass"],
+        ["-a", "master-pass", "--no-auth-warning"]
+            .map(String::from)
+            .to_vec(),
+    );
+    let sentinel = sentinel_with(
+        master.port,
+        "requirepass sentinel-pass\nsentinel auth-pass mymaster master-pass\n",
+        &["-a", "sentinel-pass"],
+    );
+    let rules = tempfile::tempdir().unwrap();
+    std::fs::write(
+        rules.path().join("s.yaml"),
+        "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+    )
+    .unwrap();
+    let env = |sentinel_auth: Option<&str>| {
+        let mut env = vec![
+            ("BACKEND_TYPE", "redis".to_string()),
+            ("REDIS_TYPE", "sentinel".into()),
+            ("REDIS_URL", format!("mymaster,127.0.0.1:{}", sentinel.port)),
+            ("REDIS_AUTH", "master-pass".into()),
+        ];
+        env.extend(sentinel_auth.map(|a| ("REDIS_SENTINEL_AUTH", a.to_string())));
+        env
+    };
+    let log = Served::refused(rules.path(), &env(None));
+    assert!(
+        log.contains("the sentinels refuse this server")
+            && log.contains("set REDIS_SENTINEL_AUTH (REDIS_AUTH is the master's)"),
+        "{log}"
+    );
+    let log = Served::refused(rules.path(), &env(Some("master-pass")));
+    assert!(
+        log.contains("REDIS_SENTINEL_AUTH is not the password they take"),
+        "{log}"
+    );
+
+    let mut server = Served::with_env(rules.path(), &env(Some("sentinel-pass")));
+    let mut client = server.client().await;
+    server.wait_for_metric("ratelimit_store_up", 1).await;
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .should_rate_limit(request("s", &[&[("k", "v")]]))
+            .await
+            .expect("answered")
+            .into_inner();
+        codes.push(code(r.overall_code));
+    }
+    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(
+        master.keys("s|*"),
+        ["s|k=v|0.0.3600s"],
+        "counted on the master"
     );
 }

@@ -307,3 +307,93 @@ fn refused_at(rules: &Path, url: String, auth: Option<&str>) -> String {
     env.extend(auth.map(|auth| ("REDIS_AUTH", auth.to_owned())));
     Served::refused(rules, &env)
 }
+
+/// A sentinel on a TLS port only, watching the TLS master at `master_port` (its password given),
+/// with TLS to the master as well (`tls-replication`). Killed with its directory.
+struct TlsSentinel {
+    port: u16,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_sentinel(certs: &Path, master_port: u16) -> TlsSentinel {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let p = |f: &str| certs.join(f).display().to_string();
+    let conf = dir.path().join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
+             tls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\n\
+             tls-replication yes\n\
+             sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+             sentinel auth-pass mymaster {PASSWORD}\n\
+             sentinel down-after-milliseconds mymaster 5000\n",
+            dir.path().display(),
+            p("server.crt"),
+            p("server.key"),
+            p("ca.crt"),
+        ),
+    )
+    .unwrap();
+    let child = Command::new("redis-server")
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server --sentinel");
+    let sentinel = TlsSentinel {
+        port,
+        child,
+        _dir: dir,
+    };
+    common::wait::eventually_blocking("the TLS sentinel never knew the master", || {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--tls"])
+            .args(["--cacert", &p("ca.crt")])
+            .args(["SENTINEL", "get-master-addr-by-name", "mymaster"])
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).contains(&master_port.to_string())
+    });
+    sentinel
+}
+
+/// Sentinels behind TLS: with `REDIS_TLS` envoyproxy/ratelimit speaks TLS to the sentinels as to
+/// the master (its #1015). Ours spoke plaintext to them, so the sentinel reset the connection and
+/// the server started in the failure mode for good ("REDIS IS UNREACHABLE AT START-UP …
+/// Connection reset by peer"); now it finds the master through them and decides there.
+#[tokio::test]
+#[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
+async fn sentinels_behind_tls_are_spoken_to_over_tls() {
+    let Some((certs, rules, redis)) = set_up("DNS:localhost,IP:127.0.0.1") else {
+        return;
+    };
+    let sentinel = tls_sentinel(certs.path(), redis.port);
+    let sentinel_env = env(
+        &redis,
+        certs.path(),
+        &[
+            ("REDIS_TYPE", "sentinel".into()),
+            ("REDIS_URL", format!("mymaster,127.0.0.1:{}", sentinel.port)),
+        ],
+    );
+    let mut server = Served::with_env(rules.path(), &sentinel_env);
+    server.client().await;
+    // The test is about decisions on Redis: a slow start may begin in the failure mode.
+    server.wait_for_metric("ratelimit_store_up", 1).await;
+    assert_eq!(
+        decides(&mut server).await,
+        [Code::Ok, Code::Ok, Code::Ok, Code::OverLimit]
+    );
+    assert_eq!(redis.keys("tls:*"), ["tls:tls|k=v|0.0.3600s"]);
+}

@@ -77,6 +77,8 @@ pub struct RedisConfig {
     pub(crate) topology: Topology,
     /// `REDIS_AUTH`: (user, password).
     pub(crate) auth: Option<(Option<String>, String)>,
+    /// `REDIS_SENTINEL_AUTH`: (user, password) for the sentinels themselves.
+    pub(crate) sentinel_auth: Option<(Option<String>, String)>,
     /// `REDIS_TLS`: on (with these certificates) or off. A `rediss://` URL turns it on too.
     pub(crate) tls: Option<RedisTls>,
     /// Multiplexed connections to a single server / master.
@@ -379,8 +381,12 @@ impl Conns {
                 Ok(Conns::Cluster(conn))
             }
             Topology::Sentinel { master, sentinels } => {
-                let addrs: Vec<ConnectionAddr> =
-                    sentinels.iter().map(|s| s.addr().clone()).collect();
+                // The sentinels are spoken to as the master is: over TLS when it is (as the
+                // reference does since its #1015), with their own password (`REDIS_SENTINEL_AUTH`).
+                let addrs: Vec<ConnectionAddr> = sentinels
+                    .iter()
+                    .map(|s| with_tls_addr(s.clone(), config).addr().clone())
+                    .collect();
                 let mut builder =
                     SentinelClientBuilder::new(addrs, master.clone(), SentinelServerType::Master)?;
                 if let Some((user, password)) = &config.auth {
@@ -389,17 +395,29 @@ impl Conns {
                         builder = builder.set_client_to_redis_username(user);
                     }
                 }
+                if let Some((user, password)) = &config.sentinel_auth {
+                    builder = builder.set_client_to_sentinel_password(password);
+                    if let Some(user) = user {
+                        builder = builder.set_client_to_sentinel_username(user);
+                    }
+                }
                 if let Some(t) = &config.tls {
+                    let mode = if t.skip_hostname_verification {
+                        TlsMode::Insecure
+                    } else {
+                        TlsMode::Secure
+                    };
                     builder = builder
-                        .set_client_to_redis_tls_mode(if t.skip_hostname_verification {
-                            TlsMode::Insecure
-                        } else {
-                            TlsMode::Secure
-                        })
-                        .set_client_to_redis_certificates(t.certificates());
+                        .set_client_to_redis_tls_mode(mode)
+                        .set_client_to_redis_certificates(t.certificates())
+                        .set_client_to_sentinel_tls_mode(mode)
+                        .set_client_to_sentinel_certificates(t.certificates());
                 }
                 let mut sentinel = builder.build()?;
-                let master_client = sentinel.async_get_client().await?;
+                let master_client = sentinel
+                    .async_get_client()
+                    .await
+                    .map_err(|e| crate::refusal::by_the_sentinels(e, config))?;
                 let master = master_client.get_connection_info().addr().to_string();
                 let Conns::Single { pool, .. } = pool(master_client, config).await? else {
                     unreachable!("pool() builds a single-server pool")

@@ -10,6 +10,8 @@
 
 use ::redis::{ConnectionAddr, ErrorKind, RedisError};
 
+use crate::conn::RedisConfig;
+
 use ratelimit_core::store::StoreError;
 
 /// Server error codes that refuse this client: its password or user (`WRONGPASS`), no
@@ -59,6 +61,24 @@ pub(crate) fn failure(e: &RedisError) -> Failure {
         );
     }
     Failure::Unreachable
+}
+
+/// `e`, from asking the sentinels for the master, with a refusal of our authentication said to be
+/// the sentinels' (their password is `REDIS_SENTINEL_AUTH`, not the master's `REDIS_AUTH`).
+pub(crate) fn by_the_sentinels(e: RedisError, config: &RedisConfig) -> RedisError {
+    if failure(&e) != Failure::Refused("authentication") {
+        return e;
+    }
+    let given = if config.sentinel_auth.is_some() {
+        "REDIS_SENTINEL_AUTH is not the password they take"
+    } else {
+        "they want a password: set REDIS_SENTINEL_AUTH (REDIS_AUTH is the master's)"
+    };
+    RedisError::from((
+        ErrorKind::AuthenticationFailed,
+        "the sentinels refuse this server",
+        format!("{given}; they said: {}", one_line(&e)),
+    ))
 }
 
 /// Whether `e` is TLS refusing the connection: rustls' errors (a certificate not trusted either

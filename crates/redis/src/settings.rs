@@ -1,5 +1,6 @@
 //! The Redis settings as the server reads them (`REDIS_URL`, `REDIS_TYPE`, `REDIS_SOCKET_TYPE`,
-//! `REDIS_AUTH`, `REDIS_TLS*`, `REDIS_POOL_SIZE`, `REDIS_TIMEOUT`, `CACHE_KEY_PREFIX`), checked
+//! `REDIS_AUTH`, `REDIS_SENTINEL_AUTH`, `REDIS_TLS*`, `REDIS_POOL_SIZE`, `REDIS_TIMEOUT`,
+//! `CACHE_KEY_PREFIX`), checked
 //! together into a [`RedisConfig`], the TLS files read; every error names the setting at fault.
 
 use std::path::{Path, PathBuf};
@@ -62,6 +63,9 @@ pub struct RedisSettings<'a> {
     pub socket_type: SocketType,
     /// `REDIS_AUTH`: a password, `user:password`, or empty.
     pub auth: &'a str,
+    /// `REDIS_SENTINEL_AUTH`: the sentinels' own password, `user:password`, or empty; read with
+    /// `REDIS_TYPE=sentinel` only.
+    pub sentinel_auth: &'a str,
     pub tls: bool,
     pub tls_cacert: Option<&'a Path>,
     pub tls_client_cert: Option<&'a Path>,
@@ -104,9 +108,15 @@ impl RedisConfig {
     /// The Redis connection settings, checked together; the TLS files are read now.
     pub fn from_settings(settings: &RedisSettings<'_>) -> Result<RedisConfig, InvalidSetting> {
         let topology = topology(settings)?;
+        // Only sentinels read it; set beside another REDIS_TYPE it is unused, as by the reference.
+        let sentinel_auth = match settings.redis_type {
+            RedisType::Sentinel => auth(settings.sentinel_auth),
+            _ => None,
+        };
         Ok(RedisConfig {
             topology,
             auth: auth(settings.auth),
+            sentinel_auth,
             tls: tls(settings)?,
             pool_size: settings.pool_size,
             timeout: settings.timeout,
@@ -134,6 +144,7 @@ impl RedisConfig {
         RedisConfig {
             topology,
             auth: None,
+            sentinel_auth: None,
             tls: None,
             pool_size: 2,
             timeout: Duration::from_secs(2),
@@ -180,7 +191,8 @@ fn topology(settings: &RedisSettings<'_>) -> Result<Topology, InvalidSetting> {
     }
 }
 
-/// `REDIS_AUTH`: (user, password), a user only when the text holds one before a `:`.
+/// `REDIS_AUTH` or `REDIS_SENTINEL_AUTH`: (user, password), a user only when the text holds one
+/// before a `:`.
 fn auth(text: &str) -> Option<(Option<String>, String)> {
     match text {
         "" => None,

@@ -92,6 +92,15 @@ pub struct StoreArgs {
     /// Password, or user:password (ACL). A password in a redis:// URL wins.
     #[arg(long, env = "REDIS_AUTH", default_value = "", hide_env_values = true)]
     pub redis_auth: String,
+    /// With REDIS_TYPE=sentinel: the sentinels' own password, or user:password (ACL); REDIS_AUTH
+    /// is the master's. Unset: the sentinels are asked without one.
+    #[arg(
+        long,
+        env = "REDIS_SENTINEL_AUTH",
+        default_value = "",
+        hide_env_values = true
+    )]
+    pub redis_sentinel_auth: String,
     /// Connect with TLS (also implied by rediss:// URLs).
     #[arg(long, env = "REDIS_TLS", action = ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub redis_tls: bool,
@@ -159,6 +168,7 @@ impl StoreArgs {
             redis_type: self.redis_type,
             socket_type: self.redis_socket_type,
             auth: &self.redis_auth,
+            sentinel_auth: &self.redis_sentinel_auth,
             tls: self.redis_tls,
             tls_cacert: self.redis_tls_cacert.as_deref(),
             tls_client_cert: self.redis_tls_client_cert.as_deref(),

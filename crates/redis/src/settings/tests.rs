@@ -7,6 +7,7 @@ fn settings(url: &str) -> RedisSettings<'_> {
         redis_type: RedisType::Single,
         socket_type: SocketType::Tcp,
         auth: "",
+        sentinel_auth: "",
         tls: false,
         tls_cacert: None,
         tls_client_cert: None,
@@ -152,6 +153,29 @@ fn auth_and_tls_settings() {
         ..tls
     };
     assert_eq!(config(unix_tls).unwrap_err().setting(), "REDIS_TLS");
+}
+
+#[test]
+fn the_sentinels_password_is_read_for_sentinels_only() {
+    let config = |s: RedisSettings<'_>| RedisConfig::from_settings(&s).unwrap();
+    let sentinel = RedisSettings {
+        redis_type: RedisType::Sentinel,
+        auth: "master-pass",
+        sentinel_auth: "sentinel-user:sentinel-pass",
+        ..settings("mymaster,127.0.0.1:26379")
+    };
+    let c = config(sentinel);
+    assert_eq!(c.auth, Some((None, "master-pass".into())));
+    assert_eq!(
+        c.sentinel_auth,
+        Some((Some("sentinel-user".into()), "sentinel-pass".into()))
+    );
+    // Beside a single server it is unused, as the reference leaves it.
+    let single = RedisSettings {
+        sentinel_auth: "sentinel-pass",
+        ..settings("127.0.0.1:6379")
+    };
+    assert_eq!(config(single).sentinel_auth, None);
 }
 
 #[test]
