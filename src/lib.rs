@@ -40,7 +40,10 @@ pub mod record {
 
 /// envoyproxy/ratelimit's environment, read as ours.
 pub mod reference_env {
-    pub use ratelimit_app::{invoked_as_reference, translate_reference_env as translate};
+    pub use ratelimit_app::{
+        invoked_as_reference, reads_reference_setting as reads,
+        translate_reference_env as translate,
+    };
 }
 
 /// Starting and running the server.

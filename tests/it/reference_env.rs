@@ -248,3 +248,166 @@ fn passwords_in_addresses_never_reach_the_output() {
         "{output}"
     );
 }
+
+/// Every setting envoyproxy/ratelimit reads (the `envconfig` names of its `src/settings/settings.go`,
+/// as of its commit f2fb157, 2026), each either read here under the same name, translated, or said
+/// at start-up when set: a user who switches images is never left with a setting nothing answers
+/// for. Its newer ones (REDIS_SENTINEL_AUTH, REDIS_STARTUP_*,
+/// PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS, REDIS_CLUSTER_PIPELINE_PARALLELISM) were found this way.
+#[test]
+fn every_setting_of_the_reference_is_read_or_said() {
+    const REFERENCE: &[&str] = &[
+        "BACKEND_TYPE",
+        "CACHE_KEY_PREFIX",
+        "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        "CONFIG_GRPC_XDS_NODE_ID",
+        "CONFIG_GRPC_XDS_NODE_METADATA",
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+        "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+        "CONFIG_GRPC_XDS_SERVER_URL",
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        "CONFIG_TYPE",
+        "DEBUG_HOST",
+        "DEBUG_PORT",
+        "DISABLE_STATS",
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "EXTRA_TAGS",
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "GRPC_CLIENT_TLS_CACERT",
+        "GRPC_CLIENT_TLS_SAN",
+        "GRPC_HOST",
+        "GRPC_MAX_CONNECTION_AGE",
+        "GRPC_MAX_CONNECTION_AGE_GRACE",
+        "GRPC_PORT",
+        "GRPC_SERVER_TLS_CERT",
+        "GRPC_SERVER_TLS_KEY",
+        "GRPC_SERVER_USE_TLS",
+        "GRPC_UDS",
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        "HOST",
+        "LIMIT_LIMIT_HEADER",
+        "LIMIT_REMAINING_HEADER",
+        "LIMIT_RESET_HEADER",
+        "LIMIT_RESPONSE_HEADERS_ENABLED",
+        "LOCAL_CACHE_SIZE_IN_BYTES",
+        "LOG_FORMAT",
+        "LOG_LEVEL",
+        "MEMCACHE_HOST_PORT",
+        "MEMCACHE_MAX_IDLE_CONNS",
+        "MEMCACHE_SRV",
+        "MEMCACHE_SRV_REFRESH",
+        "MEMCACHE_TLS",
+        "MEMCACHE_TLS_CACERT",
+        "MEMCACHE_TLS_CLIENT_CERT",
+        "MEMCACHE_TLS_CLIENT_KEY",
+        "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+        "MERGE_DOMAIN_CONFIG",
+        "NEAR_LIMIT_RATIO",
+        "PORT",
+        "PROMETHEUS_ADDR",
+        "PROMETHEUS_MAPPER_YAML",
+        "PROMETHEUS_PATH",
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "QUOTA_MODE",
+        "REDIS_AUTH",
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
+        "REDIS_PERSECOND",
+        "REDIS_PERSECOND_AUTH",
+        "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+        "REDIS_PERSECOND_PIPELINE_LIMIT",
+        "REDIS_PERSECOND_PIPELINE_WINDOW",
+        "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+        "REDIS_PERSECOND_POOL_SIZE",
+        "REDIS_PERSECOND_SENTINEL_AUTH",
+        "REDIS_PERSECOND_SOCKET_TYPE",
+        "REDIS_PERSECOND_TIMEOUT",
+        "REDIS_PERSECOND_TLS",
+        "REDIS_PERSECOND_TYPE",
+        "REDIS_PERSECOND_URL",
+        "REDIS_PIPELINE_LIMIT",
+        "REDIS_PIPELINE_WINDOW",
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        "REDIS_POOL_SIZE",
+        "REDIS_SENTINEL_AUTH",
+        "REDIS_SOCKET_TYPE",
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        "REDIS_STARTUP_MAX_INTERVAL",
+        "REDIS_TIMEOUT",
+        "REDIS_TLS",
+        "REDIS_TLS_CACERT",
+        "REDIS_TLS_CLIENT_CERT",
+        "REDIS_TLS_CLIENT_KEY",
+        "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+        "REDIS_TYPE",
+        "REDIS_URL",
+        "RESPONSE_DYNAMIC_METADATA",
+        "RUNTIME_APPDIRECTORY",
+        "RUNTIME_IGNOREDOTFILES",
+        "RUNTIME_ROOT",
+        "RUNTIME_SUBDIRECTORY",
+        "RUNTIME_WATCH_ROOT",
+        "SHADOW_MODE",
+        "STATSD_HOST",
+        "STATSD_PORT",
+        "STATS_FLUSH_INTERVAL",
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+        "TRACING_ENABLED",
+        "TRACING_EXPORTER_PROTOCOL",
+        "TRACING_SAMPLING_RATE",
+        "TRACING_SERVICE_INSTANCE_ID",
+        "TRACING_SERVICE_NAME",
+        "TRACING_SERVICE_NAMESPACE",
+        "USE_DOG_STATSD",
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "USE_PROMETHEUS",
+        "USE_STATSD",
+        "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
+        "XDS_CLIENT_BACKOFF_JITTER",
+        "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+        "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
+        "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+    ];
+    // Read only beside a setting that is itself warned of (a second Redis, memcached, DogStatsD).
+    const UNDER_A_WARNED_ONE: &[(&str, &str)] = &[
+        ("REDIS_PERSECOND_", "REDIS_PERSECOND"),
+        ("MEMCACHE_", "MEMCACHE_HOST_PORT"),
+        ("USE_DOG_STATSD_", "USE_DOG_STATSD"),
+    ];
+    // Ours too, read by the logging's set-up rather than by a flag.
+    const OURS_OUTSIDE_THE_FLAGS: &[&str] = &["LOG_LEVEL", "LOG_FORMAT"];
+    fn envs(command: &clap::Command, into: &mut Vec<String>) {
+        for arg in command.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                into.push(env.to_string_lossy().into_owned());
+            }
+        }
+        for sub in command.get_subcommands() {
+            envs(sub, into);
+        }
+    }
+    let mut ours: Vec<String> = OURS_OUTSIDE_THE_FLAGS
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    envs(
+        &<ratelimit_server::cli::Cli as clap::CommandFactory>::command(),
+        &mut ours,
+    );
+    let nothing_answers: Vec<&str> = REFERENCE
+        .iter()
+        .copied()
+        .filter(|name| !ours.iter().any(|o| o == name))
+        .filter(|name| !ratelimit_server::reference_env::reads(name))
+        .filter(|name| {
+            !UNDER_A_WARNED_ONE.iter().any(|(prefix, parent)| {
+                name.starts_with(prefix) && ratelimit_server::reference_env::reads(parent)
+            })
+        })
+        .collect();
+    assert!(nothing_answers.is_empty(), "{nothing_answers:?}");
+}

@@ -43,7 +43,9 @@ pub use record::{
     Answer, Decided, DropReason, FileSpec, HashKey, LivePolicy, RecordConfig, Recorder, Values,
     encode,
 };
-pub use reference_env::{invoked_as_reference, translate as translate_reference_env};
+pub use reference_env::{
+    invoked_as_reference, reads as reads_reference_setting, translate as translate_reference_env,
+};
 pub use server::{Server, StartError, run, start};
 pub use settings::{
     BackendType, ConfigType, DefaultsArgs, RateLimitHeaders, RulesFilesArgs, ServeSettings,

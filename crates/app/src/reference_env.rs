@@ -42,6 +42,16 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION",
         "health does not follow Redis connections",
     ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "ratelimit_service_response_time_seconds is in seconds, as its name says (the \
+         reference's default)",
+    ),
+    (
+        "REDIS_STARTUP_MAX_ELAPSED_TIME",
+        "the server never gives up on Redis at start-up: it serves by REDIS_FAILURE_MODE \
+         and keeps connecting (the reference exits after this long)",
+    ),
     ("MEMCACHE_HOST_PORT", "no memcached backend"),
     ("MEMCACHE_SRV", "no memcached backend"),
     (
@@ -57,6 +67,20 @@ const ACCEPTED: &[(&str, &str)] = &[
         "every form of update is watched (edit, rename, symlink swap)",
     ),
     ("RUNTIME_IGNOREDOTFILES", "dotfiles are always ignored"),
+    (
+        "REDIS_STARTUP_INITIAL_INTERVAL",
+        "Redis unreachable at start-up: the server serves by REDIS_FAILURE_MODE and connects \
+         again in the background (from 100 ms apart, doubling to 1 s), rather than waiting",
+    ),
+    (
+        "REDIS_STARTUP_MAX_INTERVAL",
+        "Redis unreachable at start-up: the server serves by REDIS_FAILURE_MODE and connects \
+         again in the background (from 100 ms apart, doubling to 1 s), rather than waiting",
+    ),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "a cluster's nodes are sent to side by side, each connection pipelined",
+    ),
     (
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
         "denied requests are never charged",
@@ -109,6 +133,7 @@ pub fn invoked_as_reference(argv0: &std::ffi::OsStr) -> bool {
 pub fn translate(lookup: &dyn Fn(&str) -> Option<String>, as_reference: bool) -> Translation {
     let mut reading = Reading {
         lookup,
+        as_reference,
         t: Translation::default(),
         bad_addresses: Vec::new(),
     };
@@ -132,6 +157,28 @@ pub fn translate(lookup: &dyn Fn(&str) -> Option<String>, as_reference: bool) ->
     t
 }
 
+/// Whether `name`, a setting of the reference's, is read here as the reference's: translated into
+/// ours, or said at start-up (a note or a warning) when set. Settings of the same name as ours
+/// (`REDIS_URL`, `LOG_LEVEL` …) are our own and not listed here.
+pub fn reads(name: &str) -> bool {
+    const TRANSLATED: &[&str] = &[
+        "CONFIG_TYPE",
+        "HOST",
+        "PORT",
+        "GRPC_HOST",
+        "GRPC_PORT",
+        "DEBUG_HOST",
+        "DEBUG_PORT",
+        "USE_PROMETHEUS",
+        "PROMETHEUS_ADDR",
+        "PROMETHEUS_PATH",
+        "TRACING_EXPORTER_PROTOCOL",
+    ];
+    RUNTIME.contains(&name)
+        || TRANSLATED.contains(&name)
+        || UNSUPPORTED.iter().chain(ACCEPTED).any(|(n, _)| *n == name)
+}
+
 /// The reference's variables of the rules' location.
 const RUNTIME: [&str; 3] = [
     "RUNTIME_ROOT",
@@ -142,6 +189,8 @@ const RUNTIME: [&str; 3] = [
 /// A translation under way: what is set so far, and addresses that cannot be listened on.
 struct Reading<'a> {
     lookup: &'a dyn Fn(&str) -> Option<String>,
+    /// Run as the reference's command (`/bin/ratelimit`).
+    as_reference: bool,
     t: Translation,
     bad_addresses: Vec<String>,
 }
@@ -157,7 +206,9 @@ impl Reading<'_> {
     }
 
     /// Where the rules come from: with xDS (`CONFIG_TYPE=GRPC_XDS_SOTW`, returns true) the
-    /// reference's counting; otherwise the runtime directory, when set, as `CONFIG_DIR`.
+    /// reference's counting; otherwise the runtime directory, when set, as `CONFIG_DIR`. Its
+    /// fixed windows for rules that name no algorithm whenever the deployment is the reference's
+    /// (xDS, its runtime directory, or its command).
     fn rules_source(&mut self) -> bool {
         let lookup = self.lookup;
         let runtime_set = RUNTIME.iter().any(|n| lookup(n).is_some());
@@ -178,7 +229,13 @@ impl Reading<'_> {
                         .into(),
                 );
             }
-        } else if runtime_set {
+        } else if (runtime_set && lookup("CONFIG_DIR").is_none()) || self.as_reference {
+            // A rules file of the reference's means its fixed windows: `{unit: minute,
+            // requests_per_unit: 20}` is 20 per clock minute there, where our default (a token
+            // bucket) refills one every 3 s and says another time until reset.
+            self.set("DEFAULT_ALGORITHM", Some("fixed_window".into()));
+        }
+        if !from_xds && runtime_set {
             let mut dir = PathBuf::from(
                 lookup("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into()),
             );
@@ -265,12 +322,22 @@ fn unsupported(lookup: &dyn Fn(&str) -> Option<String>, t: &mut Translation) {
     for (name, why) in UNSUPPORTED {
         match lookup(name) {
             // Several of these are addresses that may carry a password (REDIS_PERSECOND_URL).
-            Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("false") => t.warnings.push(
-                format!("{name}={} is not supported: {why}", redact::credentials(&v)),
-            ),
+            // A zero duration is the reference's default ("for ever"), as empty or false is.
+            Some(v) if !v.is_empty() && !v.eq_ignore_ascii_case("false") && !is_zero(&v) => {
+                t.warnings.push(format!(
+                    "{name}={} is not supported: {why}",
+                    redact::credentials(&v)
+                ))
+            }
             _ => {}
         }
     }
+}
+
+/// Whether `v` is a zero duration as Go writes one (`0`, `0s`, `0ms`).
+fn is_zero(v: &str) -> bool {
+    let digits = v.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    !digits.is_empty() && digits.chars().all(|c| c == '0' || c == '.')
 }
 
 /// A note for each [`ACCEPTED`] setting that is set (those about files: not with xDS).
@@ -317,8 +384,14 @@ mod tests {
         ));
         let env: HashMap<&str, &str> = HashMap::new();
         let t = translate(&|name| env.get(name).map(|v| v.to_string()), true);
-        assert_eq!(t.set, [("USE_STATSD", "true".to_owned())]);
-        let off: HashMap<&str, &str> = [("USE_STATSD", "false")].into();
+        assert_eq!(
+            t.set,
+            [
+                ("USE_STATSD", "true".to_owned()),
+                ("DEFAULT_ALGORITHM", "fixed_window".to_owned())
+            ]
+        );
+        let off: HashMap<&str, &str> = [("USE_STATSD", "false"), ("DEFAULT_ALGORITHM", "x")].into();
         let t = translate(&|name| off.get(name).map(|v| v.to_string()), true);
         assert!(t.set.is_empty(), "{:?}", t.set);
         let t = translate(&|name| env.get(name).map(|v| v.to_string()), false);
@@ -339,6 +412,7 @@ mod tests {
         assert_eq!(
             t.set,
             [
+                ("DEFAULT_ALGORITHM", "fixed_window".to_owned()),
                 ("CONFIG_DIR", "/data/ratelimit/config".to_owned()),
                 ("HTTP_ADDR", "0.0.0.0:9080".to_owned()),
                 ("GRPC_ADDR", "0.0.0.0:9081".to_owned()),
@@ -365,11 +439,61 @@ mod tests {
         ]);
         assert_eq!(
             t.set,
-            [(
-                "CONFIG_DIR",
-                "/srv/runtime_data/current/rl/rules".to_owned()
-            )]
+            [
+                ("DEFAULT_ALGORITHM", "fixed_window".to_owned()),
+                (
+                    "CONFIG_DIR",
+                    "/srv/runtime_data/current/rl/rules".to_owned()
+                )
+            ]
         );
+    }
+
+    /// The reference's rules files mean its fixed windows; a switched deployment (its runtime
+    /// directory, or its command) counts in them unless it names an algorithm. Found running the
+    /// reference's own integration scenarios: a day limit's `duration_until_reset` grew between
+    /// two hits (a token bucket's time to full) where the reference's shrinks, and the local
+    /// over-limit cache (fixed windows only) never answered.
+    #[test]
+    fn the_reference_s_deployment_counts_in_its_fixed_windows() {
+        let fixed = ("DEFAULT_ALGORITHM", "fixed_window".to_owned());
+        assert!(run(&[("RUNTIME_ROOT", "/data")]).set.contains(&fixed));
+        let named = run(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("DEFAULT_ALGORITHM", "token_bucket"),
+        ]);
+        assert!(!named.set.iter().any(|(n, _)| *n == "DEFAULT_ALGORITHM"));
+        // Our own settings: our default.
+        assert!(run(&[("CONFIG_DIR", "/rules")]).set.is_empty());
+        assert!(
+            !run(&[("CONFIG_DIR", "/rules"), ("RUNTIME_ROOT", "/data")])
+                .set
+                .contains(&fixed)
+        );
+    }
+
+    #[test]
+    fn the_reference_s_newer_redis_settings_are_said() {
+        let t = run(&[
+            ("REDIS_STARTUP_MAX_ELAPSED_TIME", "0"),
+            ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "false"),
+        ]);
+        assert!(
+            t.warnings.is_empty(),
+            "defaults are quiet: {:?}",
+            t.warnings
+        );
+        let t = run(&[
+            ("REDIS_STARTUP_MAX_ELAPSED_TIME", "30s"),
+            ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
+            ("REDIS_STARTUP_INITIAL_INTERVAL", "2s"),
+        ]);
+        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
+        assert!(t.warnings[1].starts_with(
+            "REDIS_STARTUP_MAX_ELAPSED_TIME=30s is not supported: the server never gives up"
+        ));
+        assert_eq!(t.notes.len(), 1);
+        assert!(is_zero("0s") && is_zero("0") && is_zero("0.0ms") && !is_zero("10s"));
     }
 
     #[test]
