@@ -61,6 +61,7 @@ mod redis_store;
 mod redis_tls;
 mod reference_config;
 mod reference_env;
+mod reference_integration_suite;
 mod reload;
 mod reload_limits;
 mod replay_cli;
