@@ -60,6 +60,7 @@ mod redis_start;
 mod redis_store;
 mod redis_tls;
 mod reference_config;
+mod reference_config_suite;
 mod reference_env;
 mod reference_integration_suite;
 mod reload;
