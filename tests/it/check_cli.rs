@@ -124,3 +124,37 @@ fn version_is_the_cargo_version_and_names_the_commit_when_built_with_one() {
     };
     assert_eq!(text, want);
 }
+
+/// `check --merge-domain-config DIR` (the flag before the directory) used to read DIR as the flag's
+/// value and fail ("invalid value"); the flag now takes a value only after `=`.
+#[test]
+fn merge_domain_config_before_the_directory_is_the_flag_and_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, key) in [("a.yaml", "a"), ("b.yaml", "b")] {
+        std::fs::write(
+            dir.path().join(file),
+            format!("domain: shared\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n"),
+        )
+        .unwrap();
+    }
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"))
+            .arg("check")
+            .args(args)
+            .arg(dir.path())
+            .env_remove("MERGE_DOMAIN_CONFIG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, out) = run(&["--merge-domain-config"]);
+    assert_eq!(code, Some(0), "{out}");
+    let (code, out) = run(&["--merge-domain-config=false"]);
+    assert_eq!(code, Some(1), "one domain in two files, not merged: {out}");
+    let (code, out) = run(&["--merge-domain-config=true"]);
+    assert_eq!(code, Some(0), "{out}");
+}

@@ -29,7 +29,9 @@ pub struct RulesFilesArgs {
     pub max_total_bytes: usize,
     /// Let one domain span several files (their descriptors are merged; the same key and value
     /// at the top level of two files is an error), as the reference's MERGE_DOMAIN_CONFIG.
-    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    /// A value takes `=` (`--merge-domain-config=false`): `check --merge-domain-config DIR` is the
+    /// flag and the directory, not DIR read as the flag's value.
+    #[arg(long, env = "MERGE_DOMAIN_CONFIG", action = clap::ArgAction::Set, default_value_t = false, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub merge_domain_config: bool,
 }
 
