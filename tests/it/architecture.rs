@@ -38,6 +38,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "redis",
         &[
+            &["refusal"],
             &[
                 "slot",
                 "key",
@@ -47,7 +48,6 @@ const CRATES: &[(&str, &[&[&str]])] = &[
                 "io",
                 "retry",
                 "conn",
-                "refusal",
                 "conditional",
                 "test_redis",
             ],

@@ -8,6 +8,8 @@ use std::time::Duration;
 // tokio's monotonic time (it follows paused time in tests); decisions never read it.
 use tokio::time::Instant;
 
+use crate::refusal;
+
 use arc_swap::ArcSwap;
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -417,7 +419,7 @@ impl Conns {
                 let master_client = sentinel
                     .async_get_client()
                     .await
-                    .map_err(|e| crate::refusal::by_the_sentinels(e, config))?;
+                    .map_err(|e| refusal::by_the_sentinels(e, config.sentinel_auth.is_some()))?;
                 let master = master_client.get_connection_info().addr().to_string();
                 let Conns::Single { pool, .. } = pool(master_client, config).await? else {
                     unreachable!("pool() builds a single-server pool")

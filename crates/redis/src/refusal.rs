@@ -10,8 +10,6 @@
 
 use ::redis::{ConnectionAddr, ErrorKind, RedisError};
 
-use crate::conn::RedisConfig;
-
 use ratelimit_core::store::StoreError;
 
 /// Server error codes that refuse this client: its password or user (`WRONGPASS`), no
@@ -64,12 +62,13 @@ pub(crate) fn failure(e: &RedisError) -> Failure {
 }
 
 /// `e`, from asking the sentinels for the master, with a refusal of our authentication said to be
-/// the sentinels' (their password is `REDIS_SENTINEL_AUTH`, not the master's `REDIS_AUTH`).
-pub(crate) fn by_the_sentinels(e: RedisError, config: &RedisConfig) -> RedisError {
+/// the sentinels' (their password is `REDIS_SENTINEL_AUTH`, not the master's `REDIS_AUTH`);
+/// `password_given`: whether `REDIS_SENTINEL_AUTH` is set.
+pub(crate) fn by_the_sentinels(e: RedisError, password_given: bool) -> RedisError {
     if failure(&e) != Failure::Refused("authentication") {
         return e;
     }
-    let given = if config.sentinel_auth.is_some() {
+    let given = if password_given {
         "REDIS_SENTINEL_AUTH is not the password they take"
     } else {
         "they want a password: set REDIS_SENTINEL_AUTH (REDIS_AUTH is the master's)"
