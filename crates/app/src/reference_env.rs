@@ -233,6 +233,14 @@ impl Reading<'_> {
             // A rules file of the reference's means its fixed windows: `{unit: minute,
             // requests_per_unit: 20}` is 20 per clock minute there, where our default (a token
             // bucket) refills one every 3 s and says another time until reset.
+            if lookup("DEFAULT_ALGORITHM").is_none() {
+                self.t.notes.push(
+                    "rules that name no algorithm count in fixed windows, as the reference's do \
+                     (deployed as the reference; DEFAULT_ALGORITHM=token_bucket for this server's \
+                     default)"
+                        .into(),
+                );
+            }
             self.set("DEFAULT_ALGORITHM", Some("fixed_window".into()));
         }
         if !from_xds && runtime_set {
@@ -420,7 +428,8 @@ mod tests {
             ]
         );
         assert!(t.warnings.is_empty(), "{:?}", t.warnings);
-        assert_eq!(t.notes.len(), 1);
+        // RUNTIME_WATCH_ROOT's, and the fixed windows'.
+        assert_eq!(t.notes.len(), 2, "{:?}", t.notes);
     }
 
     #[test]
