@@ -63,6 +63,7 @@ mod reference_config;
 mod reference_config_suite;
 mod reference_env;
 mod reference_integration_suite;
+mod reference_server_suite;
 mod reload;
 mod reload_limits;
 mod replay_cli;
