@@ -156,6 +156,23 @@ fn pairs(what: &str, text: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
+/// `CONFIG_GRPC_XDS_NODE_METADATA` as pairs: an entry with neither `=` nor `:` is skipped with a
+/// warning, as the reference's node skips it (`getClientNode`), rather than stopping the start.
+fn node_metadata(text: &str) -> Result<Vec<(String, String)>, String> {
+    let (entries, stray): (Vec<&str>, Vec<&str>) = text
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .partition(|p| p.contains([':', '=']));
+    if !stray.is_empty() {
+        tracing::warn!(
+            skipped = stray.len(),
+            "CONFIG_GRPC_XDS_NODE_METADATA: entries without `=` (key=value) are not sent, as by the reference"
+        );
+    }
+    pairs("CONFIG_GRPC_XDS_NODE_METADATA", &entries.join(","))
+}
+
 impl XdsArgs {
     /// The client's settings when the rules come from xDS; `None` for files.
     pub fn config(&self) -> Result<Option<XdsConfig>, String> {
@@ -176,7 +193,7 @@ impl XdsArgs {
                 self.xds_server_url
             ));
         }
-        let metadata = pairs("CONFIG_GRPC_XDS_NODE_METADATA", &self.xds_node_metadata)?;
+        let metadata = node_metadata(&self.xds_node_metadata)?;
         let node = Node {
             id: self.xds_node_id.clone(),
             metadata: (!metadata.is_empty()).then(|| Struct {
