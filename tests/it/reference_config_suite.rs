@@ -1177,9 +1177,6 @@ descriptors:
 // ---- beyond the reference's tests: how its stats manager writes every key ------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "differs from the reference: its stats keys have `:` and `|` made `_` and the dots of \
-            IPv4 addresses made `_` (utils.SanitizeStatName); ours keep them, so an address \
-            splits key1/key2 at its dots"]
 async fn stats_keys_are_sanitized_as_the_reference_sanitizes_them() {
     let rules = "
 domain: ip

@@ -282,3 +282,67 @@ async fn unmatched_descriptors_and_unknown_domains_are_counted_per_domain() {
     }
     t.server.shutdown().await;
 }
+
+/// The reference sanitizes every stat name (`utils.SanitizeStatName`): `:` and `|` become `_`, and
+/// so do the dots of IPv4 addresses, so a client's address is one part of the name and the
+/// mapping's `*.*.total_hits` gives `key1="remote_address_10_0_0_1"`. The domain of
+/// `domain_not_found` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stat_names_are_sanitized_as_the_reference_s() {
+    let rules = "
+domain: ip
+descriptors:
+  - {key: remote_address, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: 60}}
+  - {key: hostport, value: 'a:b|c', rate_limit: {unit: minute, requests_per_unit: 60}}
+";
+    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = sink.local_addr().unwrap().port();
+    let mut t = common::start_with(&[("ip.yaml", rules)], |s| {
+        s.statsd.use_statsd = true;
+        s.statsd.statsd_host = "127.0.0.1".into();
+        s.statsd.statsd_port = port;
+        s.statsd.stats_flush_interval = Duration::from_millis(20);
+    })
+    .await;
+    for entry in [
+        ("remote_address", "10.0.0.1"),
+        ("remote_address", "2001:db8::1"),
+        ("hostport", "a:b|c"),
+    ] {
+        assert_eq!(t.hit("ip", &[entry]).await.0, Code::Ok);
+    }
+    t.call(common::request("10.0.0.9:81", &[&[("a", "1")]]))
+        .await;
+    let (mut conn, _) = tokio::time::timeout(Duration::from_secs(30), sink.accept())
+        .await
+        .expect("the server connects to the sink")
+        .unwrap();
+    let wanted = [
+        "ratelimit.service.rate_limit.ip.remote_address_10_0_0_1.total_hits",
+        "ratelimit.service.rate_limit.ip.remote_address_2001_db8__1.total_hits",
+        "ratelimit.service.rate_limit.ip.hostport_a_b_c.total_hits",
+        "ratelimit.service.rate_limit.10_0_0_9_81.domain_not_found",
+    ];
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    // Whole lines only: a read may end inside one.
+    let lines = |text: &str| totals(&text[..text.rfind('\n').map_or(0, |i| i + 1)]);
+    while !wanted
+        .iter()
+        .all(|name| lines(&text).get(*name) == Some(&1.0))
+    {
+        let n = tokio::time::timeout(Duration::from_secs(30), conn.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("not all stats after 30 s:\n{text}"))
+            .unwrap();
+        assert!(n > 0, "the server closed the sink connection:\n{text}");
+        text.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+    }
+    for name in lines(&text).keys() {
+        assert!(
+            name.ends_with("domain_not_found") || MAPPINGS.iter().any(|p| matches(p, name)),
+            "{name} is matched by no mapping of the statsd-exporter config"
+        );
+    }
+    t.server.shutdown().await;
+}

@@ -10,6 +10,7 @@ mod families;
 mod label;
 mod rules;
 mod series;
+mod stat_name;
 mod store_stats;
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ pub(crate) use concurrency::ConcurrencyMetrics;
 pub use rules::OVERRIDE_RULE;
 pub(crate) use rules::{DetailedBudget, PolicyMetrics};
 pub use series::{Counts, HitOutcome};
+pub use stat_name::sanitize_stat_name;
 pub(crate) use store_stats::StatsSource;
 pub use unmatched::{OTHER_DOMAINS, UNKNOWN_DOMAINS_CAP};
 

@@ -4,6 +4,14 @@
 //! domain_not_found` (and ours, in the same scheme, `.no_rule`), and
 //! `ratelimit.service.config_load_success`, `_error`, `global_shadow_mode`. Pure: both the statsd
 //! sink and the mapped Prometheus exposition (`PROMETHEUS_MAPPER_YAML`) start from these.
+//!
+//! The names are made of the series' `domain` and `rule` labels, which the metrics already
+//! sanitize as the reference sanitizes its stat names (`ratelimit_core::metrics::
+//! sanitize_stat_name`: `:`, `|` and the dots of IPv4 addresses made `_`), so they are not
+//! sanitized again here (the address rule is not idempotent: `1.2.3.4.5.6.7` sanitizes to
+//! `1_2_3_4.5.6.7`, and again to `1_2_3_4_5_6_7`). The reference sanitizes `<domain>.<key>` as
+//! one text, ours its two parts apart: the names differ only for an address-looking run that
+//! spans the dot between the two (a domain ending in `.10.0`, say, and a key starting `0.1`).
 
 use prometheus::proto::MetricFamily;
 
@@ -46,7 +54,8 @@ pub(crate) fn has_statsd_name(family: &str) -> bool {
     statsd_name(family).is_some()
 }
 
-/// A stat name as the reference writes it: `:` and `|` (statsd's separators) become `_`.
+/// A label as part of a statsd line: `:` and `|` (statsd's separators) and line ends become `_`.
+/// The labels come sanitized (no `:` or `|` left): a guard of the line format.
 pub(super) fn clean(part: &str) -> String {
     part.replace([':', '|', '\n'], "_")
 }

@@ -1,8 +1,9 @@
 //! Exports the live policy's per-rule series as the five `ratelimit_service_rate_limit_*` counter
 //! families, read from the live series table at scrape time: a series exists exactly while its
-//! rule is live and has been hit. Labels: `domain`, `rule` (the rule's stats key), and the
-//! reference's `key1`, `key2` (its first two dot-separated parts; `key2` absent for a one-level
-//! key), so queries written for the reference's Prometheus names work unchanged.
+//! rule is live and has been hit. Labels: `domain`, `rule` (the rule's stats key), both sanitized
+//! as the reference sanitizes its stat names (`:`, `|` and the dots of IPv4 addresses made `_`),
+//! and the reference's `key1`, `key2` (the rule's first two dot-separated parts; `key2` absent for
+//! a one-level key), so queries written for the reference's Prometheus names work unchanged.
 
 use std::sync::Arc;
 
@@ -44,7 +45,9 @@ fn label(name: &str, value: &str) -> LabelPair {
 }
 
 /// A series' labels: domain and rule, then the reference's key1 and key2 (the first two parts of
-/// the rule's key, split at dots as its statsd-exporter mapping splits the stat name).
+/// the rule's key, split at dots as its statsd-exporter mapping splits the stat name). The rule's
+/// key is sanitized already, so the dots of an address split nothing: `remote_address_10_0_0_1`
+/// is one part, as in the reference.
 fn labels_of(domain: &str, rule: &str) -> Vec<LabelPair> {
     let mut parts = rule.splitn(3, '.');
     let mut labels = vec![label("domain", domain), label("rule", rule)];
@@ -58,9 +61,10 @@ fn labels_of(domain: &str, rule: &str) -> Vec<LabelPair> {
 }
 
 /// Rows sorted by labels, with rows of equal labels added up (a detailed label can spell another
-/// rule's path: Prometheus must not see one series twice).
+/// rule's path, and two rules' keys, or two domains, can sanitize alike, `a:b` and `a|b`: the
+/// reference counts those as one stat, and Prometheus must not see one series twice).
 fn merged(mut rows: Vec<Row<'_>>) -> Vec<Row<'_>> {
-    rows.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    rows.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     let mut out: Vec<Row<'_>> = Vec::with_capacity(rows.len());
     for row in rows {
         match out.last_mut() {

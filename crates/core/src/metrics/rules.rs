@@ -5,6 +5,7 @@
 //! vanish with the old table. `detailed_metric` rules keep one series per distinct (bounded) label,
 //! at most `DETAILED_METRICS_CAP` across the server, released when the rule goes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -13,6 +14,7 @@ use prometheus::{IntCounter, IntCounterVec};
 
 use super::label;
 use super::series::{Counts, HitOutcome};
+use super::stat_name::sanitize_stat_name;
 use crate::policy::{Policy, Rule};
 
 /// Where a `detailed_metric` rule counts hits past the cap: `<rule path>_overflow`.
@@ -95,6 +97,9 @@ impl LabelShape {
         })
     }
 
+    /// The request's label, sanitized as the reference sanitizes the stats key (so values it
+    /// would count as one stat, `a:b` and `a|b`, are one series here, and take one slot of the
+    /// cap).
     fn label<'e>(&self, entries: impl IntoIterator<Item = (&'e str, &'e str)>) -> String {
         label::bounded_label(entries.into_iter().enumerate().map(|(i, (key, value))| {
             let (to_metric, segment, shared) = self
@@ -119,19 +124,27 @@ impl LabelShape {
 pub(crate) struct RuleSeries {
     domain: String,
     path: String,
+    /// The `domain` and `rule` labels: the domain and the path sanitized as the reference's stat
+    /// names (a detailed rule's request labels are sanitized as they are made).
+    domain_label: String,
+    path_label: String,
     /// The rule's own series (not exported for detailed rules, which count per request label).
     counts: Counts,
     detailed: Option<Detailed>,
 }
 
-/// One exported series: (domain, rule label) and its counts.
-pub(super) type Row<'a> = (&'a str, std::borrow::Cow<'a, str>, [u64; 5]);
+/// One exported series: (domain label, rule label) and its counts. Both labels are sanitized
+/// stat names already ([`sanitize_stat_name`]), so rows the reference would count as one stat
+/// have equal labels, to be added up.
+pub(super) type Row<'a> = (Cow<'a, str>, Cow<'a, str>, [u64; 5]);
 
 impl RuleSeries {
     fn new(domain: &str, rule: &Rule, budget: &Arc<DetailedBudget>) -> Self {
         RuleSeries {
             domain: domain.to_owned(),
             path: rule.path.clone(),
+            domain_label: sanitize_stat_name(domain).into_owned(),
+            path_label: sanitize_stat_name(&rule.path).into_owned(),
             counts: Counts::default(),
             detailed: LabelShape::of(rule).map(|shape| Detailed {
                 shape,
@@ -175,18 +188,27 @@ impl RuleSeries {
     pub(super) fn rows<'a>(&'a self, out: &mut Vec<Row<'a>>) {
         let Some(detailed) = &self.detailed else {
             out.push((
-                &self.domain,
-                self.path.as_str().into(),
+                self.domain_label.as_str().into(),
+                self.path_label.as_str().into(),
                 self.counts.values(),
             ));
             return;
         };
         for (label, counts) in lock(&detailed.by_label).iter() {
-            out.push((&self.domain, label.clone().into(), counts.values()));
+            out.push((
+                self.domain_label.as_str().into(),
+                label.clone().into(),
+                counts.values(),
+            ));
         }
         if let Some(overflow) = detailed.overflow.get() {
-            let label = format!("{}{OVERFLOW_SUFFIX}", self.path);
-            out.push((&self.domain, label.into(), overflow.values()));
+            // `_` ends any address in the path: the suffix changes nothing of its sanitizing.
+            let label = format!("{}{OVERFLOW_SUFFIX}", self.path_label);
+            out.push((
+                self.domain_label.as_str().into(),
+                label.into(),
+                overflow.values(),
+            ));
         }
     }
 }
@@ -288,7 +310,7 @@ impl PolicyMetrics {
     /// The counter of descriptors of `domain` that no rule matched.
     pub(crate) fn no_rule(&self, domain: &str) -> Option<&IntCounter> {
         let (slot, counter) = (self.no_rule.get(domain)?, self.no_rule_counter.as_ref()?);
-        Some(slot.get_or_init(|| counter.with_label_values(&[domain])))
+        Some(slot.get_or_init(|| counter.with_label_values(&[&sanitize_stat_name(domain)])))
     }
 
     /// The series of `rule` (of `domain`), created on its first hit.
@@ -315,7 +337,11 @@ impl PolicyMetrics {
         }
         for (domain, slot) in &self.overrides {
             if let Some(counts) = slot.get() {
-                out.push((domain, OVERRIDE_RULE.into(), counts.values()));
+                out.push((
+                    sanitize_stat_name(domain),
+                    OVERRIDE_RULE.into(),
+                    counts.values(),
+                ));
             }
         }
     }

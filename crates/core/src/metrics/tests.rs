@@ -145,6 +145,58 @@ fn detailed_labels_are_bounded_in_length() {
 }
 
 #[test]
+fn labels_are_stat_names_sanitized_and_keys_that_sanitize_alike_are_one_series() {
+    let m = Metrics::new(10);
+    let p = policy(
+        "domain: d\ndescriptors:\n  - {key: k, value: 'a:b', rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: k, value: 'a|b', rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: ip, value: 10.1.2.3, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: t, detailed_metric: true, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+    );
+    let table = m.install(&p);
+    hit(&table, &p, "k_a:b", 1);
+    hit(&table, &p, "k_a|b", 2);
+    hit(&table, &p, "ip_10.1.2.3", 1);
+    let series = table.rule("d", rule(&p, "t")).unwrap();
+    for value in ["10.0.0.1", "x:y", "x|y"] {
+        series.record(HitOutcome::Within, 1, [("t", value)]);
+    }
+    // As the reference's one stat `d.k_a_b`: one series, both rules' hits.
+    assert_eq!(total(&m, "k_a_b"), Some(3), "{:?}", rule_lines(&m));
+    assert_eq!(total(&m, "ip_10_1_2_3"), Some(1));
+    assert_eq!(
+        total(&m, "t_10_0_0_1"),
+        Some(1),
+        "one part: key1 is the whole"
+    );
+    assert_eq!(total(&m, "t_x_y"), Some(2));
+    assert_eq!(rule_lines(&m).len(), 5 * 4, "{:?}", rule_lines(&m));
+    // The domain too, as the reference's `domain_not_found` names it.
+    m.domain_not_found("10.0.0.9:81", 1);
+    assert!(
+        m.encode()
+            .contains(r#"ratelimit_service_rate_limit_domain_not_found{domain="10_0_0_9_81"} 1"#),
+        "{}",
+        m.encode()
+    );
+    let host = policy(
+        "domain: h:1\ndescriptors:\n  - {key: a, rate_limit: {unit: second, requests_per_unit: 1}}\n",
+    );
+    let t = m.install(&host);
+    let a = host
+        .domain("h:1")
+        .unwrap()
+        .rules()
+        .into_iter()
+        .next()
+        .unwrap();
+    t.rule("h:1", a).unwrap().record(HitOutcome::Within, 1, []);
+    assert!(
+        m.encode()
+            .contains(r#"total_hits{domain="h_1",rule="a",key1="a"} 1"#),
+        "{}",
+        m.encode()
+    );
+}
+
+#[test]
 fn overrides_count_per_domain_and_go_with_their_domain() {
     let m = Metrics::new(10);
     let p = policy(A);

@@ -16,7 +16,7 @@ use std::sync::{Mutex, PoisonError, RwLock};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use prometheus::IntCounterVec;
 
-use super::label::bounded_label;
+use super::label::{bounded_label, bounded_text};
 use crate::policy::DomainRules;
 
 /// Most unknown domains with a series of their own.
@@ -55,8 +55,8 @@ impl UnknownDomains {
         let _ = self.label(domain);
     }
 
-    /// `domain`'s label: its own (bounded) while it has one or there is room, else
-    /// [`OTHER_DOMAINS`].
+    /// `domain`'s label: its own (sanitized as the reference's `domain_not_found` stat name is,
+    /// and bounded) while it has one or there is room, else [`OTHER_DOMAINS`].
     fn label(&self, domain: &str) -> String {
         let label = bounded_label([(domain, None)]);
         if label == OTHER_DOMAINS {
@@ -73,7 +73,8 @@ impl UnknownDomains {
         if known(&set) || set.len() < self.cap {
             if set.insert(label.clone()) {
                 tracing::warn!(
-                    domain = label.as_str(),
+                    // As sent (bounded), to compare with the rules files' `domain:`.
+                    domain = bounded_text([(domain, None)]).as_str(),
                     "a call for a domain that no rules file defines: its descriptors (or RLQS \
                      buckets) are allowed and nothing is limited for it. Does the `domain` of \
                      Envoy's filter (ratelimit or rate_limit_quota) equal a rules file's \
@@ -162,7 +163,7 @@ impl NearMisses {
         // The first keys are the rule's own; the rest is the client's, shown bounded.
         let sent: Vec<String> = pairs
             .iter()
-            .map(|(key, _)| bounded_label([(*key, None)]))
+            .map(|(key, _)| bounded_text([(*key, None)]))
             .collect();
         tracing::warn!(
             domain = rules.name.as_str(),
