@@ -379,7 +379,7 @@ async fn config_limit_override() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "differs from the reference: an overridden descriptor counts under rule=\"override\", \
+#[ignore = "stated difference (docs/compatibility.md): an overridden descriptor counts under rule=\"override\", \
             the reference under its entries' key (test-domain.key1_value1.subkey1_something)"]
 async fn config_limit_override_counts_under_the_descriptor_s_stats_key() {
     let s = three_overrides().await;

@@ -6,7 +6,8 @@
 //! `src/provider/xds_grpc_sotw_provider.go` and `src/metrics/`, held against this server over
 //! real HTTP, real gRPC and a real ADS management server (support/ads.rs). Our own fixtures: the
 //! cases are the reference's, the rules and names are not. A test marked
-//! `#[ignore = "difference: …"]` asserts what the reference does where this server does otherwise.
+//! `#[ignore = "stated difference (docs/compatibility.md): …"]` asserts what the reference does
+//! where this server does otherwise, on purpose.
 
 use std::time::Duration;
 
@@ -207,7 +208,7 @@ async fn healthy_with_at_least_one_config_loaded_follows_the_domains_in_force() 
 
 /// src/server/health.go `ServeHTTP`: failing, it writes the status 500 alone (an empty body).
 #[tokio::test]
-#[ignore = "difference: a failing /healthcheck has a text body (`no rules loaded`, …); the reference's 500 is empty"]
+#[ignore = "stated difference (docs/compatibility.md): a failing /healthcheck has a text body (`no rules loaded`, …); the reference's 500 is empty"]
 async fn a_failing_healthcheck_has_an_empty_body() {
     let t = common::start_with(&[], |s| s.healthy_with_at_least_one_config_loaded = true).await;
     assert_eq!(get(t.http("/healthcheck")).await, (500, String::new()));
@@ -236,7 +237,7 @@ async fn grpc_health_answers_ratelimit_and_the_empty_name_and_not_found_otherwis
 /// changes it, which the reference never calls: the health checker's `Fail(sigterm)` sets the
 /// service `ratelimit` alone, so `""` stays SERVING while the server stops.
 #[tokio::test]
-#[ignore = "difference: the empty service name goes NOT_SERVING at shutdown with `ratelimit`; the reference keeps it SERVING"]
+#[ignore = "stated difference (docs/compatibility.md): the empty service name goes NOT_SERVING at shutdown with `ratelimit`; the reference keeps it SERVING"]
 async fn the_empty_service_name_stays_serving_while_shutting_down() {
     let t = common::start(&[("shop.yaml", RULES)]).await;
     let mut health = health_client(&t).await;
@@ -268,7 +269,7 @@ struct HealthListResponse {
 /// grpc-go's health server (v1.81 in the reference's go.mod) answers `List` with every service
 /// it knows: `""` and `ratelimit`.
 #[tokio::test]
-#[ignore = "difference: grpc.health.v1.Health/List is UNIMPLEMENTED; the reference's grpc-go health server lists \"\" and ratelimit"]
+#[ignore = "stated difference (docs/compatibility.md): grpc.health.v1.Health/List is UNIMPLEMENTED; the reference's grpc-go health server lists \"\" and ratelimit"]
 async fn grpc_health_list_names_the_services() {
     let t = common::start(&[("shop.yaml", RULES)]).await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", t.server.grpc_addr))
@@ -293,7 +294,7 @@ async fn grpc_health_list_names_the_services() {
 /// grpc-go's health Watch on a name it does not know sends SERVICE_UNKNOWN and keeps the stream
 /// open (a later registration would be sent on it); it is not an error.
 #[tokio::test]
-#[ignore = "difference: Watch on an unknown service name fails NOT_FOUND; the reference streams SERVICE_UNKNOWN"]
+#[ignore = "stated difference (docs/compatibility.md): Watch on an unknown service name fails NOT_FOUND; the reference streams SERVICE_UNKNOWN"]
 async fn a_watch_on_an_unknown_name_streams_service_unknown() {
     let t = common::start(&[("shop.yaml", RULES)]).await;
     let mut health = health_client(&t).await;
@@ -312,7 +313,7 @@ async fn a_watch_on_an_unknown_name_streams_service_unknown() {
 /// The reference's `/healthcheck` is a plain `http.Handler` on a gorilla route with no method
 /// set: a POST (an HTTP health checker configured with another method) gets `200 OK` too.
 #[tokio::test]
-#[ignore = "difference: POST /healthcheck is 405 here; the reference answers 200 OK to any method"]
+#[ignore = "stated difference (docs/compatibility.md): POST /healthcheck is 405 here; the reference answers 200 OK to any method"]
 async fn healthcheck_answers_any_method() {
     let t = common::start(&[("shop.yaml", RULES)]).await;
     let r = reqwest::Client::new()
@@ -388,7 +389,7 @@ async fn json_answers_the_reference_codes_and_shapes() {
 /// TestJsonHandler: the reference answers bad input with `http.Error`, a `text/plain;
 /// charset=utf-8` body `Bad Request\n`.
 #[tokio::test]
-#[ignore = "difference: a 400 from /json is a JSON {\"error\": …} body; the reference's is text/plain `Bad Request`"]
+#[ignore = "stated difference (docs/compatibility.md): a 400 from /json is a JSON {\"error\": …} body; the reference's is text/plain `Bad Request`"]
 async fn json_bad_input_is_plain_text_bad_request() {
     let t = common::start(&[("shop.yaml", RULES)]).await;
     for body in ["", "}", r#"{"domain": "shop"}"#] {
@@ -433,7 +434,7 @@ async fn the_debug_port_dumps_the_rules_one_line_per_limit() {
 /// src/config/config_impl.go `dump`: an unlimited limit is printed like any other, with its unit
 /// (UNKNOWN) and a rate of 0.
 #[tokio::test]
-#[ignore = "difference: the debug /rlconfig prints an unlimited limit as `unlimited`; the reference as `unit=UNKNOWN requests_per_unit=0`"]
+#[ignore = "stated difference (docs/compatibility.md): the debug /rlconfig prints an unlimited limit as `unlimited`; the reference as `unit=UNKNOWN requests_per_unit=0`"]
 async fn the_debug_dump_prints_an_unlimited_limit_as_unknown_unit_zero() {
     let t = common::start_with(&[("shop.yaml", RULES)], with_debug_port).await;
     let lines = reference_dump_lines(&t).await;
@@ -449,7 +450,7 @@ async fn the_debug_dump_prints_an_unlimited_limit_as_unknown_unit_zero() {
 /// The reference's debug mux routes `/` to its index, and `/` matches every path no other route
 /// takes: any unknown path answers 200 with the index.
 #[tokio::test]
-#[ignore = "difference: an unknown path on the debug port is 404; the reference answers its index (200)"]
+#[ignore = "stated difference (docs/compatibility.md): an unknown path on the debug port is 404; the reference answers its index (200)"]
 async fn an_unknown_debug_path_answers_the_index() {
     let t = common::start_with(&[("shop.yaml", RULES)], with_debug_port).await;
     let (status, body) = get(debug_url(&t, "/no/such/page")).await;
@@ -494,7 +495,7 @@ async fn each_should_rate_limit_call_counts_once_with_its_time() {
 /// (src/server/server_impl.go `NewJsonHandler`): a `/json` request is not counted in
 /// `ratelimit_service_total_requests`.
 #[tokio::test]
-#[ignore = "difference: POST /json counts in ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"}; the reference counts gRPC calls only"]
+#[ignore = "stated difference (docs/compatibility.md): POST /json counts in ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"}; the reference counts gRPC calls only"]
 async fn json_requests_are_not_counted_as_grpc_calls() {
     let t = common::start(&[("shop.yaml", RULES)]).await;
     let cart =
@@ -515,7 +516,7 @@ async fn json_requests_are_not_counted_as_grpc_calls() {
 /// under its own method name (`ratelimit_server.Check.total_requests`, mapped by the default
 /// Prometheus mapping to `ratelimit_service_total_requests{grpc_method="Check"}`).
 #[tokio::test]
-#[ignore = "difference: gRPC health Check calls are not counted; the reference counts them as grpc_method=\"Check\""]
+#[ignore = "stated difference (docs/compatibility.md): gRPC health Check calls are not counted; the reference counts them as grpc_method=\"Check\""]
 async fn grpc_health_checks_are_counted_under_their_method() {
     let t = common::start(&[("shop.yaml", RULES)]).await;
     let mut health = health_client(&t).await;
@@ -822,7 +823,7 @@ async fn an_unusable_resource_is_nacked_and_the_last_good_rules_stay() {
 /// go-control-plane's SotW client (`Nack`, used by the provider's `sendConfigs`) sends an
 /// error_detail with the message only: its code is 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "difference: our NACK's error_detail has code 3 (INVALID_ARGUMENT); the reference's has code 0 and the message only"]
+#[ignore = "stated difference (docs/compatibility.md): our NACK's error_detail has code 3 (INVALID_ARGUMENT); the reference's has code 0 and the message only"]
 async fn the_nack_error_detail_has_code_zero() {
     let ads = Ads::start(None).await;
     let mut bad = user_limit("shop", "shop", 2, RateLimitUnit::Minute);
