@@ -59,6 +59,7 @@ mod redis_servers;
 mod redis_start;
 mod redis_store;
 mod redis_tls;
+mod reference_answer_suite;
 mod reference_config;
 mod reference_config_suite;
 mod reference_env;
