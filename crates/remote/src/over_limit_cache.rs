@@ -66,6 +66,8 @@ impl<K: RemoteKey> OverLimitCache<K> {
                         remaining: e.remaining,
                         reset_after: e.until - now,
                     },
+                    // As the backend answered it: nothing charged since.
+                    remaining_before: e.remaining,
                     charged: false,
                     delay: 0,
                     // A cached fixed window: the hits fit again when it ends.
@@ -163,6 +165,7 @@ mod tests {
                 remaining: 0,
                 reset_after,
             },
+            remaining_before: 0,
             charged: false,
             delay: 0,
             retry_after: reset_after,

@@ -196,6 +196,7 @@ pub(super) async fn uncharged<B: Backend>(
         verdicts.push(Verdict {
             allowed: evaluation.allowed,
             outlook: evaluation.without_charge,
+            remaining_before: evaluation.without_charge.remaining,
             charged: false,
             delay: 0,
             retry_after: evaluation.retry_after,

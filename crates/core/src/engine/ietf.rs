@@ -172,6 +172,7 @@ mod tests {
                 remaining,
                 reset_after: reset_s * S,
             },
+            remaining_before: remaining,
             charged: allowed,
             delay: 0,
             retry_after: retry,

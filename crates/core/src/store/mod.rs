@@ -68,6 +68,10 @@ pub struct Verdict {
     pub allowed: bool,
     /// The limit as the client now sees it (after the charge if the request was charged).
     pub outlook: Outlook,
+    /// Whole hits that would have passed before this charge: the outlook's `remaining` without it
+    /// (`outlook.remaining` itself when not charged). What the per-rule metrics split a
+    /// request's hits by, as the reference splits them on its count before the increment.
+    pub remaining_before: u32,
     /// Whether this charge was written (the whole request fit, and this charge did).
     pub charged: bool,
     /// How long the answer must wait for this charge's turn (leaky bucket; 0 when not charged).

@@ -139,6 +139,7 @@ fn verdict(e: &limiter::Evaluation, charged: bool) -> Verdict {
         } else {
             e.without_charge
         },
+        remaining_before: e.without_charge.remaining,
         charged,
         delay: if charged { e.delay } else { 0 },
         retry_after: if e.allowed { 0 } else { e.retry_after },

@@ -122,16 +122,18 @@ fn fixed<K>(charges: &[Charge<K>], now: Nanos, allowed: bool) -> Verdicts {
         .iter()
         .map(|c| {
             let fresh = limiter::evaluate(&c.params, None, now, c.hits).without_charge;
+            let outlook = if allowed {
+                fresh
+            } else {
+                Outlook {
+                    remaining: 0,
+                    reset_after: BREAKER_MAX.as_nanos() as Nanos,
+                }
+            };
             Verdict {
                 allowed,
-                outlook: if allowed {
-                    fresh
-                } else {
-                    Outlook {
-                        remaining: 0,
-                        reset_after: BREAKER_MAX.as_nanos() as Nanos,
-                    }
-                },
+                outlook,
+                remaining_before: outlook.remaining,
                 charged: false,
                 delay: 0,
                 retry_after: if allowed {
