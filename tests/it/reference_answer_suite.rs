@@ -940,11 +940,17 @@ async fn near_limit_counts_of_multi_hit_requests_on_one_side_of_the_threshold() 
 /// `TestNearLimit` (hits_addend > 1 across a threshold), `checkNearLimitThreshold` /
 /// `checkOverLimitThreshold`: only the hits past the near-limit threshold count as near, only
 /// those past the limit as over, and on an over-limit answer the hits between the threshold and
-/// the limit count as near (none as within).
+/// the limit count as near (none as within). The same whether the denied hits are charged
+/// (CHARGE_DENIED_HITS=true) or not (our default: split as if added to the count as it stands).
 #[tokio::test]
-#[ignore = "difference: a multi-hit request counts all its hits as near (or over) instead of splitting them at the thresholds"]
 async fn near_and_over_limit_split_a_multi_hit_request_at_the_thresholds() {
-    let mut s = fixed().await;
+    for charge_denied in [false, true] {
+        near_and_over_limit_split(charge_denied).await;
+    }
+}
+
+async fn near_and_over_limit_split(charge_denied: bool) {
+    let mut s = fixed_with(|st| st.defaults.charge_denied_hits = charge_denied).await;
     // 8 per second (threshold 6): 2 hits from 5 → 7: one near.
     s.call(hits("answers", &[&[("per_second_8", "a")]], 5))
         .await;
@@ -993,7 +999,6 @@ async fn near_limit_ratio_sets_the_threshold() {
 /// computed in float32: with NEAR_LIMIT_RATIO=0.7 and a limit of 90 that is 63 (in float64,
 /// 62.99… → 62), so the 63rd hit is not yet near the limit.
 #[tokio::test]
-#[ignore = "difference: the near-limit threshold is computed in float64 (90 x 0.7 -> 62), the reference's in float32 (-> 63)"]
 async fn near_limit_threshold_is_computed_in_float32() {
     let rules = "domain: ratio\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 90}\n";
     let mut s = start_with(&[("ratio.yaml", rules)], |st| {

@@ -28,7 +28,7 @@ pub use build_info::long_version;
 pub(crate) use concurrency::ConcurrencyMetrics;
 pub use rules::OVERRIDE_RULE;
 pub(crate) use rules::{DetailedBudget, PolicyMetrics};
-pub use series::{Counts, HitOutcome};
+pub use series::{Counts, HitOutcome, HitSplit};
 pub use stat_name::sanitize_stat_name;
 pub(crate) use store_stats::StatsSource;
 pub use unmatched::{OTHER_DOMAINS, UNKNOWN_DOMAINS_CAP};

@@ -33,7 +33,13 @@ pub(super) fn attribute(
             .map(|(plan, tightest)| Attribution {
                 rule: plan.rule.map(|r| r.id),
                 outcome: tightest.as_ref().map(|(limit, verdict)| {
-                    outcome(limit, verdict, plan.shadow_mode, settings.near_limit_ratio)
+                    outcome(
+                        limit,
+                        verdict,
+                        plan.shadow_mode,
+                        plan.hits,
+                        settings.near_limit_ratio,
+                    )
                 }),
                 hits: plan.hits,
             }),

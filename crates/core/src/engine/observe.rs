@@ -1,16 +1,16 @@
-//! Metrics of one decision: per-rule hit counters (within, near, over, shadow), global shadow
-//! mode, and the descriptors nothing matched (per known domain; calls to unknown domains, per
-//! descriptor as the reference counts them; a descriptor that nearly matches a rule, in
-//! another order or with more entries than its branch, warned of). The series of a rule are created on its first hit
-//! (see `metrics::PolicyMetrics`).
+//! Metrics of one decision: per-rule hit counters (within, near, over, shadow: a request's hits
+//! split as the reference splits them, `outcome::split`), global shadow mode, and the descriptors nothing matched (per known domain; calls to unknown
+//! domains, per descriptor as the reference counts them; a descriptor that nearly matches a rule,
+//! in another order or with more entries than its branch, warned of). The series of a rule are
+//! created on its first hit (see `metrics::PolicyMetrics`).
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use super::outcome::outcome;
+use super::outcome::{near_threshold, split};
 use super::plan::{Kind, Lookup, Nearly, Plan, PlannedLimit, Role, Slot};
 use super::{EngineSettings, Live};
-use crate::metrics::{HitOutcome, Metrics};
+use crate::metrics::{HitOutcome, HitSplit, Metrics};
 use crate::store::Verdict;
 
 pub(super) fn record(
@@ -54,15 +54,21 @@ pub(super) fn record(
         }
     }
     for ((plan, tightest), descriptor) in plans.iter().zip(tightest).zip(&request.descriptors) {
-        let (outcome, depth) = match (tightest, &plan.kind) {
+        let (split, depth) = match (tightest, &plan.kind) {
             (Some((limit, verdict)), _) => (
-                outcome(limit, verdict, plan.shadow_mode, settings.near_limit_ratio),
+                split(
+                    limit,
+                    verdict,
+                    plan.shadow_mode,
+                    plan.hits,
+                    settings.near_limit_ratio,
+                ),
                 descriptor.entries.len(),
             ),
             (None, Kind::Concurrency(slot)) => {
                 match slot_outcome(slot, plan.shadow_mode, settings.near_limit_ratio) {
                     // The request id is no part of the rule's label.
-                    Some(outcome) => (outcome, slot.depth),
+                    Some(outcome) => (HitSplit::whole(outcome, plan.hits), slot.depth),
                     None => continue,
                 }
             }
@@ -76,12 +82,12 @@ pub(super) fn record(
         match plan.rule {
             Some(rule) => {
                 if let Some(series) = live.counters.rule(&request.domain, rule) {
-                    series.record(outcome, plan.hits, entries);
+                    series.record(split, entries);
                 }
             }
             None => {
                 if let Some(counts) = live.counters.override_counts(&request.domain) {
-                    counts.record(outcome, plan.hits);
+                    counts.record(split);
                 }
             }
         }
@@ -105,7 +111,7 @@ fn slot_outcome(slot: &Slot, shadow: bool, ratio: f64) -> Option<HitOutcome> {
         } else {
             HitOutcome::Over
         }
-    } else if answer.in_use > (f64::from(slot.params.max_in_flight) * ratio).floor() as u32 {
+    } else if u64::from(answer.in_use) > near_threshold(slot.params.max_in_flight, ratio) {
         HitOutcome::Near
     } else {
         HitOutcome::Within

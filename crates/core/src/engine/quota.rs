@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::Engine;
-use crate::metrics::HitOutcome;
+use crate::metrics::{HitOutcome, HitSplit};
 use crate::policy::Policy;
 use crate::quota::{Mapping, map_bucket};
 use crate::store::Backend;
@@ -60,7 +60,7 @@ impl<B: Backend> Engine<B> {
             (HitOutcome::Over, denied),
         ] {
             if hits > 0 {
-                series.record(outcome, hits, entries());
+                series.record(HitSplit::whole(outcome, hits), entries());
             }
         }
     }

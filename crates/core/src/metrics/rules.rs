@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use prometheus::{IntCounter, IntCounterVec};
 
 use super::label;
-use super::series::{Counts, HitOutcome};
+use super::series::{Counts, HitSplit};
 use super::stat_name::sanitize_stat_name;
 use crate::policy::{Policy, Rule};
 
@@ -155,32 +155,29 @@ impl RuleSeries {
         }
     }
 
-    /// Counts `hits` with `outcome`. For a detailed rule, under the series of the request's
-    /// entries (`entries` is only read then), or past the cap, under the rule's overflow series.
+    /// Counts one descriptor's hits, `split`. For a detailed rule, under the series of the
+    /// request's entries (`entries` is only read then), or past the cap, under the rule's overflow
+    /// series.
     pub(crate) fn record<'e>(
         &self,
-        outcome: HitOutcome,
-        hits: u64,
+        split: HitSplit,
         entries: impl IntoIterator<Item = (&'e str, &'e str)>,
     ) {
         let Some(detailed) = &self.detailed else {
-            self.counts.record(outcome, hits);
+            self.counts.record(split);
             return;
         };
         let label = detailed.shape.label(entries);
         let mut by_label = lock(&detailed.by_label);
         if let Some(counts) = by_label.get(&label) {
-            counts.record(outcome, hits);
+            counts.record(split);
         } else if detailed.budget.try_take() {
             let counts = Arc::new(Counts::default());
-            counts.record(outcome, hits);
+            counts.record(split);
             by_label.insert(label, counts);
         } else {
             drop(by_label);
-            detailed
-                .overflow
-                .get_or_init(Counts::default)
-                .record(outcome, hits);
+            detailed.overflow.get_or_init(Counts::default).record(split);
         }
     }
 

@@ -1,6 +1,8 @@
 //! The five counts of one per-rule series (total, over, near, within, shadow), as plain atomics
 //! that only ever grow: an increment saturates at `u64::MAX` instead of wrapping, since a counter
-//! that goes down reads as a counter reset to Prometheus.
+//! that goes down reads as a counter reset to Prometheus. What one descriptor adds to each is a
+//! [`HitSplit`]: its hits, split among them (a request of several hits may fall on both sides of
+//! a threshold).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -12,6 +14,43 @@ pub enum HitOutcome {
     Over,
     /// Over the limit, but the rule is in shadow mode (counted as over and as shadow).
     OverShadowed,
+}
+
+/// How many of one descriptor's hits each per-rule count takes. Not a partition, as the
+/// reference's counts are not: a near hit is also within, an over hit of a shadow-mode rule also
+/// shadow, and on an over-limit answer the hits below the near-limit threshold are in `hits`
+/// (total) alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HitSplit {
+    /// All of them (`total_hits`).
+    pub hits: u64,
+    pub over: u64,
+    pub near: u64,
+    pub within: u64,
+    pub shadow: u64,
+}
+
+impl HitSplit {
+    /// Every one of `hits` counted the same way, `outcome`.
+    pub fn whole(outcome: HitOutcome, hits: u64) -> HitSplit {
+        let mut split = HitSplit {
+            hits,
+            ..HitSplit::default()
+        };
+        match outcome {
+            HitOutcome::Within => split.within = hits,
+            HitOutcome::Near => {
+                split.near = hits;
+                split.within = hits;
+            }
+            HitOutcome::Over => split.over = hits,
+            HitOutcome::OverShadowed => {
+                split.over = hits;
+                split.shadow = hits;
+            }
+        }
+        split
+    }
 }
 
 /// The per-rule metric families, in the order of `Counts::values`.
@@ -54,18 +93,16 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Counts {
-    pub(crate) fn record(&self, outcome: HitOutcome, hits: u64) {
-        add(&self.total_hits, hits);
-        match outcome {
-            HitOutcome::Within => add(&self.within_limit, hits),
-            HitOutcome::Near => {
-                add(&self.near_limit, hits);
-                add(&self.within_limit, hits);
-            }
-            HitOutcome::Over => add(&self.over_limit, hits),
-            HitOutcome::OverShadowed => {
-                add(&self.over_limit, hits);
-                add(&self.shadow_mode, hits);
+    pub(crate) fn record(&self, split: HitSplit) {
+        for (counter, n) in [
+            (&self.total_hits, split.hits),
+            (&self.over_limit, split.over),
+            (&self.near_limit, split.near),
+            (&self.within_limit, split.within),
+            (&self.shadow_mode, split.shadow),
+        ] {
+            if n > 0 {
+                add(counter, n);
             }
         }
     }

@@ -47,7 +47,7 @@ fn hit(table: &PolicyMetrics, policy: &Policy, path: &str, hits: u64) {
     table
         .rule("d", rule(policy, path))
         .expect("slot")
-        .record(HitOutcome::Within, hits, []);
+        .record(HitSplit::whole(HitOutcome::Within, hits), []);
 }
 
 #[test]
@@ -102,7 +102,7 @@ fn detailed_series_are_capped_and_released_with_their_rule() {
     let table = m.install(&p);
     let series = table.rule("d", rule(&p, "t")).unwrap();
     for value in ["x", "y", "z", "w"] {
-        series.record(HitOutcome::Within, 1, [("t", value)]);
+        series.record(HitSplit::whole(HitOutcome::Within, 1), [("t", value)]);
     }
     assert_eq!(total(&m, "t_x"), Some(1));
     assert_eq!(total(&m, "t_y"), Some(1));
@@ -121,7 +121,7 @@ fn detailed_series_are_capped_and_released_with_their_rule() {
     let t = m.install(&p);
     let series = t.rule("d", rule(&p, "t")).unwrap();
     for value in ["z", "w"] {
-        series.record(HitOutcome::Within, 1, [("t", value)]);
+        series.record(HitSplit::whole(HitOutcome::Within, 1), [("t", value)]);
     }
     assert_eq!(total(&m, "t_z"), Some(1), "the cap was given back");
     assert_eq!(total(&m, "t_w"), Some(1));
@@ -135,7 +135,10 @@ fn detailed_labels_are_bounded_in_length() {
     let series = table.rule("d", rule(&p, "t")).unwrap();
     for i in 0..50 {
         let value = format!("{i:04}{}", "v".repeat(4092));
-        series.record(HitOutcome::Within, 1, [("t", value.as_str())]);
+        series.record(
+            HitSplit::whole(HitOutcome::Within, 1),
+            [("t", value.as_str())],
+        );
     }
     let lines = rule_lines(&m);
     assert_eq!(lines.len(), 5 * 50, "distinct values stay distinct");
@@ -208,7 +211,7 @@ fn overrides_count_per_domain_and_go_with_their_domain() {
     table
         .override_counts("d")
         .unwrap()
-        .record(HitOutcome::Over, 1);
+        .record(HitSplit::whole(HitOutcome::Over, 1));
     assert!(
         m.encode()
             .contains(r#"over_limit{domain="d",rule="override",key1="override"} 1"#)
@@ -230,7 +233,7 @@ fn counters_saturate_instead_of_wrapping() {
     let mut last = [0; 5];
     for hits in [u64::MAX, 1 << 63, 1 << 63, 5] {
         for outcome in [HitOutcome::Near, HitOutcome::OverShadowed] {
-            counts.record(outcome, hits);
+            counts.record(HitSplit::whole(outcome, hits));
             let now = counts.values();
             assert!(
                 now.iter().zip(last).all(|(n, l)| *n >= l),
