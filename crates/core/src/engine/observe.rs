@@ -1,10 +1,10 @@
 //! Metrics of one decision: per-rule hit counters (within, near, over, shadow: a request's hits
-//! split as the reference splits them, `outcome::split`), global shadow mode, and the descriptors nothing matched (per known domain; calls to unknown
+//! split as the reference splits them, `outcome::split`), global shadow mode (answers OK only
+//! because of it), and the descriptors nothing matched (per known domain; calls to unknown
 //! domains, per descriptor as the reference counts them; a descriptor that nearly matches a rule,
 //! in another order or with more entries than its branch, warned of). The series of a rule are
 //! created on its first hit (see `metrics::PolicyMetrics`).
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 use super::outcome::{near_threshold, split};
@@ -92,11 +92,10 @@ pub(super) fn record(
             }
         }
     }
-    let over = response
-        .statuses
-        .iter()
-        .any(|s| s.code == Code::OverLimit as i32);
-    if settings.shadow_mode && over {
+    // As the reference counts it (`shouldRateLimitWorker`): answers that would have been
+    // OVER_LIMIT, not every answer with an OVER_LIMIT status (a quota descriptor over its limit
+    // beside one within leaves the answer OK, shadow mode or not).
+    if settings.shadow_mode && super::response::denies(plans, &response.statuses) {
         metrics.global_shadow_mode.inc();
     }
 }

@@ -134,14 +134,7 @@ pub(super) fn build(
         };
         statuses.push(status);
     }
-    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
-    // The reference's rule: a non-quota descriptor over its limit denies; quota descriptors deny
-    // only when there is one and every one is over. Unlimited descriptors are in neither group.
-    let quota = |(p, _): &(&Plan<'_>, &DescriptorStatus)| p.quota && p.kind != Kind::Unlimited;
-    let pairs = || plans.iter().zip(&statuses);
-    let any_over = pairs().filter(|x| !quota(x)).any(|(_, s)| over(s))
-        || (pairs().any(|x| quota(&x)) && pairs().filter(quota).all(|(_, s)| over(s)));
-    let overall = if any_over && !settings.shadow_mode {
+    let overall = if denies(plans, &statuses) && !settings.shadow_mode {
         Code::OverLimit
     } else {
         Code::Ok
@@ -160,6 +153,17 @@ pub(super) fn build(
         response_headers_to_add,
         ..Default::default()
     }
+}
+
+/// Whether the statuses deny the request, `SHADOW_MODE` aside (the reference's rule): a
+/// non-quota descriptor over its limit denies; quota descriptors deny only when there is one and
+/// every one is over. Unlimited descriptors are in neither group.
+pub(super) fn denies(plans: &[Plan<'_>], statuses: &[DescriptorStatus]) -> bool {
+    let over = |s: &DescriptorStatus| s.code == Code::OverLimit as i32;
+    let quota = |(p, _): &(&Plan<'_>, &DescriptorStatus)| p.quota && p.kind != Kind::Unlimited;
+    let pairs = || plans.iter().zip(statuses);
+    pairs().filter(|x| !quota(x)).any(|(_, s)| over(s))
+        || (pairs().any(|x| quota(&x)) && pairs().filter(quota).all(|(_, s)| over(s)))
 }
 
 /// The reference's choice: the status with the least remaining among those with a limit (first on
