@@ -339,7 +339,9 @@ pub(super) fn counter<'a>(
     CounterId::new(domain, entries.into().sharing(shared), slot, params)
 }
 
-/// Removes every matched limit named in some matched rule's `replaces`.
+/// Removes every matched limit named in some matched rule's `replaces`, as the reference's
+/// `constructLimitsToCheck` does: an `unlimited` rule is set aside first, so it stays unlimited
+/// even when named (its own `replaces` still apply).
 fn drop_replaced(plans: &mut [Plan<'_>]) {
     let replaced: HashSet<&str> = plans
         .iter()
@@ -350,21 +352,11 @@ fn drop_replaced(plans: &mut [Plan<'_>]) {
         return;
     }
     for plan in plans.iter_mut() {
-        let unlimited_name = match plan.rule.map(|r| &r.kind) {
-            Some(RuleKind::Unlimited { name: Some(n), .. }) => Some(n.as_str()),
-            _ => None,
-        };
-        match &mut plan.kind {
-            Kind::Limited(limits) => {
-                limits.retain(|l| l.name.is_empty() || !replaced.contains(l.name));
-                if limits.is_empty() {
-                    plan.kind = Kind::NoLimit;
-                }
-            }
-            Kind::Unlimited if unlimited_name.is_some_and(|n| replaced.contains(n)) => {
+        if let Kind::Limited(limits) = &mut plan.kind {
+            limits.retain(|l| l.name.is_empty() || !replaced.contains(l.name));
+            if limits.is_empty() {
                 plan.kind = Kind::NoLimit;
             }
-            _ => {}
         }
     }
 }

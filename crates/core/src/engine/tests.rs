@@ -66,6 +66,23 @@ async fn unlimited_rule_can_replace_a_named_limit() {
     assert_eq!(r.statuses[1].limit_remaining, u32::MAX);
 }
 
+/// `constructLimitsToCheck`: an unlimited rule is set aside before `replaces` applies, so naming
+/// it leaves it unlimited.
+#[tokio::test]
+async fn a_replaced_unlimited_rule_stays_unlimited() {
+    let e = engine(
+        "domain: d\ndescriptors:\n  - key: open\n    rate_limit: {unlimited: true, name: wide}\n  - key: r\n    rate_limit: {unit: minute, requests_per_unit: 5, replaces: [{name: wide}]}\n",
+    );
+    let r = e
+        .should_rate_limit(&request(&[&[("open", "x")], &[("r", "x")]]))
+        .await
+        .unwrap();
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses[0].limit_remaining, u32::MAX);
+    assert!(r.statuses[0].current_limit.is_none());
+    assert_eq!(r.statuses[1].limit_remaining, 4);
+}
+
 #[tokio::test]
 async fn invalid_requests_are_errors_not_answers() {
     let e = engine("domain: d\n");
