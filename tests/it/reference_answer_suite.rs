@@ -708,7 +708,6 @@ async fn global_shadow_mode_counts_only_answers_that_would_have_been_denied() {
 /// not a quota descriptor any more: the other quota descriptor, over its limit, is then every
 /// quota descriptor over, and the answer OVER_LIMIT.
 #[tokio::test]
-#[ignore = "difference: a quota_mode descriptor whose limit was replaced still counts as a quota descriptor within its limit, so the answer stays OK"]
 async fn a_replaced_quota_limit_is_no_quota_descriptor() {
     let mut s = fixed().await;
     s.call(request("quota", &[&[("replacing_quota", "r")]]))

@@ -233,7 +233,7 @@ pub(super) fn plan<'p>(
         }
         plans.push(plan);
     }
-    drop_replaced(&mut plans);
+    drop_replaced(&mut plans, settings.quota_mode);
     Ok(plans)
 }
 
@@ -341,8 +341,10 @@ pub(super) fn counter<'a>(
 
 /// Removes every matched limit named in some matched rule's `replaces`, as the reference's
 /// `constructLimitsToCheck` does: an `unlimited` rule is set aside first, so it stays unlimited
-/// even when named (its own `replaces` still apply).
-fn drop_replaced(plans: &mut [Plan<'_>]) {
+/// even when named (its own `replaces` still apply); a descriptor left with no limit is no longer
+/// a `quota_mode` descriptor (its rule's mode went with the limit), unless `QUOTA_MODE`
+/// (`global_quota`) makes every descriptor one.
+fn drop_replaced(plans: &mut [Plan<'_>], global_quota: bool) {
     let replaced: HashSet<&str> = plans
         .iter()
         .filter_map(|p| p.rule)
@@ -356,6 +358,9 @@ fn drop_replaced(plans: &mut [Plan<'_>]) {
             limits.retain(|l| l.name.is_empty() || !replaced.contains(l.name));
             if limits.is_empty() {
                 plan.kind = Kind::NoLimit;
+                // The reference's `isQuotaMode`: `globalQuotaMode || (limit != nil &&
+                // limit.QuotaMode)`, the limit here being nil.
+                plan.quota = global_quota;
             }
         }
     }

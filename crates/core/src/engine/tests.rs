@@ -83,6 +83,31 @@ async fn a_replaced_unlimited_rule_stays_unlimited() {
     assert_eq!(r.statuses[1].limit_remaining, 4);
 }
 
+/// A quota_mode descriptor whose limit is replaced is no quota descriptor any more (the
+/// reference's limit is nil): the other one, over its limit, is every quota descriptor over.
+/// Under QUOTA_MODE it still is one (never over), and the answer stays OK.
+#[tokio::test]
+async fn a_replaced_quota_limit_is_no_quota_descriptor_unless_quota_mode_says_so() {
+    let yaml = "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 3, name: gone}\n  - key: b\n    quota_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1, replaces: [{name: gone}]}\n";
+    for (global, want) in [(false, Code::OverLimit), (true, Code::Ok)] {
+        let settings = EngineSettings {
+            quota_mode: global,
+            ..EngineSettings::default()
+        };
+        let e = engine_on(yaml, ManualClock::new(START), settings);
+        e.should_rate_limit(&request(&[&[("b", "x")]]))
+            .await
+            .unwrap();
+        let r = e
+            .should_rate_limit(&request(&[&[("a", "x")], &[("b", "x")]]))
+            .await
+            .unwrap();
+        assert!(r.statuses[0].current_limit.is_none(), "replaced");
+        assert_eq!(r.statuses[1].code, Code::OverLimit as i32);
+        assert_eq!(r.overall_code, want as i32, "QUOTA_MODE={global}");
+    }
+}
+
 #[tokio::test]
 async fn invalid_requests_are_errors_not_answers() {
     let e = engine("domain: d\n");
