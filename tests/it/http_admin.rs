@@ -173,19 +173,26 @@ async fn detailed_metrics_carry_values_under_a_cap() {
     );
 }
 
+/// The requests the reference refuses (an empty domain, no descriptors) count under its name,
+/// `service_error` (its `call.should_rate_limit.service_error` through its Prometheus mapping);
+/// the ones only we refuse (over a bound), under `invalid_argument`.
 #[tokio::test]
 async fn invalid_requests_are_counted_by_type() {
     let mut s = start(&[("web.yaml", RULES)]).await;
     s.call_err(request("", &[&[("user", "x")]])).await;
+    s.call_err(request("web", &[])).await;
+    s.call_err(request("web", &[&[("user", &"x".repeat(4097))]]))
+        .await;
     let text = get(s.http("/metrics")).await.1;
-    assert_eq!(
+    let errors = |kind: &str| {
         labelled(
             &text,
             "ratelimit_service_should_rate_limit_error",
-            r#"err_type="invalid_argument""#
-        ),
-        1
-    );
+            &format!(r#"err_type="{kind}""#),
+        )
+    };
+    assert_eq!(errors("service_error"), 2);
+    assert_eq!(errors("invalid_argument"), 1);
 }
 
 #[tokio::test]

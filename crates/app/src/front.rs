@@ -13,7 +13,7 @@ use tonic::codegen::http;
 use crate::record::Recorder;
 use crate::telemetry::Tracing;
 use ratelimit_core::clock::monotonic;
-use ratelimit_core::engine::{Decision, Engine, EngineError};
+use ratelimit_core::engine::{Decision, Engine, EngineError, InvalidRequest};
 use ratelimit_core::store::Backend;
 
 /// Why a call was refused before it reached the engine, as `ratelimit_service_should_rate_limit_error`
@@ -49,6 +49,9 @@ struct CallMetrics {
     requests: IntCounter,
     latency: Histogram,
     errors: IntCounterVec,
+    /// Requests the reference refuses too: an empty domain, no descriptors.
+    service_error: IntCounter,
+    /// Other requests the engine refused (over a bound, an override without a unit…).
     invalid: IntCounter,
     store_errors: IntCounter,
     /// Answers not held: `MAX_WAITING_ANSWERS` wait already.
@@ -76,6 +79,12 @@ impl<B: Backend> FrontDoor<B> {
             requests: m.total_requests.with_label_values(&method),
             latency: m.response_time.with_label_values(&method),
             errors: m.should_rate_limit_error.clone(),
+            // The reference counts the requests it refuses (an empty domain, no descriptors) as
+            // `ratelimit.service.call.should_rate_limit.service_error`, which its Prometheus
+            // mapping names `err_type="service_error"`: alerts written for it keep working.
+            service_error: m
+                .should_rate_limit_error
+                .with_label_values(&["service_error"]),
             invalid: m
                 .should_rate_limit_error
                 .with_label_values(&["invalid_argument"]),
@@ -129,6 +138,9 @@ impl<B: Backend> FrontDoor<B> {
             m.requests.inc();
             m.latency.observe(started.elapsed().as_secs_f64());
             match &result {
+                Err(EngineError::Invalid(
+                    InvalidRequest::EmptyDomain | InvalidRequest::NoDescriptors,
+                )) => m.service_error.inc(),
                 Err(EngineError::Invalid(_)) => m.invalid.inc(),
                 Err(EngineError::Store(_)) => m.store_errors.inc(),
                 Err(EngineError::Overloaded(_)) => m.too_many_waiting.inc(),
