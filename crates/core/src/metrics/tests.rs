@@ -159,7 +159,7 @@ fn labels_are_stat_names_sanitized_and_keys_that_sanitize_alike_are_one_series()
     hit(&table, &p, "ip_10.1.2.3", 1);
     let series = table.rule("d", rule(&p, "t")).unwrap();
     for value in ["10.0.0.1", "x:y", "x|y"] {
-        series.record(HitOutcome::Within, 1, [("t", value)]);
+        series.record(HitSplit::whole(HitOutcome::Within, 1), [("t", value)]);
     }
     // As the reference's one stat `d.k_a_b`: one series, both rules' hits.
     assert_eq!(total(&m, "k_a_b"), Some(3), "{:?}", rule_lines(&m));
@@ -190,7 +190,7 @@ fn labels_are_stat_names_sanitized_and_keys_that_sanitize_alike_are_one_series()
         .into_iter()
         .next()
         .unwrap();
-    t.rule("h:1", a).unwrap().record(HitOutcome::Within, 1, []);
+    t.rule("h:1", a).unwrap().record(HitSplit::whole(HitOutcome::Within, 1), []);
     assert!(
         m.encode()
             .contains(r#"total_hits{domain="h_1",rule="a",key1="a"} 1"#),
