@@ -113,6 +113,24 @@ fn sentinel_with(master_port: u16, extra: &str, auth: &[&str]) -> Sentinel {
     s
 }
 
+/// Three calls on `s` `k=v` (its rules allow two an hour), once the server decides on Redis: their
+/// codes. On a loaded machine the server may start in the failure mode (Sentinel and master slow
+/// to answer) and reach Redis a moment later: the tests are about decisions on Redis.
+async fn three_calls(server: &mut Served) -> Vec<Code> {
+    let mut client = server.client().await;
+    server.wait_for_metric("ratelimit_store_up", 1).await;
+    let mut codes = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .should_rate_limit(request("s", &[&[("k", "v")]]))
+            .await
+            .expect("answered")
+            .into_inner();
+        codes.push(code(r.overall_code));
+    }
+    codes
+}
+
 #[tokio::test]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn the_server_finds_the_master_through_the_sentinel() {
@@ -134,20 +152,10 @@ async fn the_server_finds_the_master_through_the_sentinel() {
         ("CACHE_KEY_PREFIX", "sn:".into()),
     ];
     let mut server = Served::with_env(rules.path(), &env);
-    let mut client = server.client().await;
-    // On a loaded machine the server may start in the failure mode (Sentinel and master slow to
-    // answer) and reach Redis a moment later: the test is about decisions on Redis.
-    server.wait_for_metric("ratelimit_store_up", 1).await;
-    let mut codes = Vec::new();
-    for _ in 0..3 {
-        let r = client
-            .should_rate_limit(request("s", &[&[("k", "v")]]))
-            .await
-            .expect("answered")
-            .into_inner();
-        codes.push(code(r.overall_code));
-    }
-    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(
+        three_calls(&mut server).await,
+        [Code::Ok, Code::Ok, Code::OverLimit]
+    );
     assert_eq!(
         master.keys("sn:*"),
         ["sn:s|k=v|0.0.3600s"],
@@ -332,18 +340,10 @@ async fn sentinels_with_a_password_of_their_own_are_asked_with_redis_sentinel_au
     );
 
     let mut server = Served::with_env(rules.path(), &env(Some("sentinel-pass")));
-    let mut client = server.client().await;
-    server.wait_for_metric("ratelimit_store_up", 1).await;
-    let mut codes = Vec::new();
-    for _ in 0..3 {
-        let r = client
-            .should_rate_limit(request("s", &[&[("k", "v")]]))
-            .await
-            .expect("answered")
-            .into_inner();
-        codes.push(code(r.overall_code));
-    }
-    assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
+    assert_eq!(
+        three_calls(&mut server).await,
+        [Code::Ok, Code::Ok, Code::OverLimit]
+    );
     assert_eq!(
         master.keys("s|*"),
         ["s|k=v|0.0.3600s"],

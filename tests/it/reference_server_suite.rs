@@ -16,7 +16,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
 use ratelimit_server::config::Algorithm;
-use ratelimit_server::settings::{ConfigType, ServeSettings};
+use ratelimit_server::settings::ServeSettings;
 use serde_json::{Value, json};
 use tonic::Code as GrpcCode;
 use tonic_health::pb::HealthCheckRequest;
@@ -542,12 +542,7 @@ async fn grpc_health_checks_are_counted_under_their_method() {
 const NODE: &str = "suite-node";
 
 fn xds_settings(s: &mut ServeSettings, url: &str) {
-    s.xds.config_type = ConfigType::GrpcXdsSotw;
-    s.xds.xds_server_url = url.to_owned();
-    s.xds.xds_node_id = NODE.into();
-    s.xds.xds_server_connect_retry_interval = Duration::from_millis(20);
-    s.xds.xds_client_backoff_initial_interval = Duration::from_millis(20);
-    s.xds.xds_client_backoff_max_interval = Duration::from_millis(100);
+    crate::support::ads::quick_xds(s, url, NODE);
 }
 
 async fn xds_server(ads: &Ads, adjust: impl FnOnce(&mut ServeSettings)) -> TestServer {

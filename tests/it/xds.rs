@@ -6,12 +6,10 @@
 //! reconnects and resubscribes with the version it holds); FORCE_START_WITHOUT_INITIAL_CONFIG
 //! both ways; MERGE_DOMAIN_CONFIG across resources. Each test prints the exchange it saw.
 
-use std::time::Duration;
-
 use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
 };
-use ratelimit_server::settings::{ConfigType, ServeSettings};
+use ratelimit_server::settings::ServeSettings;
 use serde_json::Value;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -46,12 +44,7 @@ pub fn limits(rpu: u32) -> RateLimitConfig {
 
 /// Short waits, so reconnections happen within the test.
 fn quick(s: &mut ServeSettings, url: &str) {
-    s.xds.config_type = ConfigType::GrpcXdsSotw;
-    s.xds.xds_server_url = url.to_owned();
-    s.xds.xds_node_id = NODE.into();
-    s.xds.xds_server_connect_retry_interval = Duration::from_millis(20);
-    s.xds.xds_client_backoff_initial_interval = Duration::from_millis(20);
-    s.xds.xds_client_backoff_max_interval = Duration::from_millis(100);
+    crate::support::ads::quick_xds(s, url, NODE);
 }
 
 async fn server(ads: &Ads, adjust: impl FnOnce(&mut ServeSettings)) -> TestServer {

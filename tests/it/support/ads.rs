@@ -451,3 +451,15 @@ impl Drop for Ads {
         }
     }
 }
+
+/// `s` taking its rules from the management server at `url` as `node`, with short waits, so
+/// reconnections happen within a test.
+pub fn quick_xds(s: &mut ratelimit_server::settings::ServeSettings, url: &str, node: &str) {
+    use ratelimit_server::settings::ConfigType;
+    s.xds.config_type = ConfigType::GrpcXdsSotw;
+    s.xds.xds_server_url = url.to_owned();
+    s.xds.xds_node_id = node.into();
+    s.xds.xds_server_connect_retry_interval = Duration::from_millis(20);
+    s.xds.xds_client_backoff_initial_interval = Duration::from_millis(20);
+    s.xds.xds_client_backoff_max_interval = Duration::from_millis(100);
+}

@@ -190,7 +190,9 @@ fn labels_are_stat_names_sanitized_and_keys_that_sanitize_alike_are_one_series()
         .into_iter()
         .next()
         .unwrap();
-    t.rule("h:1", a).unwrap().record(HitSplit::whole(HitOutcome::Within, 1), []);
+    t.rule("h:1", a)
+        .unwrap()
+        .record(HitSplit::whole(HitOutcome::Within, 1), []);
     assert!(
         m.encode()
             .contains(r#"total_hits{domain="h_1",rule="a",key1="a"} 1"#),
