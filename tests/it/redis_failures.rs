@@ -247,6 +247,15 @@ async fn frozen_redis_in_error_mode_answers_unavailable() {
     }
     store_up_becomes(&s, false).await;
     assert_eq!(decide(&s, "k", "b").await, Err(tonic::Code::Unavailable));
+    // Counted under the reference's name for them (its mapping's `err_type="redis_error"`).
+    let text = scrape(&s.http("/metrics")).await;
+    assert_eq!(
+        present(
+            &text,
+            "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"}"
+        ),
+        4.0
+    );
     redis.thaw();
     store_up_becomes(&s, true).await;
     decisions_reach(&s, &redis, "error-back").await;

@@ -88,9 +88,11 @@ impl<B: Backend> FrontDoor<B> {
             invalid: m
                 .should_rate_limit_error
                 .with_label_values(&["invalid_argument"]),
+            // A failed store call: the store that fails is Redis (memory never does), and the
+            // reference counts its failures as `redis_error` (`err_type="redis_error"`).
             store_errors: m
                 .should_rate_limit_error
-                .with_label_values(&["store_error"]),
+                .with_label_values(&["redis_error"]),
             too_many_waiting: m
                 .should_rate_limit_error
                 .with_label_values(&["too_many_waiting"]),
