@@ -153,6 +153,7 @@ async fn while_redis_is_unreachable_the_server_counts_its_attempts_and_keeps_say
 #[tokio::test]
 #[cfg_attr(no_redis, ignore = "needs redis-server (apt-get install redis-server)")]
 async fn connections_cut_now_and_then_do_not_open_the_breaker_and_are_said_once_a_minute() {
+    let _turn = crate::common::race::heavy_load_turn().await;
     let Some(redis) = RedisServer::start() else {
         return;
     };

@@ -39,9 +39,9 @@ pub async fn race_with<T>(
     start: fn() -> Option<RedisServer>,
     during: impl FnOnce() -> T,
 ) -> Option<RedisServer> {
-    // One race at a time: each is several server processes with hundreds of calls in flight.
-    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _turn = ONE_AT_A_TIME.lock().await;
+    // One heavy load at a time: each race is several server processes with hundreds of calls in
+    // flight.
+    let _turn = crate::common::race::heavy_load_turn().await;
     let redis = start()?;
     let _during = during();
     let rules = shared_rules();

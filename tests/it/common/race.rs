@@ -94,3 +94,12 @@ impl Drop for BusyLoops {
         }
     }
 }
+
+/// A turn for a test that puts a heavy load through a server and asserts what only a fault may
+/// cause (the breaker never opening, exactly the limit admitted): one such test at a time, so that
+/// another's hundreds of calls in flight on the same two cores cannot starve its proxy and server
+/// for a whole `REDIS_TIMEOUT` and pass for the fault it looks for. Timeouts stay the defaults.
+pub async fn heavy_load_turn() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE_AT_A_TIME.lock().await
+}
