@@ -5,12 +5,12 @@
 
 use crate::common;
 
-use common::process::Served;
+use common::process::{Served, reference_listeners};
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Code, code, free_port, request};
+use common::{Code, code, request};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use ratelimit_server::clock::monotonic;
 
@@ -26,19 +26,13 @@ async fn a_reference_style_environment_serves_reloads_and_warns() {
     let config = root.path().join("ratelimit/config");
     std::fs::create_dir_all(&config).unwrap();
     std::fs::write(config.join("config.yaml"), rules(5)).unwrap();
-    let (http, grpc, debug) = (free_port(), free_port(), free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
+    command.env_clear();
+    let (http, grpc, debug) = reference_listeners(&mut command);
     command
-        .env_clear()
         .env("RUNTIME_ROOT", root.path())
         .env("RUNTIME_SUBDIRECTORY", "ratelimit")
         .env("RUNTIME_WATCH_ROOT", "false")
-        .env("HOST", "127.0.0.1")
-        .env("PORT", http.to_string())
-        .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", grpc.to_string())
-        .env("DEBUG_HOST", "127.0.0.1")
-        .env("DEBUG_PORT", debug.to_string())
         .env("USE_STATSD", "false")
         .env("LOG_LEVEL", "DEBUG")
         .env("MEMCACHE_HOST_PORT", "memcached:11211")

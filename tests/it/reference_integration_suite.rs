@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::metrics::{count, scrape};
-use common::process::Served;
+use common::process::{Served, reference_listeners};
 use common::redis::RedisServer;
 use common::wait::eventually;
 use common::{Code, code, free_port, request};
@@ -113,7 +113,6 @@ fn config_dir(cwd: &Path) -> PathBuf {
 /// directory, TCP Redis sockets, statsd off, its own ports, here free ones on loopback) plus
 /// `extra`. Returns once `/healthcheck` answers 200.
 async fn launch(cwd: &Path, extra: &[(&str, String)]) -> Served {
-    let (http, grpc, debug) = (free_port(), free_port(), free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_ratelimit-server"));
     command
         .current_dir(cwd)
@@ -124,13 +123,8 @@ async fn launch(cwd: &Path, extra: &[(&str, String)]) -> Served {
         .env("REDIS_PERSECOND_SOCKET_TYPE", "tcp")
         .env("REDIS_SOCKET_TYPE", "tcp")
         .env("USE_STATSD", "false")
-        .env("HOST", "127.0.0.1")
-        .env("PORT", http.to_string())
-        .env("GRPC_HOST", "127.0.0.1")
-        .env("GRPC_PORT", grpc.to_string())
-        .env("DEBUG_HOST", "127.0.0.1")
-        .env("DEBUG_PORT", debug.to_string())
         .env("SHUTDOWN_DELAY", "0s");
+    let (http, grpc, _debug) = reference_listeners(&mut command);
     for (name, value) in extra {
         command.env(name, value);
     }

@@ -38,6 +38,20 @@ const MAPPINGS: &[&str] = &[
     "ratelimit.service.config_load_error",
 ];
 
+/// A server on `files` sending statsd every 20 ms over TCP to the listener returned with it.
+async fn sending_statsd(files: &[(&str, &str)]) -> (TcpListener, common::TestServer) {
+    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = sink.local_addr().unwrap().port();
+    let t = common::start_with(files, |s| {
+        s.statsd.use_statsd = true;
+        s.statsd.statsd_host = "127.0.0.1".into();
+        s.statsd.statsd_port = port;
+        s.statsd.stats_flush_interval = Duration::from_millis(20);
+    })
+    .await;
+    (sink, t)
+}
+
 fn matches(pattern: &str, name: &str) -> bool {
     let (p, n): (Vec<&str>, Vec<&str>) = (pattern.split('.').collect(), name.split('.').collect());
     p.len() == n.len() && p.iter().zip(&n).all(|(p, n)| *p == "*" || p == n)
@@ -58,15 +72,7 @@ fn totals(text: &str) -> HashMap<String, f64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_s_statsd_names_over_tcp_count_the_hits_sent() {
-    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = sink.local_addr().unwrap().port();
-    let mut t = common::start_with(&[("web.yaml", RULES)], |s| {
-        s.statsd.use_statsd = true;
-        s.statsd.statsd_host = "127.0.0.1".into();
-        s.statsd.statsd_port = port;
-        s.statsd.stats_flush_interval = Duration::from_millis(20);
-    })
-    .await;
+    let (sink, mut t) = sending_statsd(&[("web.yaml", RULES)]).await;
     for _ in 0..3 {
         t.hit("web", &[("user", "a")]).await;
     }
@@ -196,16 +202,8 @@ fn a_broken_mapping_file_stops_start_up_naming_the_mapping_and_field() {
 /// matched one are not counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unmatched_descriptors_and_unknown_domains_are_counted_per_domain() {
-    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = sink.local_addr().unwrap().port();
     let rules = format!("{RULES}  - key: user\n    value: admin\n");
-    let mut t = common::start_with(&[("web.yaml", &rules)], |s| {
-        s.statsd.use_statsd = true;
-        s.statsd.statsd_host = "127.0.0.1".into();
-        s.statsd.statsd_port = port;
-        s.statsd.stats_flush_interval = Duration::from_millis(20);
-    })
-    .await;
+    let (sink, mut t) = sending_statsd(&[("web.yaml", &rules)]).await;
     // Matched; whitelisted; ending on an entry without a limit (as whitelisted: the rules name
     // it); then two that no rule matches: an unknown key, a descriptor longer than its branch.
     let descriptors: &[&[(&str, &str)]] = &[
@@ -295,15 +293,7 @@ descriptors:
   - {key: remote_address, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: 60}}
   - {key: hostport, value: 'a:b|c', rate_limit: {unit: minute, requests_per_unit: 60}}
 ";
-    let sink = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = sink.local_addr().unwrap().port();
-    let mut t = common::start_with(&[("ip.yaml", rules)], |s| {
-        s.statsd.use_statsd = true;
-        s.statsd.statsd_host = "127.0.0.1".into();
-        s.statsd.statsd_port = port;
-        s.statsd.stats_flush_interval = Duration::from_millis(20);
-    })
-    .await;
+    let (sink, mut t) = sending_statsd(&[("ip.yaml", rules)]).await;
     for entry in [
         ("remote_address", "10.0.0.1"),
         ("remote_address", "2001:db8::1"),

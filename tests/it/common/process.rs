@@ -296,3 +296,17 @@ pub async fn wait_healthy(health: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The reference's listener settings on `command`: `HOST`/`PORT`, `GRPC_HOST`/`GRPC_PORT`,
+/// `DEBUG_HOST`/`DEBUG_PORT` on free loopback ports; returns (http, grpc, debug).
+pub fn reference_listeners(command: &mut Command) -> (u16, u16, u16) {
+    let (http, grpc, debug) = (free_port(), free_port(), free_port());
+    command
+        .env("HOST", "127.0.0.1")
+        .env("PORT", http.to_string())
+        .env("GRPC_HOST", "127.0.0.1")
+        .env("GRPC_PORT", grpc.to_string())
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", debug.to_string());
+    (http, grpc, debug)
+}
