@@ -173,9 +173,23 @@ impl Served {
         }
     }
 
-    /// A counter or gauge from `/metrics` (0 when absent).
+    /// A counter or gauge from `/metrics` (0 when absent). A page that cannot be read (the
+    /// server gone, or not listening) fails the test with the server's log, which says why.
     pub async fn metric(&self, name: &str) -> u64 {
-        super::metrics::scrape_count(&format!("{}/metrics", self.http), name).await
+        let url = format!("{}/metrics", self.http);
+        let page = match reqwest::get(&url).await {
+            Ok(answer) => answer.text().await,
+            Err(e) => Err(e),
+        };
+        match page {
+            Ok(page) => super::metrics::count(&page, name),
+            Err(e) => panic!(
+                "GET {url}: {e}
+the server's log:
+{}",
+                self.log()
+            ),
+        }
     }
 
     /// Waits (at most 30 s) until `name` reaches `value`.
