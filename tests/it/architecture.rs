@@ -15,7 +15,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "core",
         &[
-            &["clock", "testing", "redact"],
+            &["clock", "testing", "redact", "lane"],
             &["calendar"],
             &["config", "wire"],
             &["limiter", "lease"],

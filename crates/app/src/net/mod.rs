@@ -7,6 +7,7 @@
 
 mod clients;
 mod first_bytes;
+mod lanes;
 mod limited;
 mod listener;
 mod serve;
@@ -27,6 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub(crate) use clients::Clients;
+pub(crate) use lanes::Lanes;
 pub(crate) use limited::{LimitedStream, Slot, Timeouts};
 pub(crate) use listener::Listener;
 pub(crate) use serve::ConnectionAge;

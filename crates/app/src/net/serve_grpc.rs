@@ -13,7 +13,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::serve::{self, ConnectionAge};
-use super::{Acceptor, LimitedStream, Listener};
+use super::{Acceptor, Lanes, LimitedStream, Listener};
 
 /// A gRPC listener's HTTP/2 settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +36,10 @@ pub(crate) async fn serve_grpc<L, Io, Open, Opening, S, B>(
     service: S,
     stop: impl Future<Output = ()>,
     listener: &'static str,
+    lanes: Option<std::sync::Arc<Lanes>>,
 ) where
     L: Listener,
-    Open: Fn(LimitedStream<L::Stream>) -> Opening,
+    Open: Fn(LimitedStream<L::Stream>) -> Opening + Clone + Send + 'static,
     Opening: Future<Output = Option<Io>> + Send + 'static,
     Io: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     S: hyper::service::Service<hyper::Request<Incoming>, Response = hyper::Response<B>>
@@ -66,5 +67,5 @@ pub(crate) async fn serve_grpc<L, Io, Open, Opening, S, B>(
             serve::drive(connection, draining, settings.age, listener).await;
         }
     };
-    serve::serve_connections(acceptor, open, serve, stop).await;
+    serve::serve_connections(acceptor, open, serve, stop, lanes).await;
 }

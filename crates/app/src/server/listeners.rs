@@ -11,7 +11,8 @@ use tokio::task::JoinHandle;
 
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
 use crate::net::{
-    self, Acceptor, ConnectionAge, ConnectionCaps, Http2Settings, Listener, Timeouts, WrongProtocol,
+    self, Acceptor, ConnectionAge, ConnectionCaps, Http2Settings, Lanes, Listener, Timeouts,
+    WrongProtocol,
 };
 use crate::settings::{ServeSettings, TransportArgs};
 use ratelimit_core::clock::Clock;
@@ -137,6 +138,21 @@ pub(super) fn http2_settings(settings: &ServeSettings) -> Http2Settings {
     }
 }
 
+/// The gRPC connections' lanes (`--grpc-lanes`); none when 0.
+fn lanes(settings: &ServeSettings) -> Option<Arc<Lanes>> {
+    let count = settings.grpc_lanes;
+    if count == 0 {
+        return None;
+    }
+    match Lanes::start(count) {
+        Ok(lanes) => Some(lanes),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the gRPC lanes: connections served on the request workers");
+            None
+        }
+    }
+}
+
 /// Resolves when `stop` turns true.
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -153,6 +169,8 @@ pub(super) struct Tasks {
     timeouts: Timeouts,
     pub(super) shutdown: watch::Receiver<bool>,
     pub(super) handles: Vec<JoinHandle<()>>,
+    /// Where gRPC connections are served; `None`: on the runtime the server runs on.
+    lanes: Option<Arc<Lanes>>,
 }
 
 impl Tasks {
@@ -173,6 +191,7 @@ impl Tasks {
             timeouts: settings.transport.timeouts(),
             shutdown,
             handles: Vec::new(),
+            lanes: lanes(settings),
         }
     }
 
@@ -184,6 +203,11 @@ impl Tasks {
             Some(per_client) => acceptor.with_client_cap(per_client),
             None => acceptor,
         }
+    }
+
+    /// How many lanes hold the gRPC connections (0: the request workers do).
+    pub(super) fn lanes(&self) -> usize {
+        self.lanes.as_ref().map_or(0, |lanes| lanes.count())
     }
 
     pub(super) fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
@@ -237,8 +261,9 @@ impl Tasks {
             }
         };
         let stop = self.stopped();
+        let lanes = self.lanes.clone();
         self.spawn(net::serve_grpc(
-            acceptor, open, settings, routes, stop, name,
+            acceptor, open, settings, routes, stop, name, lanes,
         ));
         Ok(())
     }
@@ -268,8 +293,9 @@ impl Tasks {
             }
         };
         let stop = self.stopped();
+        let lanes = self.lanes.clone();
         self.spawn(net::serve_grpc(
-            acceptor, open, settings, routes, stop, name,
+            acceptor, open, settings, routes, stop, name, lanes,
         ));
     }
 
