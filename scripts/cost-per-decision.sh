@@ -10,7 +10,10 @@
 #   SHAPES=1x16,4x64,8x64 KEYS=100k-zipf,1 BACKENDS=memory,redis (for `load`: memory,redis,noop-redis,
 #                                        noop-redis being the Redis baseline, examples/load/noop_redis.rs,
 #                                        ping-redis its floor, one PING per call, and
-#                                        ping-redis-thread that floor driven on a thread of its own;
+#                                        ping-redis-thread that floor driven on a thread of its own,
+#                                        ping-redis-percore that floor thread per core (a connection
+#                                        per thread), ping-redis-percore-thread the same with one
+#                                        connection on a thread of its own;
 #                                        `syscalls` and `wakeups` take it too, in place of BIN)
 #   CALLS=20000                          calls under callgrind / perf (×10), syscalls and wakeups (×2),
 #                                        commandstats (×5)
@@ -104,7 +107,7 @@ baseline_cmd() {
 }
 
 # Whether $1 names one of the Redis baselines rather than a server binary.
-is_baseline() { [ "$1" = noop-redis ] || [ "$1" = ping-redis ] || [ "$1" = ping-redis-thread ]; }
+is_baseline() { case "$1" in noop-redis|ping-redis|ping-redis-thread|ping-redis-percore|ping-redis-percore-thread) true ;; *) false ;; esac; }
 
 # Starts build $1 (a server binary, or a Redis baseline: noop-redis, ping-redis, ping-redis-thread) on
 # the Redis at 127.0.0.1:$2, serving gRPC on $3 (admin on $4) with the rules in $dir/rules, its

@@ -16,7 +16,11 @@
 //! (`noop_redis.rs`: the reference's `INCRBY` + `EXPIRE` per descriptor through redis-rs, no
 //! exactness, none of our code) on the same redis-server, its CPU and redis-server's read alike;
 //! `ping-redis` adds the floor of one Redis round trip per decision (the same server sending only
-//! one `PING` per call), `ping-redis-thread` that floor with its connection on a thread of its own.
+//! one `PING` per call), `ping-redis-thread` that floor with its connection on a thread of its own;
+//! `ping-redis-percore` that floor served thread per core (one one-thread runtime per CPU, each
+//! accepting on the port with `SO_REUSEPORT` and with a Redis connection of its own, so a call never
+//! leaves its thread), and `ping-redis-percore-thread` the same with one connection driven on a
+//! thread of its own, as the server's lanes and redis-io thread are.
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
 //! (`--record` to a file in the run's temporary directory) and reports its throughput, latency and
@@ -93,7 +97,9 @@ struct Args {
     /// baseline, `noop_redis.rs`, on the same redis-server; compared with redis), ping-redis
     /// (the floor: the same server sending one `PING` per call and nothing else; compared with
     /// memory), ping-redis-thread (the floor with its connection driven on a thread of its own,
-    /// as the server's redis-io thread drives its connections).
+    /// as the server's redis-io thread drives its connections), ping-redis-percore (the floor
+    /// served thread per core, each thread with its own connection), ping-redis-percore-thread
+    /// (thread per core, one connection on a thread of its own).
     #[arg(long, value_delimiter = ',', default_value = "memory")]
     backend: Vec<String>,
     /// Redis for `--backend redis` and the Redis baselines (host:port); default: a redis-server
@@ -267,6 +273,56 @@ async fn serve(kind: &str, addr: SocketAddr, admin: SocketAddr, config: std::pat
             .serve(addr)
             .await
             .expect("noop server");
+    } else if kind == "ping-redis-percore" || kind == "ping-redis-percore-thread" {
+        let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL (set by `spawn_server`)");
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let shared = if kind == "ping-redis-percore-thread" {
+            Some(
+                noop_redis::server(
+                    &redis_url,
+                    noop_redis::Exchange::Ping,
+                    noop_redis::Driven::OnOwnThread,
+                )
+                .await,
+            )
+        } else {
+            None
+        };
+        for _ in 0..threads {
+            let redis_url = redis_url.clone();
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async move {
+                    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                    socket.set_reuseport(true).expect("reuseport");
+                    socket.set_reuseaddr(true).expect("reuseaddr");
+                    socket.bind(addr).expect("bind");
+                    let listener = socket.listen(1024).expect("listen");
+                    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                    let service = match shared {
+                        Some(shared) => shared,
+                        None => {
+                            noop_redis::server(
+                                &redis_url,
+                                noop_redis::Exchange::Ping,
+                                noop_redis::Driven::OnWorkers,
+                            )
+                            .await
+                        }
+                    };
+                    tonic::transport::Server::builder()
+                        .add_service(service)
+                        .serve_with_incoming(incoming)
+                        .await
+                        .expect("per-core floor");
+                });
+            });
+        }
+        std::future::pending::<()>().await;
     } else if let Some((exchange, driven)) = baseline(kind) {
         let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL (set by `spawn_server`)");
         tonic::transport::Server::builder()
@@ -552,6 +608,7 @@ async fn main() {
             baseline if is_baseline(baseline) => kinds.push(baseline),
             other => panic!(
                 "unknown backend {other} (memory, redis, noop-redis, ping-redis, ping-redis-thread, \
+                 ping-redis-percore, ping-redis-percore-thread, \
                  record or control)"
             ),
         }
@@ -828,7 +885,12 @@ fn cpu_round_header(kinds: &[&str]) -> String {
         }
         columns.push("redis-server µs per decision, noop-redis".into());
     }
-    for floor in ["ping-redis", "ping-redis-thread"] {
+    for floor in [
+        "ping-redis",
+        "ping-redis-thread",
+        "ping-redis-percore",
+        "ping-redis-percore-thread",
+    ] {
         if kinds.contains(&floor) {
             if kinds.contains(&"real") {
                 columns.push(format!("{floor} / memory"));
@@ -870,7 +932,12 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
                 }
                 cells.push(baseline.redis_us().unwrap_or(f64::NAN));
             }
-            for floor in ["ping-redis", "ping-redis-thread"] {
+            for floor in [
+                "ping-redis",
+                "ping-redis-thread",
+                "ping-redis-percore",
+                "ping-redis-percore-thread",
+            ] {
                 if let Some(floor) = of(floor, round) {
                     if let Some(memory) = of("real", round) {
                         cells.push(floor.server_us() / memory.server_us());
@@ -921,6 +988,8 @@ fn baseline(kind: &str) -> Option<(noop_redis::Exchange, noop_redis::Driven)> {
         "noop-redis" => Some((Exchange::ReferenceCommands, Driven::OnWorkers)),
         "ping-redis" => Some((Exchange::Ping, Driven::OnWorkers)),
         "ping-redis-thread" => Some((Exchange::Ping, Driven::OnOwnThread)),
+        "ping-redis-percore" => Some((Exchange::Ping, Driven::OnWorkers)),
+        "ping-redis-percore-thread" => Some((Exchange::Ping, Driven::OnOwnThread)),
         _ => None,
     }
 }
