@@ -6,6 +6,7 @@
 //! ours is served with the kernel's defaults.
 
 mod clients;
+mod connection_calls;
 mod first_bytes;
 mod lanes;
 mod limited;

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::server::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::connection_calls;
 use super::serve::{self, ConnectionAge};
 use super::{Acceptor, Lanes, LimitedStream, Listener};
 
@@ -53,18 +54,21 @@ pub(crate) async fn serve_grpc<L, Io, Open, Opening, S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let mut builder = http2::Builder::new(TokioExecutor::new());
-    builder
-        .timer(TokioTimer::new())
-        .keep_alive_interval(settings.keepalive_interval)
-        .keep_alive_timeout(settings.keepalive_timeout)
-        .max_concurrent_streams(settings.max_concurrent_streams);
     let serve = move |io: Io, draining| {
-        let builder = builder.clone();
         let service = service.clone();
         async move {
+            // A builder per connection: its executor runs the connection's calls in its task.
+            let (spawner, calls) = connection_calls::calls();
+            let mut builder = http2::Builder::new(spawner);
+            builder
+                .timer(TokioTimer::new())
+                .keep_alive_interval(settings.keepalive_interval)
+                .keep_alive_timeout(settings.keepalive_timeout)
+                .max_concurrent_streams(settings.max_concurrent_streams);
             let connection = builder.serve_connection(TokioIo::new(io), service);
-            serve::drive(connection, draining, settings.age, listener).await;
+            calls
+                .run(serve::drive(connection, draining, settings.age, listener))
+                .await;
         }
     };
     serve::serve_connections(acceptor, open, serve, stop, lanes).await;
