@@ -15,7 +15,7 @@ const CRATES: &[(&str, &[&[&str]])] = &[
     (
         "core",
         &[
-            &["clock", "testing", "redact", "lane"],
+            &["clock", "testing", "redact"],
             &["calendar"],
             &["config", "wire"],
             &["limiter", "lease"],

@@ -263,12 +263,6 @@ pub struct ServeSettings {
     /// (docs/cost-per-decision.md, "Fewer request workers").
     #[arg(long, env = "TOKIO_WORKER_THREADS", value_parser = at_least_one)]
     pub worker_threads: Option<usize>,
-    /// Threads that hold the gRPC connections (lanes), each connection on one with every call it
-    /// carries, as Envoy's workers hold theirs. 0, the default: the connections are served on the
-    /// request workers, any call on any of them. Lanes cost less per call with many calls in
-    /// flight per connection and more with few (docs/performance.md, "Connection lanes").
-    #[arg(long, env = "GRPC_LANES", default_value_t = 0)]
-    pub grpc_lanes: usize,
     #[command(flatten)]
     pub rules_files: RulesFilesArgs,
     #[command(flatten)]

@@ -23,7 +23,6 @@ pub mod calendar;
 pub mod clock;
 pub mod config;
 pub mod engine;
-pub mod lane;
 pub mod lease;
 pub mod limiter;
 pub mod metrics;

@@ -3,9 +3,8 @@
 //! for each that needs no script (one key: only checked, expected absent, or held on a server
 //! with a conditional `SET`; `cas::Group::plain`), and a few script calls for the others
 //! (`pack`: up to 32 compare-and-sets each, each still all-or-nothing on its own keys), pipelined,
-//! then hands each compare-and-set its own part of the reply (those of calls waiting on one gRPC
-//! lane in one hand-over to that lane). One write, one read and one script set-up serve many
-//! decisions on many keys. One made while no pipeline is out wakes the I/O
+//! then hands each compare-and-set its own part of the reply. One write, one read and one script
+//! set-up serve many decisions on many keys. One made while no pipeline is out wakes the I/O
 //! thread and goes at once; one made while a pipeline is out does not wake it: it goes with the
 //! others waiting when a reply comes (the thread is awake then anyway), or when the dispatcher's
 //! timer next fires if none comes sooner, and is still answered within `REDIS_TIMEOUT` of when it
@@ -19,7 +18,6 @@ use std::time::Duration;
 
 use ::redis::aio::ConnectionLike;
 use ::redis::{ErrorKind, Pipeline, RedisError, RedisResult, Value};
-use ratelimit_core::lane::{self, Lane};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
@@ -42,8 +40,6 @@ enum Command {
 struct Job {
     group: Arc<Group>,
     reply: oneshot::Sender<RedisResult<Value>>,
-    /// The lane of the call waiting for the reply, if it waits on one.
-    lane: Option<Lane>,
 }
 
 /// The compare-and-sets waiting to be sent, and the pipelines out.
@@ -93,11 +89,7 @@ impl Dispatcher {
             if waiting.jobs.is_empty() {
                 waiting.since = Some(Instant::now());
             }
-            waiting.jobs.push(Job {
-                group,
-                reply,
-                lane: lane::current(),
-            });
+            waiting.jobs.push(Job { group, reply });
             waiting.out == 0
         };
         if idle {
@@ -276,42 +268,8 @@ async fn send(
                 .for_each(|&i| answers[i] = Some(Err(e.clone()))),
         }
     }
-    answer(
-        jobs.into_iter()
-            .zip(answers)
-            .map(|(job, answer)| (job, answer.unwrap_or_else(|| Err(gone())))),
-    );
-}
-
-/// A call's reply channel and its answer.
-type Answer = (oneshot::Sender<RedisResult<Value>>, RedisResult<Value>);
-
-/// Hands each job its answer. The answers for calls waiting on one lane go to that lane in one
-/// task, which wakes them there: one wake across threads per lane and pipeline, where each call
-/// woken from here would cost one (a system call each, on a lane's one-thread runtime).
-fn answer(answers: impl Iterator<Item = (Job, RedisResult<Value>)>) {
-    let mut by_lane: Vec<(Lane, Vec<Answer>)> = Vec::new();
-    for (job, answer) in answers {
-        let Some(lane) = job.lane else {
-            let _ = job.reply.send(answer);
-            continue;
-        };
-        match by_lane.iter_mut().find(|(l, _)| l.index == lane.index) {
-            Some((_, replies)) => replies.push((job.reply, answer)),
-            None => by_lane.push((lane, vec![(job.reply, answer)])),
-        }
-    }
-    for (lane, mut replies) in by_lane {
-        if replies.len() == 1 {
-            let (reply, answer) = replies.pop().expect("one reply");
-            let _ = reply.send(answer);
-            continue;
-        }
-        lane.runtime.spawn(async move {
-            for (reply, answer) in replies {
-                let _ = reply.send(answer);
-            }
-        });
+    for (job, answer) in jobs.into_iter().zip(answers) {
+        let _ = job.reply.send(answer.unwrap_or_else(|| Err(gone())));
     }
 }
 
@@ -415,55 +373,6 @@ mod tests {
             tag: Tag { writer: 0xd, seq },
         };
         Arc::new(call.group().unwrap().0)
-    }
-
-    /// A lane as the server starts one (the app's `net::lanes`, out of this crate's reach): a
-    /// thread running a one-thread runtime, marked as lane `index`.
-    fn lane_thread(index: usize) -> Lane {
-        let (handle, made) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name(format!("test-lane-{index}"))
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
-                let lane = Lane {
-                    index,
-                    runtime: runtime.handle().clone(),
-                };
-                lane::enter(lane.clone());
-                handle.send(lane).expect("the test waits");
-                runtime.block_on(std::future::pending::<()>());
-            })
-            .expect("a lane thread");
-        made.recv().expect("the lane starts")
-    }
-
-    #[test]
-    fn a_pipeline_s_answers_reach_every_caller_whatever_its_lane() {
-        let lanes = [lane_thread(1), lane_thread(2)];
-        let mut receivers = Vec::new();
-        let mut answers = Vec::new();
-        // Three calls on lane 1, one on lane 2, one on no lane; each gets its own answer.
-        for (n, lane) in [Some(0), Some(1), Some(0), None, Some(0)]
-            .into_iter()
-            .enumerate()
-        {
-            let (reply, answer) = oneshot::channel();
-            receivers.push(answer);
-            let job = Job {
-                group: group(&format!("k{n}"), n as u64),
-                reply,
-                lane: lane.map(|l: usize| lanes[l].clone()),
-            };
-            answers.push((job, Ok(Value::Int(n as i64))));
-        }
-        answer(answers.into_iter());
-        for (n, receiver) in receivers.into_iter().enumerate() {
-            let value = receiver.blocking_recv().expect("answered");
-            assert_eq!(value.expect("its value"), Value::Int(n as i64));
-        }
     }
 
     /// Waits (yielding, no timing) until the dispatcher's list says `ready`.

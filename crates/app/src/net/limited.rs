@@ -78,21 +78,6 @@ impl<S> LimitedStream<S> {
         }
     }
 
-    /// The same connection, its socket and its timer registered with the runtime this is called
-    /// on (`rehome`: the listener's way of moving its socket), its deadline and counts kept.
-    pub(crate) fn rehome(self, rehome: impl FnOnce(S) -> io::Result<S>) -> io::Result<Self> {
-        let deadline = self.deadline.deadline();
-        Ok(LimitedStream {
-            inner: rehome(self.inner)?,
-            timeouts: self.timeouts,
-            deadline: Box::pin(tokio::time::sleep_until(deadline)),
-            accepted: self.accepted,
-            last_activity: self.last_activity,
-            received: self.received,
-            slot: self.slot,
-        })
-    }
-
     /// The connection, its timeouts, its slot and when it was accepted (see [`LimitedStream::resume`]).
     pub(crate) fn into_parts(self) -> (S, Timeouts, Slot, Instant) {
         (self.inner, self.timeouts, self.slot, self.accepted)

@@ -31,11 +31,6 @@ pub(crate) trait Listener: Send + Sync + 'static {
 
     /// The peer's address, for log lines.
     fn peer(stream: &Self::Stream) -> Option<SocketAddr>;
-
-    /// The same connection registered with the runtime this is called on (a socket is watched by
-    /// the reactor of the runtime it was accepted on: a connection moved to a lane is moved to its
-    /// reactor too, or every readiness would cross threads).
-    fn rehome(stream: Self::Stream) -> io::Result<Self::Stream>;
 }
 
 impl Listener for TcpListener {
@@ -60,10 +55,6 @@ impl Listener for TcpListener {
 
     fn peer(stream: &TcpStream) -> Option<SocketAddr> {
         stream.peer_addr().ok()
-    }
-
-    fn rehome(stream: TcpStream) -> io::Result<TcpStream> {
-        TcpStream::from_std(stream.into_std()?)
     }
 }
 
@@ -94,9 +85,5 @@ impl Listener for UnixListener {
 
     fn peer(_: &UnixStream) -> Option<SocketAddr> {
         None
-    }
-
-    fn rehome(stream: UnixStream) -> io::Result<UnixStream> {
-        UnixStream::from_std(stream.into_std()?)
     }
 }

@@ -8,7 +8,6 @@
 mod clients;
 mod connection_calls;
 mod first_bytes;
-mod lanes;
 mod limited;
 mod listener;
 mod serve;
@@ -29,7 +28,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub(crate) use clients::Clients;
-pub(crate) use lanes::Lanes;
 pub(crate) use limited::{LimitedStream, Slot, Timeouts};
 pub(crate) use listener::Listener;
 pub(crate) use serve::ConnectionAge;

@@ -12,7 +12,7 @@ use hyper_util::server::graceful::GracefulConnection;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::{Acceptor, Lanes, LimitedStream, Listener};
+use super::{Acceptor, LimitedStream, Listener};
 
 /// How long a connection may live: GOAWAY after `max`, cut `grace` later (gRPC's
 /// MAX_CONNECTION_AGE and MAX_CONNECTION_AGE_GRACE).
@@ -26,8 +26,7 @@ pub(crate) struct ConnectionAge {
 pub(crate) type Draining = watch::Receiver<bool>;
 
 /// Accepts on `acceptor` until `stop` completes; each connection, once `open` has made it ready
-/// (`None`: a failed TLS handshake, already logged), is served in a task of its own by `serve`,
-/// on the next of `lanes` when there are lanes (else on the runtime this runs on).
+/// (`None`: a failed TLS handshake, already logged), is served in a task of its own by `serve`.
 /// Then the listening socket is closed, every connection is told to finish (through its
 /// [`Draining`]), and this returns when they all have.
 pub(crate) async fn serve_connections<L, Io, Open, Opening, Serve, Serving>(
@@ -35,10 +34,9 @@ pub(crate) async fn serve_connections<L, Io, Open, Opening, Serve, Serving>(
     open: Open,
     serve: Serve,
     stop: impl Future<Output = ()>,
-    lanes: Option<std::sync::Arc<Lanes>>,
 ) where
     L: Listener,
-    Open: Fn(LimitedStream<L::Stream>) -> Opening + Clone + Send + 'static,
+    Open: Fn(LimitedStream<L::Stream>) -> Opening,
     Opening: Future<Output = Option<Io>> + Send + 'static,
     Serve: Fn(Io, Draining) -> Serving + Clone + Send + 'static,
     Serving: Future<Output = ()> + Send + 'static,
@@ -55,30 +53,14 @@ pub(crate) async fn serve_connections<L, Io, Open, Opening, Serve, Serving>(
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             () = &mut stop => break,
         };
-        let (open, serve, draining) = (open.clone(), serve.clone(), draining.clone());
-        let placed = lanes.as_ref().map(|lanes| lanes.place());
-        let (lane, seat) = placed.map_or((None, None), |(lane, seat)| (Some(lane), Some(seat)));
-        let connection = async move {
-            // On a lane, its socket and timer move to the lane's runtime, as its task does.
-            let stream = match seat {
-                Some(_) => match stream.rehome(L::rehome) {
-                    Ok(stream) => stream,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "cannot move a connection to its lane");
-                        return;
-                    }
-                },
-                None => stream,
-            };
-            if let Some(io) = open(stream).await {
+        let opening = open(stream);
+        let serve = serve.clone();
+        let draining = draining.clone();
+        connections.spawn(async move {
+            if let Some(io) = opening.await {
                 serve(io, draining).await;
             }
-            drop(seat);
-        };
-        match lane {
-            Some(lane) => connections.spawn_on(connection, lane),
-            None => connections.spawn(connection),
-        };
+        });
     }
     drop(acceptor);
     let _ = drain.send(true);

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::connection_calls;
 use super::serve::{self, ConnectionAge};
-use super::{Acceptor, Lanes, LimitedStream, Listener};
+use super::{Acceptor, LimitedStream, Listener};
 
 /// A gRPC listener's HTTP/2 settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,10 +37,9 @@ pub(crate) async fn serve_grpc<L, Io, Open, Opening, S, B>(
     service: S,
     stop: impl Future<Output = ()>,
     listener: &'static str,
-    lanes: Option<std::sync::Arc<Lanes>>,
 ) where
     L: Listener,
-    Open: Fn(LimitedStream<L::Stream>) -> Opening + Clone + Send + 'static,
+    Open: Fn(LimitedStream<L::Stream>) -> Opening,
     Opening: Future<Output = Option<Io>> + Send + 'static,
     Io: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     S: hyper::service::Service<hyper::Request<Incoming>, Response = hyper::Response<B>>
@@ -71,5 +70,5 @@ pub(crate) async fn serve_grpc<L, Io, Open, Opening, S, B>(
                 .await;
         }
     };
-    serve::serve_connections(acceptor, open, serve, stop, lanes).await;
+    serve::serve_connections(acceptor, open, serve, stop).await;
 }

@@ -36,5 +36,5 @@ pub(crate) async fn serve_http(
         }
     };
     let open = move |stream| tls::open(tls.clone(), stream);
-    serve::serve_connections(acceptor, open, serve, stop, None).await;
+    serve::serve_connections(acceptor, open, serve, stop).await;
 }

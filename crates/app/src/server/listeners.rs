@@ -11,8 +11,7 @@ use tokio::task::JoinHandle;
 
 use crate::net::tls::{self, TlsError, TlsMetrics, TlsSource};
 use crate::net::{
-    self, Acceptor, ConnectionAge, ConnectionCaps, Http2Settings, Lanes, Listener, Timeouts,
-    WrongProtocol,
+    self, Acceptor, ConnectionAge, ConnectionCaps, Http2Settings, Listener, Timeouts, WrongProtocol,
 };
 use crate::settings::{ServeSettings, TransportArgs};
 use ratelimit_core::clock::Clock;
@@ -138,21 +137,6 @@ pub(super) fn http2_settings(settings: &ServeSettings) -> Http2Settings {
     }
 }
 
-/// The gRPC connections' lanes (`--grpc-lanes`); none when 0.
-fn lanes(settings: &ServeSettings) -> Option<Arc<Lanes>> {
-    let count = settings.grpc_lanes;
-    if count == 0 {
-        return None;
-    }
-    match Lanes::start(count) {
-        Ok(lanes) => Some(lanes),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot start the gRPC lanes: connections served on the request workers");
-            None
-        }
-    }
-}
-
 /// Resolves when `stop` turns true.
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -169,8 +153,6 @@ pub(super) struct Tasks {
     timeouts: Timeouts,
     pub(super) shutdown: watch::Receiver<bool>,
     pub(super) handles: Vec<JoinHandle<()>>,
-    /// Where gRPC connections are served; `None`: on the runtime the server runs on.
-    lanes: Option<Arc<Lanes>>,
 }
 
 impl Tasks {
@@ -191,7 +173,6 @@ impl Tasks {
             timeouts: settings.transport.timeouts(),
             shutdown,
             handles: Vec::new(),
-            lanes: lanes(settings),
         }
     }
 
@@ -203,11 +184,6 @@ impl Tasks {
             Some(per_client) => acceptor.with_client_cap(per_client),
             None => acceptor,
         }
-    }
-
-    /// How many lanes hold the gRPC connections (0: the request workers do).
-    pub(super) fn lanes(&self) -> usize {
-        self.lanes.as_ref().map_or(0, |lanes| lanes.count())
     }
 
     pub(super) fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
@@ -261,9 +237,8 @@ impl Tasks {
             }
         };
         let stop = self.stopped();
-        let lanes = self.lanes.clone();
         self.spawn(net::serve_grpc(
-            acceptor, open, settings, routes, stop, name, lanes,
+            acceptor, open, settings, routes, stop, name,
         ));
         Ok(())
     }
@@ -293,9 +268,8 @@ impl Tasks {
             }
         };
         let stop = self.stopped();
-        let lanes = self.lanes.clone();
         self.spawn(net::serve_grpc(
-            acceptor, open, settings, routes, stop, name, lanes,
+            acceptor, open, settings, routes, stop, name,
         ));
     }
 

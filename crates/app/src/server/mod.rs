@@ -187,8 +187,7 @@ async fn start_on<B: Backend>(
     spawn_background(&mut tasks, settings, store, clock, &metrics);
     tasks.handles.extend(watcher);
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
-    let grpc_lanes = tasks.lanes();
-    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, workers, grpc_lanes, rules = %summary, "serving");
+    tracing::info!(%grpc_addr, %http_addr, ?debug_addr, workers, rules = %summary, "serving");
     Ok(Server {
         grpc_addr,
         http_addr,
