@@ -1,6 +1,7 @@
 //! Serves a gRPC listener (TCP, through TLS when it has it, or the Unix socket) with hyper's
 //! HTTP/2 server, connection by connection (see [`super::serve`]): the transport's keepalive
-//! pings and stream cap, each connection's maximum age. Which service answers a call is the
+//! pings and stream cap, each connection's maximum age; a connection's calls run in its own task
+//! ([`super::connection_calls`]). Which service answers a call is the
 //! caller's (`crate::server` routes by the path's service name); nothing sits between hyper and
 //! it, as tonic's `Server` would put its router, connect info and boxed bodies on every call.
 
