@@ -20,7 +20,7 @@
 //! `ping-redis-percore` that floor served thread per core (one one-thread runtime per CPU, each
 //! accepting on the port with `SO_REUSEPORT` and with a Redis connection of its own, so a call never
 //! leaves its thread), and `ping-redis-percore-thread` the same with one connection driven on a
-//! thread of its own, as the server's lanes and redis-io thread are.
+//! thread of its own, as the server's redis-io thread drives its connections.
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
 //! (`--record` to a file in the run's temporary directory) and reports its throughput, latency and
@@ -863,6 +863,14 @@ async fn main() {
     }
 }
 
+/// The floors of one Redis round trip per call (`--backend`), each compared with the memory store.
+const FLOORS: [&str; 4] = [
+    "ping-redis",
+    "ping-redis-thread",
+    "ping-redis-percore",
+    "ping-redis-percore-thread",
+];
+
 /// The per-round CPU table's columns: each server's CPU µs per call, then the ratios the issue
 /// asks for (memory / no-op, Redis / memory) and redis-server's µs per decision.
 fn cpu_round_header(kinds: &[&str]) -> String {
@@ -885,12 +893,7 @@ fn cpu_round_header(kinds: &[&str]) -> String {
         }
         columns.push("redis-server µs per decision, noop-redis".into());
     }
-    for floor in [
-        "ping-redis",
-        "ping-redis-thread",
-        "ping-redis-percore",
-        "ping-redis-percore-thread",
-    ] {
+    for floor in FLOORS {
         if kinds.contains(&floor) {
             if kinds.contains(&"real") {
                 columns.push(format!("{floor} / memory"));
@@ -932,12 +935,7 @@ fn cpu_round_rows(mix: &str, shape: Shape, kinds: &[&str], runs: &[Vec<Outcome>]
                 }
                 cells.push(baseline.redis_us().unwrap_or(f64::NAN));
             }
-            for floor in [
-                "ping-redis",
-                "ping-redis-thread",
-                "ping-redis-percore",
-                "ping-redis-percore-thread",
-            ] {
+            for floor in FLOORS {
                 if let Some(floor) = of(floor, round) {
                     if let Some(memory) = of("real", round) {
                         cells.push(floor.server_us() / memory.server_us());
