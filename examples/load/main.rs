@@ -20,7 +20,7 @@
 //! `ping-redis-percore` that floor served thread per core (one one-thread runtime per CPU, each
 //! accepting on the port with `SO_REUSEPORT` and with a Redis connection of its own, so a call never
 //! leaves its thread), and `ping-redis-percore-thread` the same with one connection driven on a
-//! thread of its own, as the server's redis-io thread drives its connections.
+//! thread of its own, as the server's redis-io thread drove its connections until 2026-12-06.
 //!
 //! `--backend memory,record` also measures the memory server recording every decision
 //! (`--record` to a file in the run's temporary directory) and reports its throughput, latency and
@@ -97,7 +97,7 @@ struct Args {
     /// baseline, `noop_redis.rs`, on the same redis-server; compared with redis), ping-redis
     /// (the floor: the same server sending one `PING` per call and nothing else; compared with
     /// memory), ping-redis-thread (the floor with its connection driven on a thread of its own,
-    /// as the server's redis-io thread drives its connections), ping-redis-percore (the floor
+    /// as the server's redis-io thread drove them until 2026-12-06), ping-redis-percore (the floor
     /// served thread per core, each thread with its own connection), ping-redis-percore-thread
     /// (thread per core, one connection on a thread of its own).
     #[arg(long, value_delimiter = ',', default_value = "memory")]

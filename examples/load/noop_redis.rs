@@ -10,7 +10,7 @@
 //! call, and answers OK: the floor of a design that makes one Redis round trip per decision (no
 //! key, no command that does any work), what no exact shared counter can cost less than. With
 //! [`Driven::OnOwnThread`] (`--backend ping-redis-thread`) that connection is driven by a runtime
-//! on a thread of its own, as the server's redis-io thread drives its connections: each call then
+//! on a thread of its own, as the server's redis-io thread drove them until 2026-12-06: each call then
 //! crosses threads twice (its `PING` handed to that thread, the reply handed back), which is the
 //! crossing's own cost beside the floor's.
 

@@ -79,12 +79,12 @@ impl RedisBackend {
         let conns = Arc::new(open(config).await?);
         if conns.is_sentinel() {
             let weak = Arc::downgrade(&conns);
-            io::handle().spawn(Conns::watch(move || weak.upgrade()));
+            tokio::spawn(Conns::watch(move || weak.upgrade()));
         }
         let masters = conns.cluster().map(|cluster| {
             let masters = Arc::new(Masters::new());
             let follow = Masters::follow(Arc::downgrade(&masters), cluster, config.timeout);
-            io::handle().spawn(follow);
+            tokio::spawn(follow);
             masters
         });
         let calls = Arc::new(Calls::new(conns, config.timeout, metrics));
@@ -363,7 +363,7 @@ impl RedisBackend {
     }
 }
 
-/// The connections `config` asks for, on the Redis I/O thread. Each connection's set-up is
+/// The connections `config` asks for, made in a task of their own. Each connection's set-up is
 /// bounded by its round trips (`conn::connect_bound`), not the whole pool by one REDIS_TIMEOUT;
 /// the outer bound is a safety net.
 async fn open(config: &RedisConfig) -> Result<Conns, StoreError> {
@@ -374,9 +374,9 @@ async fn open(config: &RedisConfig) -> Result<Conns, StoreError> {
         let config = config.clone();
         async move { tokio::time::timeout(bound, Conns::connect(&config)).await }
     };
-    let opened = io::run(connecting)
-        .await
-        .ok_or_else(|| StoreError::Unavailable("the Redis I/O thread is gone".into()))?;
+    let opened = io::run(connecting).await.ok_or_else(|| {
+        StoreError::Unavailable("the runtime stopped while connecting to Redis".into())
+    })?;
     let Ok(opened) = opened else {
         // A TLS client at Redis's plaintext port waits here: Redis waits for the line end of
         // the ClientHello it takes for a command.

@@ -1,4 +1,4 @@
-//! Calls to Redis on the redis-io thread, each bounded by `REDIS_TIMEOUT`: plain commands counted
+//! Calls to Redis, each in a task of its own and bounded by `REDIS_TIMEOUT`: plain commands counted
 //! in the store's `ratelimit_redis_*` series ([`Calls::bounded`]), the compare-and-set script
 //! ([`Calls::script`]: pipelined, or alone on a cluster; sent once more when its reply was lost),
 //! and uncounted ones ([`Calls::quiet`], the RLQS exchange's). Remembers when Redis last answered,
@@ -96,7 +96,7 @@ impl Calls {
         self.epoch + Duration::from_nanos(at) >= since
     }
 
-    /// Sends `call` on the Redis I/O thread, bounded there by `REDIS_TIMEOUT`; counts it.
+    /// Sends `call` in a task of its own, bounded there by `REDIS_TIMEOUT`; counts it.
     pub(crate) async fn bounded<T: Send + 'static>(
         self: &Arc<Self>,
         call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
@@ -110,7 +110,7 @@ impl Calls {
         .await
         .unwrap_or_else(|| {
             Err(StoreError::Unavailable(
-                "the Redis I/O thread is gone".into(),
+                "the runtime stopped before Redis answered".into(),
             ))
         })
     }
@@ -137,12 +137,12 @@ impl Calls {
         .await
         .unwrap_or_else(|| {
             Err(StoreError::Unavailable(
-                "the Redis I/O thread is gone".into(),
+                "the runtime stopped before Redis answered".into(),
             ))
         })
     }
 
-    /// The breaker's probe (`RedisBackend::probe`): `call` on the Redis I/O thread, bounded and
+    /// The breaker's probe (`RedisBackend::probe`): `call` in a task of its own, bounded and
     /// counted as any call. Fails with `Unavailable` when Redis answered it with an error (it
     /// refuses the call: a fresh connection would be refused alike), with `Unreachable` when
     /// nothing answered (no reply in time, the connection failed).
@@ -166,7 +166,7 @@ impl Calls {
         .await
         .unwrap_or_else(|| {
             Err(StoreError::Unavailable(
-                "the Redis I/O thread is gone".into(),
+                "the runtime stopped before Redis answered".into(),
             ))
         })
     }
@@ -194,7 +194,7 @@ impl Calls {
         }
     }
 
-    /// `call` on the Redis I/O thread within `REDIS_TIMEOUT`, not counted as a store call.
+    /// `call` in a task of its own within `REDIS_TIMEOUT`, not counted as a store call.
     pub(crate) async fn quiet<T: Send + 'static>(
         &self,
         call: impl Future<Output = ::redis::RedisResult<T>> + Send + 'static,
@@ -207,7 +207,7 @@ impl Calls {
                 "no answer from Redis within {timeout:?}"
             ))),
             None => Err(StoreError::Unavailable(
-                "the Redis I/O thread is gone".into(),
+                "the runtime stopped before Redis answered".into(),
             )),
         }
     }
@@ -275,9 +275,9 @@ impl Calls {
             // would size every decision's future, the dispatcher's branch's too.
             return Box::pin(io::run(call))
                 .await
-                .unwrap_or_else(|| Ok(Err(io_gone())));
+                .unwrap_or_else(|| Ok(Err(runtime_stopped())));
         };
-        // The dispatcher bounded it by REDIS_TIMEOUT on the I/O thread; a timeout is no answer.
+        // The dispatcher bounded it by REDIS_TIMEOUT; a timeout is no answer.
         // Redis's error reply to the compare-and-set (out of memory, read-only, a key of another
         // type) is the call's error, as a lone call's is.
         match dispatcher.call(group).await {
@@ -370,11 +370,11 @@ impl Calls {
         }
     }
 
-    /// Tells the connections a call failed (with Sentinel, the master may have moved), on the
-    /// Redis I/O thread.
+    /// Tells the connections a call failed (with Sentinel, the master may have moved), in a task
+    /// of its own.
     fn failed(&self, error: Option<::redis::RedisError>) {
         let conns = self.conns.clone();
-        io::handle().spawn(async move { conns.failed(error.as_ref()).await });
+        tokio::spawn(async move { conns.failed(error.as_ref()).await });
     }
 }
 
@@ -412,8 +412,11 @@ pub(crate) async fn script_call<T: ::redis::FromRedisValue>(
     }
 }
 
-fn io_gone() -> ::redis::RedisError {
-    ::redis::RedisError::from((::redis::ErrorKind::Io, "the Redis I/O thread is gone"))
+fn runtime_stopped() -> ::redis::RedisError {
+    ::redis::RedisError::from((
+        ::redis::ErrorKind::Io,
+        "the runtime stopped before Redis answered",
+    ))
 }
 
 /// The `ratelimit_redis_errors` kind of a failed call.
@@ -430,4 +433,70 @@ fn error_kind(e: &::redis::RedisError) -> &'static str {
 /// Whether Redis answered the call, with an error (not a timeout or a failed connection).
 fn answered_with_error(e: &::redis::RedisError) -> bool {
     !(e.is_timeout() || e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cas::{Call, Tag};
+    use crate::conn::RedisConfig;
+    use crate::key::TextKey;
+    use crate::test_redis::TestRedis;
+    use ratelimit_core::clock::{Clock, SystemClock};
+    use ratelimit_core::limiter::State;
+
+    /// An instance whose request workers could not run for several `REDIS_TIMEOUT`s while Redis
+    /// answered (here the test's one thread, blocked) takes the answer that came: the reply in the
+    /// socket counts, not the timers that expired beside it. Redis I/O runs on those workers, so
+    /// this is what keeps an instance short of CPU from taking itself for a Redis outage.
+    #[tokio::test]
+    async fn a_reply_that_came_while_the_workers_were_blocked_is_the_answer() {
+        let Some(redis) = TestRedis::start() else {
+            return;
+        };
+        let mut config = RedisConfig::single(&redis.url()).unwrap();
+        config.timeout = Duration::from_millis(50);
+        let conns = Conns::connect(&config).await.unwrap();
+        let calls = Arc::new(Calls::new(
+            Arc::new(conns),
+            config.timeout,
+            RemoteMetrics::unregistered("redis"),
+        ));
+        let now = SystemClock.now();
+        let keys = [TextKey::from_text("blocked".to_owned())];
+        let new = [Some(State {
+            a: now + 60_000_000_000,
+            b: 1,
+        })];
+        let call = Call {
+            keys: &keys,
+            expected: &[None],
+            new: &new,
+            now,
+            tag: Tag {
+                writer: 0xb,
+                seq: 1,
+            },
+        };
+        let group = call.group().unwrap().0;
+
+        let sending = calls.clone();
+        let answer = tokio::spawn(async move { sending.script(group).await });
+        // The compare-and-set handed over and written: every task on this thread has run.
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        // The workers busy (a blocking stretch, not a timed assertion) well past REDIS_TIMEOUT,
+        // while Redis answers.
+        std::thread::sleep(config.timeout * 6);
+
+        let answer = answer.await.unwrap();
+        assert!(
+            answer.is_ok(),
+            "the reply that came is the answer: {answer:?}"
+        );
+        let timeouts = calls.metrics().errors.with_label_values(&["timeout"]).get();
+        assert_eq!(timeouts, 0, "no call counted as timed out");
+        assert_eq!(calls.metrics().retries.get(), 0, "nothing sent again");
+    }
 }

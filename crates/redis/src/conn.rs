@@ -329,10 +329,14 @@ pub(crate) fn set_up_bound(config: &RedisConfig) -> Duration {
 /// (doubling): a cut connection is replaced in ~5 ms, not the client's default.
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(5);
 
+/// No response timeout of redis-rs's own: every call is bounded by ours (`io::within`), which
+/// takes a reply already in the socket when its timer expired beside it; redis-rs's, racing it,
+/// would fail such a call whenever both expired in one wake-up (the workers busy past
+/// `REDIS_TIMEOUT`) and redis-rs's was polled first. Connecting keeps its bound.
 fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_bound(config)))
-        .set_response_timeout(Some(config.timeout))
+        .set_response_timeout(None)
         .set_number_of_retries(2)
         .set_min_delay(RECONNECT_MIN_DELAY)
         .set_exponent_base(2.0)

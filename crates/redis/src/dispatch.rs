@@ -1,14 +1,13 @@
-//! The compare-and-sets of one instance, sent together: those made while the Redis I/O thread is
-//! busy wait in one list, and its dispatcher sends all of them in one write: one plain command
+//! The compare-and-sets of one instance, sent together: those made while pipelines are out wait in
+//! one list, and its dispatcher sends all of them in one write: one plain command
 //! for each that needs no script (one key: only checked, expected absent, or held on a server
 //! with a conditional `SET`; `cas::Group::plain`), and a few script calls for the others
 //! (`pack`: up to 32 compare-and-sets each, each still all-or-nothing on its own keys), pipelined,
 //! then hands each compare-and-set its own part of the reply. One write, one read and one script
-//! set-up serve many decisions on many keys. One made while no pipeline is out wakes the I/O
-//! thread and goes at once; one made while a pipeline is out does not wake it: it goes with the
-//! others waiting when a reply comes (the thread is awake then anyway), or when the dispatcher's
-//! timer next fires if none comes sooner, and is still answered within `REDIS_TIMEOUT` of when it
-//! was handed over. A script call that Redis fails as a whole (not for want of the script) is
+//! set-up serve many decisions on many keys. One made while fewer than [`MAX_OUT`] pipelines are
+//! out wakes the dispatcher and goes at once; one made while that many are out waits: it goes with
+//! the others waiting when a reply comes, or when the dispatcher's timer next fires if none comes
+//! sooner, and is still answered within `REDIS_TIMEOUT` of when it was handed over. A script call that Redis fails as a whole (not for want of the script) is
 //! sent again one compare-and-set per call, so one's error never becomes another's. (Not on a
 //! cluster, whose commands are routed by slot: there each compare-and-set is sent on its own.)
 
@@ -24,11 +23,18 @@ use tokio::time::Instant;
 use crate::cas::{self, Group};
 use crate::conditional::ConditionalSet;
 use crate::conn::{Conn, Conns};
-use crate::io::{self, within};
+use crate::io::within;
 use crate::pack;
 
 /// Most compare-and-sets in one pipeline.
 const MAX_PIPELINE: usize = 256;
+
+/// Most pipelines out before a compare-and-set waits for a reply. With one, a decision made just
+/// after a pipeline went waited a whole round trip before it was sent (1.4× the CPU per decision
+/// of two at 4 connections × 4 calls in flight); with no bound, pipelines stay small when many
+/// calls are in flight (8 % more CPU per decision at 4 × 64, 25 % more of redis-server's).
+/// docs/performance.md, "Redis I/O on the request workers".
+const MAX_OUT: usize = 2;
 
 /// One command of a pipeline: one compare-and-set as a plain command, or a script call carrying
 /// several (their indexes in the jobs sent).
@@ -48,8 +54,8 @@ struct Waiting {
     jobs: Vec<Job>,
     /// When the oldest of `jobs` was handed over.
     since: Option<Instant>,
-    /// Pipelines sent and not yet answered: while any is out, a new job does not wake the I/O
-    /// thread (its reply will).
+    /// Pipelines sent and not yet answered: while [`MAX_OUT`] are, a new job does not wake the
+    /// dispatcher (a reply will).
     out: usize,
 }
 
@@ -63,8 +69,8 @@ pub(super) struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher sending on `conns`, each pipeline bounded by `timeout`; it runs on the Redis
-    /// I/O thread until [`Dispatcher::close`].
+    /// A dispatcher sending on `conns`, each pipeline bounded by `timeout`; it runs in a task of
+    /// its own until [`Dispatcher::close`].
     pub(super) fn start(
         conns: Arc<Conns>,
         timeout: Duration,
@@ -76,7 +82,7 @@ impl Dispatcher {
             closed: AtomicBool::new(false),
             conditional,
         });
-        io::handle().spawn(dispatch(dispatcher.clone(), conns, timeout));
+        tokio::spawn(dispatch(dispatcher.clone(), conns, timeout));
         dispatcher
     }
 
@@ -90,7 +96,7 @@ impl Dispatcher {
                 waiting.since = Some(Instant::now());
             }
             waiting.jobs.push(Job { group, reply });
-            waiting.out == 0
+            waiting.out < MAX_OUT
         };
         if idle {
             self.wake.notify_one();
@@ -383,18 +389,18 @@ mod tests {
         }
     }
 
-    /// Compare-and-sets made while a pipeline is out do not wake the I/O thread: they wait in the
-    /// list and go out when that pipeline's reply comes, not when the dispatcher's timer (a
-    /// quarter of `REDIS_TIMEOUT`, here 15 minutes) would send them.
+    /// A compare-and-set made while one pipeline is out goes at once, in a second; those made
+    /// while [`MAX_OUT`] are out wait in the list and go out when a reply comes, not when the
+    /// dispatcher's timer (a quarter of `REDIS_TIMEOUT`, here 15 minutes) would send them.
     #[tokio::test]
-    async fn compare_and_sets_made_while_a_pipeline_is_out_go_when_its_reply_comes() {
+    async fn compare_and_sets_made_while_pipelines_are_out_go_when_a_reply_comes() {
         let Some(redis) = TestRedis::start() else {
             return;
         };
         let mut config = RedisConfig::single(&redis.url()).unwrap();
         config.timeout = Duration::from_secs(3600);
         let timeout = config.timeout;
-        let conns = io::run(async move { Conns::connect(&config).await })
+        let conns = crate::io::run(async move { Conns::connect(&config).await })
             .await
             .unwrap()
             .unwrap();
@@ -407,27 +413,33 @@ mod tests {
         redis.signal("STOP");
         let first = call("first", 1);
         until(&dispatcher, |w| w.out == 1 && w.jobs.is_empty()).await;
-        let later: Vec<_> = (2..5)
+        let second = call("second", 2);
+        until(&dispatcher, |w| w.out == MAX_OUT && w.jobs.is_empty()).await;
+        let later: Vec<_> = (3..6)
             .map(|seq| call(&format!("later{seq}"), seq))
             .collect();
         until(&dispatcher, |w| w.jobs.len() == 3).await;
-        assert_eq!(dispatcher.waiting().out, 1, "the later ones were not sent");
+        assert_eq!(
+            dispatcher.waiting().out,
+            MAX_OUT,
+            "the later ones were not sent"
+        );
         redis.signal("CONT");
 
         let answers = tokio::time::timeout(Duration::from_secs(60), async {
-            let mut answers = vec![first.await.unwrap()];
+            let mut answers = vec![first.await.unwrap(), second.await.unwrap()];
             for call in later {
                 answers.push(call.await.unwrap());
             }
             answers
         })
         .await
-        .expect("the later compare-and-sets went out with the first one's reply");
+        .expect("the later compare-and-sets went out with a reply");
         for answer in answers {
             assert_eq!(answer.unwrap(), Value::Int(1), "each wrote its key");
         }
         let mut c = redis.connection().unwrap();
-        for name in ["first", "later2", "later3", "later4"] {
+        for name in ["first", "second", "later3", "later4", "later5"] {
             let held: Option<Vec<u8>> = ::redis::cmd("GET").arg(name).query(&mut c).unwrap();
             assert!(held.is_some(), "{name} was written");
         }

@@ -36,7 +36,7 @@
 //!   connection it turned away; `speaks`: whether it speaks TLS or plain Redis, when the store
 //!   connects the other way); `mode`: whether the server runs as `REDIS_TYPE` says (a
 //!   Sentinel or a cluster node named as a single server is a refusal); `version`: whether it
-//!   takes the script's commands (a Redis before 6.2 is a refusal naming its version); `io`: the redis-io thread; `dispatch`:
+//!   takes the script's commands (a Redis before 6.2 is a refusal naming its version); `io`: Redis I/O on the request workers, and a timeout that takes a reply already there; `dispatch`:
 //!   compare-and-sets sent together, pipelined (`pack`: several in one script call; one key
 //!   expected absent as a plain command, and one held as a plain `SET … IFEQ` where the server
 //!   has it, `conditional`).

@@ -1,7 +1,7 @@
 //! Which master serves each Redis Cluster slot, as `CLUSTER SLOTS` last said: a key's shard, by
 //! which the guard keeps a breaker per master (a dead master's keys go to the failure mode while
 //! the other masters' keys stay on Redis). Read when the store connects and every
-//! [`REFRESH_EVERY`] after, on the Redis I/O thread, so a promoted replica is a new shard within
+//! [`REFRESH_EVERY`] after, in a task of its own, so a promoted replica is a new shard within
 //! a second; parsing is pure ([`owners`]).
 
 use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
@@ -43,7 +43,7 @@ impl Masters {
     }
 
     /// Reads the slots' masters now and then every [`REFRESH_EVERY`], until `masters` is dropped
-    /// (run on the Redis I/O thread). A read that fails keeps the last map.
+    /// (run in a task of its own). A read that fails keeps the last map.
     pub(crate) async fn follow(masters: Weak<Masters>, conn: ClusterConnection, timeout: Duration) {
         loop {
             let Some(alive) = masters.upgrade() else {
