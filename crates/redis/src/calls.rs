@@ -438,12 +438,9 @@ fn answered_with_error(e: &::redis::RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cas::{Call, Tag};
+    use crate::cas::{Group, Tag};
     use crate::conn::RedisConfig;
-    use crate::key::TextKey;
     use crate::test_redis::TestRedis;
-    use ratelimit_core::clock::{Clock, SystemClock};
-    use ratelimit_core::limiter::State;
 
     /// An instance whose request workers could not run for several `REDIS_TIMEOUT`s while Redis
     /// answered (here the test's one thread, blocked) takes the answer that came: the reply in the
@@ -462,23 +459,13 @@ mod tests {
             config.timeout,
             RemoteMetrics::unregistered("redis"),
         ));
-        let now = SystemClock.now();
-        let keys = [TextKey::from_text("blocked".to_owned())];
-        let new = [Some(State {
-            a: now + 60_000_000_000,
-            b: 1,
-        })];
-        let call = Call {
-            keys: &keys,
-            expected: &[None],
-            new: &new,
-            now,
-            tag: Tag {
+        let group = Group::writing_absent(
+            "blocked",
+            Tag {
                 writer: 0xb,
                 seq: 1,
             },
-        };
-        let group = call.group().unwrap().0;
+        );
 
         let sending = calls.clone();
         let answer = tokio::spawn(async move { sending.script(group).await });

@@ -281,6 +281,29 @@ impl Group {
     }
 }
 
+#[cfg(test)]
+impl Group {
+    /// For tests: the compare-and-set of a call tagged `tag` writing key `name`, expected absent,
+    /// a state that lasts a minute.
+    pub(super) fn writing_absent(name: &str, tag: Tag) -> Group {
+        use ratelimit_core::clock::{Clock, SystemClock};
+        let now = SystemClock.now();
+        let keys = [TextKey::from_text(name.to_owned())];
+        let new = [Some(State {
+            a: now + 60_000_000_000,
+            b: 1,
+        })];
+        let call = Call {
+            keys: &keys,
+            expected: &[None],
+            new: &new,
+            now,
+            tag,
+        };
+        call.group().expect("one key").0
+    }
+}
+
 impl Call<'_> {
     /// The compare-and-set as the script takes it, and what each key holds if it succeeds.
     /// `Err` when it has more keys than the script can count ([`MAX_KEYS`]).

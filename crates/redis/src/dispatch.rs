@@ -1,13 +1,16 @@
-//! The compare-and-sets of one instance, sent together: those made while pipelines are out wait in
+//! The compare-and-sets of one instance, sent together: those made while a pipeline is out wait in
 //! one list, and its dispatcher sends all of them in one write: one plain command
 //! for each that needs no script (one key: only checked, expected absent, or held on a server
 //! with a conditional `SET`; `cas::Group::plain`), and a few script calls for the others
 //! (`pack`: up to 32 compare-and-sets each, each still all-or-nothing on its own keys), pipelined,
 //! then hands each compare-and-set its own part of the reply. One write, one read and one script
-//! set-up serve many decisions on many keys. One made while fewer than [`MAX_OUT`] pipelines are
-//! out wakes the dispatcher and goes at once; one made while that many are out waits: it goes with
-//! the others waiting when a reply comes, or when the dispatcher's timer next fires if none comes
-//! sooner, and is still answered within `REDIS_TIMEOUT` of when it was handed over. A script call that Redis fails as a whole (not for want of the script) is
+//! set-up serve many decisions on many keys. One made while no pipeline is out wakes the
+//! dispatcher and goes at once; one made while a pipeline is out waits: it goes with the others
+//! waiting when that reply comes, or when the dispatcher's timer next fires if none comes sooner,
+//! and is still answered within `REDIS_TIMEOUT` of when it was handed over. (A second pipeline
+//! let out at once cost redis-server 12–15 % more per decision at 4 connections with 1 or 16
+//! calls in flight each, for 0–10 % less of the server's: docs/performance.md, "Redis I/O on the
+//! request workers".) A script call that Redis fails as a whole (not for want of the script) is
 //! sent again one compare-and-set per call, so one's error never becomes another's. (Not on a
 //! cluster, whose commands are routed by slot: there each compare-and-set is sent on its own.)
 
@@ -29,13 +32,6 @@ use crate::pack;
 /// Most compare-and-sets in one pipeline.
 const MAX_PIPELINE: usize = 256;
 
-/// Most pipelines out before a compare-and-set waits for a reply. With one, a decision made just
-/// after a pipeline went waited a whole round trip before it was sent (1.4× the CPU per decision
-/// of two at 4 connections × 4 calls in flight); with no bound, pipelines stay small when many
-/// calls are in flight (8 % more CPU per decision at 4 × 64, 25 % more of redis-server's).
-/// docs/performance.md, "Redis I/O on the request workers".
-const MAX_OUT: usize = 2;
-
 /// One command of a pipeline: one compare-and-set as a plain command, or a script call carrying
 /// several (their indexes in the jobs sent).
 enum Command {
@@ -54,8 +50,8 @@ struct Waiting {
     jobs: Vec<Job>,
     /// When the oldest of `jobs` was handed over.
     since: Option<Instant>,
-    /// Pipelines sent and not yet answered: while [`MAX_OUT`] are, a new job does not wake the
-    /// dispatcher (a reply will).
+    /// Pipelines sent and not yet answered: while any is out, a new job does not wake the
+    /// dispatcher (its reply will).
     out: usize,
 }
 
@@ -96,7 +92,7 @@ impl Dispatcher {
                 waiting.since = Some(Instant::now());
             }
             waiting.jobs.push(Job { group, reply });
-            waiting.out < MAX_OUT
+            waiting.out == 0
         };
         if idle {
             self.wake.notify_one();
@@ -155,7 +151,7 @@ async fn dispatch(dispatcher: Arc<Dispatcher>, conns: Arc<Conns>, timeout: Durat
         let Some(since) = since else { continue };
         sent_since = true;
         // Answered within `timeout` of the oldest job's hand-over (it waited at most `period`
-        // behind a pipeline out), unless this thread itself could not run for half of it: then
+        // behind a pipeline out), unless this instance could not send it for half of it: then
         // half a timeout from now, so a stalled process does not fail calls unsent.
         let deadline = (since + timeout).max(Instant::now() + timeout / 2);
         while !jobs.is_empty() {
@@ -356,29 +352,13 @@ async fn sent(conn: &mut Conn, pipeline: &Pipeline, timeout: Duration) -> RedisR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cas::{Call, Tag};
+    use crate::cas::Tag;
     use crate::conn::RedisConfig;
-    use crate::key::TextKey;
     use crate::test_redis::TestRedis;
-    use ratelimit_core::clock::{Clock, SystemClock};
-    use ratelimit_core::limiter::State;
 
     /// A compare-and-set writing key `name`, expected absent.
     fn group(name: &str, seq: u64) -> Arc<Group> {
-        let now = SystemClock.now();
-        let keys = [TextKey::from_text(name.to_owned())];
-        let new = [Some(State {
-            a: now + 60_000_000_000,
-            b: 1,
-        })];
-        let call = Call {
-            keys: &keys,
-            expected: &[None],
-            new: &new,
-            now,
-            tag: Tag { writer: 0xd, seq },
-        };
-        Arc::new(call.group().unwrap().0)
+        Arc::new(Group::writing_absent(name, Tag { writer: 0xd, seq }))
     }
 
     /// Waits (yielding, no timing) until the dispatcher's list says `ready`.
@@ -389,11 +369,11 @@ mod tests {
         }
     }
 
-    /// A compare-and-set made while one pipeline is out goes at once, in a second; those made
-    /// while [`MAX_OUT`] are out wait in the list and go out when a reply comes, not when the
-    /// dispatcher's timer (a quarter of `REDIS_TIMEOUT`, here 15 minutes) would send them.
+    /// Compare-and-sets made while a pipeline is out do not wake the dispatcher: they wait in the
+    /// list and go out when that pipeline's reply comes, not when the dispatcher's timer (a
+    /// quarter of `REDIS_TIMEOUT`, here 15 minutes) would send them.
     #[tokio::test]
-    async fn compare_and_sets_made_while_pipelines_are_out_go_when_a_reply_comes() {
+    async fn compare_and_sets_made_while_a_pipeline_is_out_go_when_its_reply_comes() {
         let Some(redis) = TestRedis::start() else {
             return;
         };
@@ -413,33 +393,27 @@ mod tests {
         redis.signal("STOP");
         let first = call("first", 1);
         until(&dispatcher, |w| w.out == 1 && w.jobs.is_empty()).await;
-        let second = call("second", 2);
-        until(&dispatcher, |w| w.out == MAX_OUT && w.jobs.is_empty()).await;
-        let later: Vec<_> = (3..6)
+        let later: Vec<_> = (2..5)
             .map(|seq| call(&format!("later{seq}"), seq))
             .collect();
         until(&dispatcher, |w| w.jobs.len() == 3).await;
-        assert_eq!(
-            dispatcher.waiting().out,
-            MAX_OUT,
-            "the later ones were not sent"
-        );
+        assert_eq!(dispatcher.waiting().out, 1, "the later ones were not sent");
         redis.signal("CONT");
 
         let answers = tokio::time::timeout(Duration::from_secs(60), async {
-            let mut answers = vec![first.await.unwrap(), second.await.unwrap()];
+            let mut answers = vec![first.await.unwrap()];
             for call in later {
                 answers.push(call.await.unwrap());
             }
             answers
         })
         .await
-        .expect("the later compare-and-sets went out with a reply");
+        .expect("the later compare-and-sets went out with the first one's reply");
         for answer in answers {
             assert_eq!(answer.unwrap(), Value::Int(1), "each wrote its key");
         }
         let mut c = redis.connection().unwrap();
-        for name in ["first", "second", "later3", "later4", "later5"] {
+        for name in ["first", "later2", "later3", "later4"] {
             let held: Option<Vec<u8>> = ::redis::cmd("GET").arg(name).query(&mut c).unwrap();
             assert!(held.is_some(), "{name} was written");
         }
