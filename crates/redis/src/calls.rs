@@ -108,11 +108,7 @@ impl Calls {
             calls.account(started, result)
         })
         .await
-        .unwrap_or_else(|| {
-            Err(StoreError::Unavailable(
-                "the runtime stopped before Redis answered".into(),
-            ))
-        })
+        .unwrap_or_else(|| Err(stopped()))
     }
 
     /// The PING that ends connecting, counted as any call: fails with `Unavailable` only if Redis
@@ -135,11 +131,7 @@ impl Calls {
                 .map_err(|e| refusal::at_start(e, said))
         })
         .await
-        .unwrap_or_else(|| {
-            Err(StoreError::Unavailable(
-                "the runtime stopped before Redis answered".into(),
-            ))
-        })
+        .unwrap_or_else(|| Err(stopped()))
     }
 
     /// The breaker's probe (`RedisBackend::probe`): `call` in a task of its own, bounded and
@@ -164,11 +156,7 @@ impl Calls {
             }
         })
         .await
-        .unwrap_or_else(|| {
-            Err(StoreError::Unavailable(
-                "the runtime stopped before Redis answered".into(),
-            ))
-        })
+        .unwrap_or_else(|| Err(stopped()))
     }
 
     /// Asks the server whether it has a conditional `SET` that answers as the store needs
@@ -206,9 +194,7 @@ impl Calls {
             Some(Err(())) => Err(StoreError::Unreachable(format!(
                 "no answer from Redis within {timeout:?}"
             ))),
-            None => Err(StoreError::Unavailable(
-                "the runtime stopped before Redis answered".into(),
-            )),
+            None => Err(stopped()),
         }
     }
 
@@ -412,11 +398,17 @@ pub(crate) async fn script_call<T: ::redis::FromRedisValue>(
     }
 }
 
+/// What a call the runtime dropped (shutting down) before Redis answered says.
+const STOPPED: &str = "the runtime stopped before Redis answered";
+
+/// A call the runtime dropped before Redis answered, as the store's error.
+fn stopped() -> StoreError {
+    StoreError::Unavailable(STOPPED.into())
+}
+
+/// The same, as redis-rs's error (inside a call, before it is counted).
 fn runtime_stopped() -> ::redis::RedisError {
-    ::redis::RedisError::from((
-        ::redis::ErrorKind::Io,
-        "the runtime stopped before Redis answered",
-    ))
+    ::redis::RedisError::from((::redis::ErrorKind::Io, STOPPED))
 }
 
 /// The `ratelimit_redis_errors` kind of a failed call.
