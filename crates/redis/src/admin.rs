@@ -13,7 +13,7 @@ use ratelimit_core::overrides::Override;
 use ratelimit_core::store::StoreError;
 
 use crate::backend::RedisBackend;
-use crate::cas::decode;
+use crate::cas::decode_at;
 use crate::key::{ParsedKey, TextKey};
 
 /// One counter key found by a scan.
@@ -89,13 +89,15 @@ impl RedisBackend {
                     period,
                 } = keys.parse_counter(domain, &key)?;
                 let algorithm = *Algorithm::ALL.get(usize::from(algorithm))?;
+                let key = TextKey::from_text(key);
+                let state = value.as_deref().and_then(|v| decode_at(&key, v));
                 Some(ScannedCounter {
-                    key: TextKey::from_text(key),
+                    key,
                     entries,
                     slot,
                     algorithm,
                     period,
-                    state: value.as_deref().and_then(decode),
+                    state,
                 })
             })
             .collect();
