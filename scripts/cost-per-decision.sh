@@ -82,7 +82,7 @@ rules() {
 domain: load
 descriptors:
   - key: user
-    rate_limit: {unit: second, requests_per_unit: ${RULE_RPU:-1000000000}}
+    rate_limit: {unit: ${RULE_UNIT:-second}, requests_per_unit: ${RULE_RPU:-1000000000}}
 RULES
 }
 
