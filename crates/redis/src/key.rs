@@ -41,7 +41,7 @@ pub(crate) const MAX_DOMAIN: usize = 64;
 /// (eight bytes, not the text, several times per decision).
 ///
 /// A fixed window's counter in Redis is a key of its own per window (`<key>|w<end>`,
-/// [`TextKey::window_of`]) holding the window's count as a plain decimal, as the reference's
+/// `TextKey::at`) holding the window's count as a plain decimal, as the reference's
 /// counters are, so a hit can be counted with `INCRBY` (docs/redis.md "Fixed windows: a counter
 /// per window").
 #[derive(Clone)]
