@@ -153,46 +153,40 @@ async fn keys_are_readable_and_expire_when_their_state_does() {
         .apply(&charges(&store, &[("alice", 0, window, 1, true)]), now)
         .await
         .unwrap();
-    // A fixed window counts in a key of its own per window, ending in the window's end (ns),
-    // holding the count alone, as the reference's counters do.
-    let end_ms = (now - now % (2 * S) + 2 * S) / 1_000_000;
     let keys = redis.keys("rl:*");
-    assert_eq!(keys, [window_key("rl:contract|user=alice|0.1.2s", 2, now)]);
-    assert_eq!(redis.cli(&["GET", &keys[0]]).unwrap().trim(), "1");
-    // Gone at the window's end: PXAT = end + grace.
+    assert_eq!(keys, ["rl:contract|user=alice|0.1.2s"]);
+    // The fixed window's state is gone at the window's end: PXAT = end + grace.
     let expire_ms: u64 = redis
         .cli(&["PEXPIRETIME", &keys[0]])
         .unwrap()
         .trim()
         .parse()
         .unwrap();
+    let end_ms = (now - now % (2 * S) + 2 * S) / 1_000_000;
     assert_eq!(expire_ms, end_ms + EXPIRY_GRACE_MS);
+    // The state, then the writer's tag (`;writer.seq`) that makes each write unique to its call,
+    // then the key's expiry as set (`;pxat`), with which the script can put the value back as it
+    // was.
+    let raw = redis.cli(&["GET", &keys[0]]).unwrap();
+    let parts: Vec<&str> = raw.trim().split(';').collect();
+    let [state, tag, pxat] = parts[..] else {
+        panic!("state;writer.seq;pxat, got {raw}")
+    };
+    assert_eq!(state, format!("{}:1", end_ms * 1_000_000));
+    assert!(tag.contains('.'), "{tag}");
+    assert_eq!(pxat.parse::<u64>().ok(), Some(expire_ms));
     // A token bucket refills in period/rpu per hit: its key lives that long.
     let bucket = params(Algorithm::TokenBucket, 10, 10, 10);
     store
         .apply(&charges(&store, &[("bob", 0, bucket, 3, true)]), now)
         .await
         .unwrap();
-    // The state, then the writer's tag (`;writer.seq`) that makes each write unique to its call,
-    // then the key's expiry as set (`;pxat`), with which the script can put the value back as it
-    // was.
-    let bob = "rl:contract|user=bob|0.0.10s";
-    let raw = redis.cli(&["GET", bob]).unwrap();
-    let parts: Vec<&str> = raw.trim().split(';').collect();
-    let [state, tag, pxat] = parts[..] else {
-        panic!("state;writer.seq;pxat, got {raw}")
-    };
-    let tat = state.split(':').next().and_then(|a| a.parse::<u64>().ok());
-    assert!(tat.is_some_and(|tat| tat > now), "{state}");
-    assert!(tag.contains('.'), "{tag}");
-    let bob_expiry: u64 = redis
-        .cli(&["PEXPIRETIME", bob])
+    let pttl: i64 = redis
+        .cli(&["PTTL", "rl:contract|user=bob|0.0.10s"])
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(pxat.parse::<u64>().ok(), Some(bob_expiry));
-    let pttl: i64 = redis.cli(&["PTTL", bob]).unwrap().trim().parse().unwrap();
     assert!(
         (2_000..=3_000 + EXPIRY_GRACE_MS as i64).contains(&pttl),
         "3 hits of a 1/s refill: ~3 s + grace, got {pttl} ms"
@@ -442,8 +436,9 @@ async fn a_key_of_another_type_fails_only_its_own_decision() {
     let store = Arc::new(redis_store(&redis, "wt:").await);
     let now = SystemClock.now();
     let window = params(Algorithm::FixedWindow, 5, 2, 5);
-    let mallory = window_key("wt:contract|user=mallory|0.1.2s", 2, now);
-    redis.cli(&["RPUSH", &mallory, "x"]).unwrap();
+    redis
+        .cli(&["RPUSH", "wt:contract|user=mallory|0.1.2s", "x"])
+        .unwrap();
     const USERS: [&str; 21] = [
         "mallory", "u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8", "u9", "u10", "u11", "u12",
         "u13", "u14", "u15", "u16", "u17", "u18", "u19",
@@ -472,7 +467,10 @@ async fn a_key_of_another_type_fails_only_its_own_decision() {
         }
     }
     assert_eq!(
-        redis.cli(&["TYPE", &mallory]).unwrap().trim(),
+        redis
+            .cli(&["TYPE", "wt:contract|user=mallory|0.1.2s"])
+            .unwrap()
+            .trim(),
         "list",
         "left as it was"
     );
@@ -492,18 +490,16 @@ async fn a_key_holding_an_empty_or_foreign_string_is_written_over() {
     let store = redis_store(&redis, "es:").await;
     let window = params(Algorithm::FixedWindow, 3, 60, 3);
     for (user, held) in [("empty", ""), ("junk", "junk"), ("half", "12:x;ab.1")] {
-        // One instant for the whole user: its counter is the window's of that instant.
-        let now = SystemClock.now();
-        let key = window_key(&format!("es:contract|user={user}|0.1.60s"), 60, now);
+        let key = format!("es:contract|user={user}|0.1.60s");
         redis.cli(&["SET", &key, held]).unwrap();
         // Past the limit without a write first (a denial's check, on the key as it is).
         let over = charges(&store, &[(user, 0, window, 4, true)]);
-        let verdicts = store.apply(&over, now).await;
+        let verdicts = store.apply(&over, SystemClock.now()).await;
         assert!(!verdicts.expect(user)[0].allowed, "{user}: 4 of 3");
         let mut admitted = Vec::new();
         for _ in 0..4 {
             let one = charges(&store, &[(user, 0, window, 1, true)]);
-            let verdicts = store.apply(&one, now).await;
+            let verdicts = store.apply(&one, SystemClock.now()).await;
             admitted.push(verdicts.expect(user)[0].allowed);
         }
         assert_eq!(admitted, [true, true, true, false], "{user}");
@@ -512,11 +508,4 @@ async fn a_key_holding_an_empty_or_foreign_string_is_written_over() {
         let ttl: i64 = redis.cli(&["PTTL", &key]).unwrap().trim().parse().unwrap();
         assert!(ttl > 0, "{user}: it expires now ({ttl})");
     }
-}
-
-/// The key a fixed window of `period_s` seconds counts in at `now`: `base`, then `|w` and the
-/// window's end (ns).
-fn window_key(base: &str, period_s: u64, now: u64) -> String {
-    let period = period_s * S;
-    format!("{base}|w{}", now - now % period + period)
 }

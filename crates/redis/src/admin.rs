@@ -13,7 +13,7 @@ use ratelimit_core::overrides::Override;
 use ratelimit_core::store::StoreError;
 
 use crate::backend::RedisBackend;
-use crate::cas::decode_at;
+use crate::cas::decode;
 use crate::key::{ParsedKey, TextKey};
 
 /// One counter key found by a scan.
@@ -89,15 +89,13 @@ impl RedisBackend {
                     period,
                 } = keys.parse_counter(domain, &key)?;
                 let algorithm = *Algorithm::ALL.get(usize::from(algorithm))?;
-                let key = TextKey::from_text(key);
-                let state = value.as_deref().and_then(|v| decode_at(&key, v));
                 Some(ScannedCounter {
-                    key,
+                    key: TextKey::from_text(key),
                     entries,
                     slot,
                     algorithm,
                     period,
-                    state,
+                    state: value.as_deref().and_then(decode),
                 })
             })
             .collect();

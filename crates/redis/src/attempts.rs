@@ -10,7 +10,6 @@ use ratelimit_core::store::{StoreError, Transaction, Verdicts};
 
 use crate::batch::decide_batch;
 use crate::cas::states;
-use crate::increment::counts_within_limits;
 use crate::key::TextKey;
 use crate::pending::Pending;
 use crate::retry::{MAX_ATTEMPTS, before_retry};
@@ -27,10 +26,9 @@ pub(crate) async fn decide(
     let now = requests.iter().map(|p| p.now).max().unwrap_or(0);
     let mut expected = writer.expected(keys, now);
     for attempt in 0..MAX_ATTEMPTS {
-        let mut stored = states(keys, &expected);
+        let stored = states(&expected);
         let steps: Vec<Transaction<'_, TextKey>> =
             requests.iter().map(Pending::transaction).collect();
-        counts_within_limits(&steps, keys, &mut stored);
         let outcome = decide_batch(&steps, keys, &stored);
         drop(steps);
         let new: SmallVec<[Option<State>; 4]> = outcome

@@ -21,7 +21,7 @@ use ratelimit_core::store::{
 use ratelimit_remote::{RemoteMetrics, Shard};
 
 use crate::calls::{Calls, script_call};
-use crate::cas::{self, decode_at};
+use crate::cas::{self, decode};
 use crate::conn::{self, Conns, RedisConfig};
 use crate::demand::DemandRound;
 use crate::greeting::Greeting;
@@ -31,9 +31,7 @@ use crate::pending::Pending;
 use crate::queue::{Arrival, Batch, Group, Queues, Ticket};
 use crate::slot::slot;
 use crate::writer::Writer;
-use crate::{
-    attempts, eviction, greeting, increment, io, lease, mode, refusal, speaks, spread, version,
-};
+use crate::{attempts, eviction, greeting, io, lease, mode, refusal, speaks, spread, version};
 
 /// How long the breaker's probe key lives (it is written again at each probe).
 const PROBE_KEY_LIFETIME_MS: u64 = 1000;
@@ -160,14 +158,12 @@ impl RedisBackend {
 
     /// The state this instance last saw in `key` (no call), unless Redis has dropped it by `now`.
     pub(crate) fn last_seen(&self, key: &TextKey, now: Nanos) -> Option<State> {
-        self.inner.writer.last_seen(&key.at_now(now), now)
+        self.inner.writer.last_seen(key, now)
     }
 
-    /// The cluster master serving `key`'s slot (`None` off a cluster, or before it is known): for
-    /// a fixed window, its counter's now (a key of its own per window, with a slot of its own).
+    /// The cluster master serving `key`'s slot (`None` off a cluster, or before it is known).
     pub(crate) fn shard(&self, key: &TextKey) -> Option<Shard> {
-        let masters = self.inner.masters.as_ref()?;
-        masters.shard_of(key.at_now(SystemClock.now()).as_str())
+        self.inner.masters.as_ref()?.shard_of(key.as_str())
     }
 
     /// Whether any call got an answer from Redis at or after `since`.
@@ -208,7 +204,7 @@ impl RedisBackend {
         }
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
-            charges: at(charges, now),
+            charges: charges.to_vec(),
             now,
             reply: Some(reply),
             arrived: monotonic(),
@@ -251,7 +247,7 @@ impl RedisBackend {
             return;
         }
         let pending = Pending {
-            charges: at(&charges, now),
+            charges,
             now,
             reply: None,
             arrived: monotonic(),
@@ -320,9 +316,7 @@ impl RedisBackend {
         }
         let keys: Vec<TextKey> = distinct(requests.iter().flat_map(|p| &p.charges)).into_vec();
         let writer = &self.inner.writer;
-        let result = if let Some(result) = self.count_by_increment(&requests).await {
-            result
-        } else if requests.len() == 1 && self.group(&keys).is_none() {
+        let result = if requests.len() == 1 && self.group(&keys).is_none() {
             let request = &requests[0];
             spread::spread(writer, &request.charges, request.now)
                 .await
@@ -331,26 +325,6 @@ impl RedisBackend {
             attempts::decide(writer, &keys, &mut requests).await
         };
         self.answer(requests, result);
-    }
-
-    /// `requests`' verdicts when they can be counted by `INCRBY` (`increment`: single hits on one
-    /// fixed window's counter) and were; `None` when they go by compare-and-set.
-    async fn count_by_increment(
-        &self,
-        requests: &[Pending],
-    ) -> Option<Result<Vec<Verdicts>, StoreError>> {
-        let (key, hits) = {
-            let steps: Vec<_> = requests.iter().map(Pending::transaction).collect();
-            increment::hits(&steps).map(|(key, hits)| (key.clone(), hits))?
-        };
-        match self.inner.writer.increment(&key, hits).await {
-            Ok(Some(counted)) => {
-                let steps: Vec<_> = requests.iter().map(Pending::transaction).collect();
-                Some(Ok(increment::decide(&key, &steps, counted, hits)))
-            }
-            Ok(None) => None,
-            Err(e) => Some(Err(e)),
-        }
     }
 
     /// Sends each request its verdicts (or the call's error). A charged leaky-bucket turn whose
@@ -387,18 +361,6 @@ impl RedisBackend {
             self.refund(turns, now);
         }
     }
-}
-
-/// `charges` on the keys that hold their counters at `now` (a fixed window's: its window's own,
-/// `TextKey::at`).
-fn at(charges: &[Charge<TextKey>], now: Nanos) -> Vec<Charge<TextKey>> {
-    charges
-        .iter()
-        .map(|c| Charge {
-            key: c.key.at(c.params.algorithm, c.params.period, now),
-            ..c.clone()
-        })
-        .collect()
 }
 
 /// The connections `config` asks for, made in a task of their own. Each connection's set-up is
@@ -514,12 +476,7 @@ impl Backend for RedisBackend {
     }
 
     async fn peek(&self, key: &TextKey) -> Result<Option<State>, StoreError> {
-        let key = key.at_now(SystemClock.now());
-        Ok(self
-            .get_raw(&key)
-            .await?
-            .as_deref()
-            .and_then(|v| decode_at(&key, v)))
+        Ok(self.get_raw(key).await?.as_deref().and_then(decode))
     }
 
     async fn lease(&self, call: LeaseCall<'_, TextKey>) -> Result<LeaseAnswer, StoreError> {
@@ -527,7 +484,7 @@ impl Backend for RedisBackend {
     }
 
     async fn reset(&self, key: &TextKey) -> Result<bool, StoreError> {
-        self.delete(&key.at_now(SystemClock.now())).await
+        self.delete(key).await
     }
 }
 

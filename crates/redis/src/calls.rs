@@ -220,61 +220,6 @@ impl Calls {
         self.account(again, second)
     }
 
-    /// Adds to a fixed window's counter (`group`, [`cas::Group::increment`]): sent with the
-    /// compare-and-sets waiting (single server, Sentinel), or alone as a pipeline of its two
-    /// commands (cluster). The count after; `None` when the caller must decide by compare-and-set
-    /// instead: the reply was lost on the way (an `INCRBY` is never sent twice: whether it landed
-    /// is unknown; counted as a failed call and a retry), or the key holds a string that is not
-    /// a count (a foreign writer's: nothing was added).
-    pub(crate) async fn increment(&self, group: cas::Group) -> Result<Option<i64>, StoreError> {
-        let started = monotonic();
-        let sent: Sent = match &self.dispatcher {
-            Some(dispatcher) => match dispatcher.call(Arc::new(group)).await {
-                Err(e) if e.is_timeout() => Err(()),
-                Ok(::redis::Value::ServerError(e)) => Ok(Err(e.into())),
-                other => Ok(other),
-            },
-            None => {
-                let mut c = self.conns.get();
-                let timeout = self.timeout;
-                let mut pipe = ::redis::pipe();
-                pipe.add_command(group.plain(false).expect("an increment is a plain command"));
-                pipe.add_command(group.expiry().expect("an increment has an expiry"))
-                    .ignore();
-                let call = async move {
-                    within(timeout, async move {
-                        pipe.query_async::<(i64,)>(&mut c)
-                            .await
-                            .map(|(n,)| ::redis::Value::Int(n))
-                    })
-                    .await
-                };
-                Box::pin(io::run(call))
-                    .await
-                    .unwrap_or_else(|| Ok(Err(runtime_stopped())))
-            }
-        };
-        if let Ok(Err(e)) = &sent
-            && not_a_count(e)
-        {
-            return Ok(None);
-        }
-        if self.lost(&sent, started) {
-            let _ = self.account(started, sent);
-            self.metrics.retries.inc();
-            return Ok(None);
-        }
-        match self.account(started, sent)? {
-            ::redis::Value::Int(n) => Ok(Some(n)),
-            other => {
-                self.metrics.error("script");
-                Err(StoreError::Unavailable(format!(
-                    "unexpected INCRBY reply: {other:?}"
-                )))
-            }
-        }
-    }
-
     /// Whether a call failed on the way (its reply lost), not by Redis's answer: its connection
     /// failed, or it timed out while Redis answered other calls (a timeout with nothing
     /// answered is Redis gone quiet: not sent again, so a frozen Redis costs one timeout).
@@ -480,18 +425,6 @@ fn error_kind(e: &::redis::RedisError) -> &'static str {
 /// Whether Redis answered the call, with an error (not a timeout or a failed connection).
 fn answered_with_error(e: &::redis::RedisError) -> bool {
     !(e.is_timeout() || e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped())
-}
-
-/// Whether Redis refused an `INCRBY` because the key holds a string that is not a count (as the
-/// error itself or as a pipeline's, which redis-rs wraps).
-fn not_a_count(e: &::redis::RedisError) -> bool {
-    let said = |code: &str, detail: Option<&str>| {
-        code == "ERR" && detail.is_some_and(|d| d.contains("not an integer"))
-    };
-    said(e.code().unwrap_or_default(), e.detail())
-        || e.clone()
-            .into_server_errors()
-            .is_some_and(|errors| errors.iter().any(|(_, s)| said(s.code(), s.details())))
 }
 
 #[cfg(test)]

@@ -51,7 +51,7 @@ for g = 1, #sizes / 2 do
   local n = hi * 256 + lo
   local r = 1
   local new = ARGV[3 * k + 3]
-  if n == 1 and new ~= '' and new ~= '-' and not string.find(new, '^%d+$') then
+  if n == 1 and new ~= '' and new ~= '-' then
     local key, want = KEYS[k + 1], ARGV[3 * k + 2]
     local v = redis.call('SET', key, new, 'PXAT', ARGV[3 * k + 4], 'GET')
     local same
@@ -97,7 +97,7 @@ for g = 1, #sizes / 2 do
       for i = k + 1, k + n do
         local new = ARGV[3 * i]
         if new ~= '' and new ~= '-' then
-          if cur[i - k] ~= new or string.find(new, '^%d+$') then landed = false break end
+          if cur[i - k] ~= new then landed = false break end
           landed = true
         end
       end
@@ -125,26 +125,9 @@ fn script() -> &'static ::redis::Script {
 /// Raw values of keys, `None` for an absent key.
 pub(super) type Raw = SmallVec<[Option<Vec<u8>>; 4]>;
 
-/// The states of `keys`' raw values (anything unreadable counts as no state).
-pub(crate) fn states(keys: &[TextKey], raw: &[Option<Vec<u8>>]) -> SmallVec<[Option<State>; 4]> {
-    keys.iter()
-        .zip(raw)
-        .map(|(key, v)| v.as_deref().and_then(|v| decode_at(key, v)))
-        .collect()
-}
-
-/// `key`'s stored value as a state: a fixed window's counter holds its count alone, a plain
-/// decimal (its window is in the key, [`TextKey::window_end`]); every other key a state's text
-/// ([`decode`]). A count of 0, or one that does not parse, is no state.
-pub(crate) fn decode_at(key: &TextKey, value: &[u8]) -> Option<State> {
-    let Some(end) = key.window_end() else {
-        return decode(value);
-    };
-    match number(value)? {
-        (0, _) => None,
-        (count, b"") => Some(State { a: end, b: count }),
-        _ => None,
-    }
+/// The states of raw values (anything unreadable counts as no state).
+pub(crate) fn states(raw: &[Option<Vec<u8>>]) -> SmallVec<[Option<State>; 4]> {
+    raw.iter().map(|v| v.as_deref().and_then(decode)).collect()
 }
 
 /// A state as stored (before its tag).
@@ -272,9 +255,6 @@ pub(super) struct Group {
     /// Whether a key is expected to hold an empty value (a foreign writer's): only the script
     /// tells that from an absent key (`SET … NX` and a plain `GET` would not match it, ever).
     expects_empty: bool,
-    /// Not a compare-and-set: hits to add to a fixed window's counter, and its expiry (ms), as
-    /// `INCRBY` and `PEXPIREAT` ([`Group::increment`]).
-    increment: Option<(u64, u64)>,
 }
 
 impl Group {
@@ -342,28 +322,11 @@ impl Call<'_> {
                 .expected
                 .iter()
                 .any(|v| v.as_ref().is_some_and(Vec::is_empty)),
-            increment: None,
         };
         let mut written = Written::new();
-        for ((key, expected), new) in self.keys.iter().zip(self.expected).zip(self.new) {
+        for (expected, new) in self.expected.iter().zip(self.new) {
             group.push(expected.as_deref().unwrap_or(b""));
             match new {
-                // A fixed window's counter: its count alone, untagged (so `INCRBY` can count
-                // in it too), with its window's expiry. The count of the window the key names:
-                // a state of another window is none in this one.
-                Some(s) if key.window_end().is_some() && s.expires_at() > self.now => {
-                    let count = if key.window_end() == Some(s.a) {
-                        s.b
-                    } else {
-                        0
-                    };
-                    let expiry = pxat(s);
-                    let text = group.push_with(|args| {
-                        args.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
-                    });
-                    written.push(Some(text.to_vec()));
-                    group.push(itoa::Buffer::new().format(expiry).as_bytes());
-                }
                 None => {
                     written.push(expected.clone());
                     group.push(b"");
@@ -387,35 +350,6 @@ impl Call<'_> {
 }
 
 impl Group {
-    /// Adds `hits` to `key`, a fixed window's counter, and gives it the expiry `pxat_ms`: sent as
-    /// the plain commands `INCRBY` and `PEXPIREAT` with the compare-and-sets (`increment`), its
-    /// reply the count after. Never sent twice (`Calls::increment`).
-    pub(super) fn increment(key: &TextKey, hits: u64, pxat_ms: u64) -> Group {
-        Group {
-            keys: std::iter::once(key.clone()).collect(),
-            args: Vec::new(),
-            ends: SmallVec::new(),
-            expects_empty: false,
-            increment: Some((hits, pxat_ms)),
-        }
-    }
-
-    /// Whether this adds to a counter rather than compares and sets.
-    pub(super) fn is_increment(&self) -> bool {
-        self.increment.is_some()
-    }
-
-    /// The `PEXPIREAT` that follows an increment's `INCRBY` in the pipeline (its reply unread).
-    pub(super) fn expiry(&self) -> Option<::redis::Cmd> {
-        let (_, pxat) = self.increment?;
-        let [key] = self.keys.as_slice() else {
-            return None;
-        };
-        let mut cmd = ::redis::Cmd::with_capacity(3, 10 + key.len() + 20);
-        cmd.arg("PEXPIREAT").arg(key.as_str()).arg(pxat);
-        Some(cmd)
-    }
-
     /// This compare-and-set as one plain command, when it can go without the script: one key,
     /// and either only checked (a denial writes nothing: `GET key`, compared here) or with a state
     /// to write, expected absent (`SET key new NX PXAT pxat GET`, Redis 7.0) or, on a server with
@@ -429,11 +363,6 @@ impl Group {
         let [key] = self.keys.as_slice() else {
             return None;
         };
-        if let Some((hits, _)) = self.increment {
-            let mut cmd = ::redis::Cmd::with_capacity(3, 6 + key.len() + 20);
-            cmd.arg("INCRBY").arg(key.as_str()).arg(hits);
-            return Some(cmd);
-        }
         if self.expects_empty {
             return None;
         }
@@ -481,9 +410,6 @@ impl Group {
 /// that is what the key holds (the next attempt, expecting it, goes by script).
 pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Value {
     use ::redis::Value;
-    if group.is_increment() {
-        return value;
-    }
     let (expected, new) = (group.first_expected(), group.first_new());
     // An empty text is no value here: the key expected absent, or nothing to write.
     let as_expected = |held: &[u8]| {
@@ -493,8 +419,7 @@ pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Valu
             held == expected
         }
     };
-    // A window's count may be anyone's: only a value unique to this call is its own.
-    let own = |held: &[u8]| !new.is_empty() && held == new && !is_count(new);
+    let own = |held: &[u8]| !new.is_empty() && held == new;
     match value {
         Value::Nil if expected.is_empty() => Value::Int(1),
         Value::BulkString(held) if as_expected(&held) || own(&held) => Value::Int(1),
@@ -502,12 +427,6 @@ pub(super) fn plain_reply(value: ::redis::Value, group: &Group) -> ::redis::Valu
         Value::BulkString(held) => Value::Array(vec![Value::BulkString(held)]),
         other => other,
     }
-}
-
-/// Whether `value` is a fixed window's count (a plain decimal), which any call may write: unlike
-/// a state's text, tagged with its writer and call, it does not tell who wrote it.
-fn is_count(value: &[u8]) -> bool {
-    value.iter().all(u8::is_ascii_digit)
 }
 
 /// Whether a plain command's reply says the server lacks its option (`ERR syntax error`: `IFEQ`
@@ -1017,97 +936,6 @@ mod script_tests {
         if before.1 >= 0 {
             assert!(after.2 > 0, "still alive: PTTL {}", after.2);
         }
-    }
-
-    /// A fixed window's counter (`…|w<end>`) holds its count alone, with its window's expiry.
-    /// Any call may write the same count, so a count already there is never taken for this
-    /// call's own write (as a tagged value is): the compare-and-set that finds the count it would
-    /// write, where it expected another, wrote nothing and gets the count back, by script, by
-    /// `SET … NX`, and by `SET … IFEQ` alike.
-    #[test]
-    fn a_windows_count_is_never_taken_for_this_calls_own_write() {
-        let Some(mut redis) = server() else { return };
-        let end = now() + 60 * 1_000_000_000;
-        let name = format!("c|k=v|0.1.60s|w{end}");
-        let key = TextKey::from_text(name.clone());
-        assert_eq!(key.window_end(), Some(end));
-        let count = |b| State { a: end, b };
-        let cas = |expected: Option<&[u8]>, new: u64, seq| {
-            let expected = [expected.map(<[u8]>::to_vec)];
-            Call {
-                keys: std::slice::from_ref(&key),
-                expected: &expected,
-                new: &[Some(count(new))],
-                now: now(),
-                tag: Tag { writer: 0xa, seq },
-            }
-            .group()
-            .unwrap()
-        };
-        // Written as the count alone, with the window's expiry.
-        let (first, written) = cas(None, 1, 1);
-        assert_eq!(written[0].as_deref(), Some(b"1".as_slice()));
-        assert_eq!(call(&mut redis, &[&first]), [Value::Int(1)]);
-        assert_eq!(redis.get(&name).as_deref(), Some(b"1".as_slice()));
-        assert_eq!(redis.expiry(&name), pxat(&count(1)) as i64);
-        // Another instance wrote 2 over the 1 this one expected; this one would write 2 too.
-        redis.set(&name, b"2", Some(pxat(&count(2))));
-        let (stale, _) = cas(Some(b"1"), 2, 2);
-        let two = Value::Array(vec![Value::BulkString(b"2".to_vec())]);
-        assert_eq!(
-            call(&mut redis, &[&stale]),
-            std::slice::from_ref(&two),
-            "by script"
-        );
-        assert!(stale.plain(true).is_some(), "SET … IFEQ on Valkey");
-        assert_eq!(plain_reply(Value::BulkString(b"2".to_vec()), &stale), two);
-        // One expecting it absent that finds the count it would write: not its own.
-        let (absent, _) = cas(None, 2, 3);
-        assert_eq!(
-            call(&mut redis, &[&absent]),
-            std::slice::from_ref(&two),
-            "by script"
-        );
-        assert_eq!(plain_reply(Value::BulkString(b"2".to_vec()), &absent), two);
-        // Two keys, the count among them: the same.
-        let other = format!("c|k=w|0.1.60s|w{end}");
-        let keys = [key.clone(), TextKey::from_text(other.clone())];
-        let (both, _) = Call {
-            keys: &keys,
-            expected: &[Some(b"1".to_vec()), None],
-            new: &[Some(count(2)), Some(count(1))],
-            now: now(),
-            tag: Tag {
-                writer: 0xa,
-                seq: 4,
-            },
-        }
-        .group()
-        .unwrap();
-        assert_eq!(
-            call(&mut redis, &[&both]),
-            [Value::Array(vec![
-                Value::BulkString(b"2".to_vec()),
-                Value::Nil
-            ])]
-        );
-        assert_eq!(redis.get(&other), None, "nothing written");
-        assert_eq!(redis.get(&name).as_deref(), Some(b"2".as_slice()));
-        assert_eq!(
-            redis.expiry(&name),
-            pxat(&count(2)) as i64,
-            "its expiry as it was"
-        );
-        // And `INCRBY` counts in it.
-        let counted: i64 = ::redis::cmd("INCRBY")
-            .arg(&name)
-            .arg(3)
-            .query(&mut redis.con)
-            .unwrap();
-        assert_eq!(counted, 5);
-        assert_eq!(decode_at(&key, b"5"), Some(count(5)));
-        assert_eq!(decode_at(&key, b"0"), None, "no hits: no state");
-        assert_eq!(decode_at(&key, b"5;x"), None);
     }
 
     #[test]

@@ -48,8 +48,6 @@ const MAX_PIPELINE: usize = 256;
 enum Command {
     Plain(usize),
     Script(Vec<usize>),
-    /// An increment's `PEXPIREAT`, after its `INCRBY` (a `Plain`): its reply is not read.
-    Expiry,
 }
 
 struct Job {
@@ -239,10 +237,6 @@ async fn send(
             Some(cmd) => {
                 pipeline.add_command(cmd);
                 commands.push(Command::Plain(i));
-                if let Some(expiry) = job.group.expiry() {
-                    pipeline.add_command(expiry);
-                    commands.push(Command::Expiry);
-                }
             }
             None => scripted.push(i),
         }
@@ -269,10 +263,7 @@ async fn send(
     let mut answers: Vec<Option<RedisResult<Value>>> = (0..jobs.len()).map(|_| None).collect();
     for (command, value) in commands.into_iter().zip(values) {
         match (command, value) {
-            (Command::Expiry, _) => {}
-            (Command::Plain(i), Ok(value))
-                if cas::no_conditional_set(&value) && !jobs[i].group.is_increment() =>
-            {
+            (Command::Plain(i), Ok(value)) if cas::no_conditional_set(&value) => {
                 conditional.lost();
                 alone.push(i);
             }

@@ -25,9 +25,7 @@ use std::hash::Hasher;
 use siphasher::sip128::{Hasher128, SipHasher13};
 use smallvec::SmallVec;
 
-use ratelimit_core::calendar;
-use ratelimit_core::clock::{NANOS_PER_SECOND, Nanos};
-use ratelimit_core::config::Algorithm;
+use ratelimit_core::clock::NANOS_PER_SECOND;
 use ratelimit_core::store::memory::{MemoryKey, StoreKey};
 use ratelimit_core::store::{Charge, CounterId};
 
@@ -39,79 +37,24 @@ pub(crate) const MAX_DOMAIN: usize = 64;
 /// A key in a shared store. Cheap to clone. Its digest is taken once, when it is made: it is the
 /// key's id in a memory store, its seen-cache shard and entry, and what the maps keyed by it hash
 /// (eight bytes, not the text, several times per decision).
-///
-/// A fixed window's counter in Redis is a key of its own per window (`<key>|w<end>`,
-/// `TextKey::at`) holding the window's count as a plain decimal, as the reference's
-/// counters are, so a hit can be counted with `INCRBY` (docs/redis.md "Fixed windows: a counter
-/// per window").
 #[derive(Clone)]
 pub struct TextKey {
     text: std::sync::Arc<str>,
     digest: u128,
-    /// A fixed window's counter: the end of its window (Unix ns).
-    window_end: Option<Nanos>,
 }
-
-/// What ends a fixed window's counter key: `|w` and the window's end in Unix ns. No other key
-/// ends so: a counter key ends in `|<slot>.<algorithm>.<period>`, an entry always holds `=`.
-const WINDOW_MARK: &str = "|w";
 
 impl TextKey {
     fn new(text: String) -> TextKey {
-        let window_end = window_end_of(&text);
         let digest = hash128(text.as_bytes());
         TextKey {
             text: text.into(),
             digest,
-            window_end,
         }
     }
 
     /// A key as Redis holds it (read back from a scan).
     pub(crate) fn from_text(text: String) -> TextKey {
         TextKey::new(text)
-    }
-
-    /// The key that holds this counter at `now`: for a fixed window, the counter of the window
-    /// `now` is in (`<key>|w<end>`); every other key holds its counter itself. `period` is the
-    /// limit's, as in the key's tail.
-    pub(crate) fn at(&self, algorithm: Algorithm, period: Nanos, now: Nanos) -> TextKey {
-        if algorithm != Algorithm::FixedWindow || self.window_end.is_some() {
-            return self.clone();
-        }
-        let (_, end) = calendar::window(period, now);
-        self.window_of(end)
-    }
-
-    /// [`TextKey::at`] for a key named by its text alone (a counter's key as `/explain`, the
-    /// admin reset and the failure mode's hand-over name it): its algorithm and period read from
-    /// its tail.
-    pub(crate) fn at_now(&self, now: Nanos) -> TextKey {
-        match tail_of(&self.text) {
-            Some((algorithm, period)) if algorithm == Algorithm::FixedWindow.code() => {
-                self.at(Algorithm::FixedWindow, period, now)
-            }
-            _ => self.clone(),
-        }
-    }
-
-    /// The counter of the window ending at `end`.
-    fn window_of(&self, end: Nanos) -> TextKey {
-        let mut text = String::with_capacity(self.text.len() + 22);
-        text.push_str(&self.text);
-        text.push_str(WINDOW_MARK);
-        text.push_str(itoa::Buffer::new().format(end));
-        let digest = hash128(text.as_bytes());
-        TextKey {
-            text: text.into(),
-            digest,
-            window_end: Some(end),
-        }
-    }
-
-    /// A fixed window's counter: the end of its window (it holds a plain count, see the type).
-    pub(crate) fn window_end(&self) -> Option<Nanos> {
-        self.window_end
     }
 
     /// The key as Redis holds it.
@@ -155,37 +98,6 @@ impl std::fmt::Debug for TextKey {
 impl MemoryKey for TextKey {
     fn id(&self) -> StoreKey {
         StoreKey(self.digest())
-    }
-}
-
-/// The window end a key's text ends with (`|w<digits>`, [`WINDOW_MARK`]).
-fn window_end_of(text: &str) -> Option<Nanos> {
-    let (_, end) = text.rsplit_once(WINDOW_MARK)?;
-    if end.is_empty() || !end.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    end.parse().ok()
-}
-
-/// A counter key's algorithm code and period, from its tail `|<slot>.<algorithm>.<period>`.
-fn tail_of(text: &str) -> Option<(u8, Nanos)> {
-    let (_, tail) = text.rsplit_once('|')?;
-    let mut parts = tail.splitn(3, '.');
-    parts.next()?.parse::<usize>().ok()?;
-    let algorithm = parts.next()?.parse().ok()?;
-    let period = period_of(parts.next()?)?;
-    Some((algorithm, period))
-}
-
-/// A key's window text (`60s`, `…ns`) in ns.
-fn period_of(window: &str) -> Option<Nanos> {
-    match window.strip_suffix("ns") {
-        Some(ns) => ns.parse().ok(),
-        None => window
-            .strip_suffix('s')?
-            .parse::<u64>()
-            .ok()?
-            .checked_mul(NANOS_PER_SECOND),
     }
 }
 
@@ -414,10 +326,6 @@ impl TextKeyBuilder {
     /// long), which limit of the rule, its algorithm code and window. `None` for a key that is
     /// not one of `domain`'s counters.
     pub(crate) fn parse_counter(&self, domain: &str, key: &str) -> Option<ParsedKey> {
-        let key = match window_end_of(key) {
-            Some(_) => key.rsplit_once(WINDOW_MARK)?.0,
-            None => key,
-        };
         let rest = key.strip_prefix(self.domain_head(domain).as_str())?;
         let rest = rest.strip_prefix('|')?;
         let (body, tail) = match rest.rsplit_once('|') {
@@ -427,7 +335,15 @@ impl TextKeyBuilder {
         let mut parts = tail.splitn(3, '.');
         let slot = parts.next()?.parse().ok()?;
         let algorithm = parts.next()?.parse().ok()?;
-        let period = period_of(parts.next()?)?;
+        let window = parts.next()?;
+        let period = match window.strip_suffix("ns") {
+            Some(ns) => ns.parse().ok()?,
+            None => window
+                .strip_suffix('s')?
+                .parse::<u64>()
+                .ok()?
+                .checked_mul(NANOS_PER_SECOND)?,
+        };
         let entries = match body {
             None => Some(Vec::new()),
             Some(body) => body

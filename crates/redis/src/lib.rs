@@ -16,11 +16,6 @@
 //! no verdict rests on a stale guess. On success each changed key is `SET … PXAT` the instant its state equals no state
 //! (plus a second's grace, for clocks apart).
 //!
-//! A fixed window counts in a key of its own per window, holding its count alone, as the
-//! reference's counters do (`key`: `…|w<end>`), so a batch of single hits on one is counted by
-//! `INCRBY` and decided in turn on the count before it, with no script and no retry
-//! (`increment`); the rest goes by compare-and-set on the same count.
-//!
 //! Keys are hashed whole on a Redis Cluster (no hash tag), so one domain's counters spread over
 //! every master. A request whose keys land in one slot is one script call; one whose keys span
 //! slots is decided by `spread`: a compare-and-set per slot, and a charge taken back where
@@ -28,8 +23,7 @@
 //!
 //! Time: the instance's clock (`now` is passed in, as for the memory store); see docs/redis.md for
 //! the skew tolerance. Values are `state;writer.seq;pxat`: `a` or `a:b`, the two words of
-//! `limiter::State` in decimal, then the writer's tag and the key's expiry (`cas`); a fixed
-//! window's, its count.
+//! `limiter::State` in decimal, then the writer's tag and the key's expiry (`cas`).
 //!
 //! Beside the counters, the RLQS demand exchange (`demand`): each instance's demand per bucket in
 //! a hash with a TTL, so instances can split a bucket's pool (docs/rlqs.md "Several servers").
@@ -51,8 +45,7 @@
 //!   the seen-value cache; `retry`: attempts and backoff.
 //! - `key`: text keys; `slot`: CRC16 cluster slots; `masters`: each slot's master (a key's shard,
 //!   for the guard's breaker per master); `queue`: one call in flight per key;
-//!   `pending`: a request waiting for a call; `batch`: a batch's pure decision; `increment`:
-//!   which batches count by `INCRBY`, and their verdicts from the count; `attempts`: a
+//!   `pending`: a request waiting for a call; `batch`: a batch's pure decision; `attempts`: a
 //!   batch decided by compare-and-set until no other instance got in between; `spread`: a request
 //!   across slots.
 //! - `demand`: the RLQS demand exchange ([`DemandRound`]).
@@ -75,7 +68,6 @@ mod demand;
 mod dispatch;
 mod eviction;
 mod greeting;
-mod increment;
 mod io;
 mod key;
 mod lease;

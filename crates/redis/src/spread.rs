@@ -10,10 +10,9 @@ use smallvec::SmallVec;
 
 use ratelimit_core::clock::Nanos;
 use ratelimit_core::limiter::{self, LimitParams, State};
-use ratelimit_core::store::{Charge, StoreError, Transaction, Verdicts, decide};
+use ratelimit_core::store::{Charge, StoreError, Verdicts, decide};
 
-use crate::cas::{Raw, decode_at, states};
-use crate::increment::counts_within_limits;
+use crate::cas::{Raw, decode, states};
 use crate::key::{TextKey, distinct};
 use crate::retry::{MAX_ATTEMPTS, before_retry};
 use crate::slot::slot;
@@ -79,9 +78,7 @@ pub(crate) async fn spread(
     // What each key holds without our charge.
     let mut expected = writer.expected(&keys, now);
     for attempt in 0..MAX_ATTEMPTS {
-        let mut stored = states(&keys, &expected);
-        let request = [Transaction::apply(charges, now)];
-        counts_within_limits(&request, &keys, &mut stored);
+        let stored = states(&expected);
         let decision = decide(charges, now, |k| position(&keys, k).and_then(|i| stored[i]));
         let new = changes(&keys, charges, &decision.writes, &stored);
         let sends = to_send(&parts, &new);
@@ -256,7 +253,7 @@ fn without(
     keys.iter()
         .zip(held)
         .map(|(key, raw)| {
-            let before = raw.as_deref().and_then(|v| decode_at(key, v))?;
+            let before = raw.as_deref().and_then(decode)?;
             let mut state = before;
             for (k, params, hits) in took {
                 if k == key {

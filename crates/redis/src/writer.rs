@@ -10,7 +10,7 @@ use ratelimit_core::limiter::State;
 use ratelimit_core::store::StoreError;
 
 use crate::calls::Calls;
-use crate::cas::{self, Raw, decode_at};
+use crate::cas::{self, Raw, decode};
 use crate::key::TextKey;
 use crate::seen::Seen;
 
@@ -51,7 +51,7 @@ impl Writer {
         let now_ms = now / 1_000_000;
         self.seen
             .get(key)
-            .and_then(|v| decode_at(key, &v))
+            .and_then(|v| decode(&v))
             .filter(|s| cas::pxat(s) > now_ms)
     }
 
@@ -65,7 +65,7 @@ impl Writer {
             .map(|k| {
                 self.seen
                     .get(k)
-                    .filter(|v| decode_at(k, v).is_none_or(|s| cas::pxat(&s) > now_ms))
+                    .filter(|v| decode(v).is_none_or(|s| cas::pxat(&s) > now_ms))
             })
             .collect()
     }
@@ -109,36 +109,6 @@ impl Writer {
             }
             None => Ok(Ok(written)),
         }
-    }
-}
-
-impl Writer {
-    /// Adds `hits` to `key`, a fixed window's counter (`increment`), and gives it its window's
-    /// expiry, in one pipeline (`INCRBY`, `PEXPIREAT`): the count Redis holds after. `None` when
-    /// the caller must decide by compare-and-set instead: the key holds a string that is not a
-    /// count (a foreign writer's; nothing added, and a compare-and-set writes over it as over any
-    /// value that holds no state), or the reply was lost on the way (a connection cut: whether
-    /// the hits were added is unknown, and an `INCRBY` is never sent twice; if they were, the
-    /// window counts them twice, which can only turn away more, never admit more). What Redis
-    /// holds is left in the seen-value cache, for a compare-and-set on the key next.
-    pub(crate) async fn increment(
-        &self,
-        key: &TextKey,
-        hits: u64,
-    ) -> Result<Option<u64>, StoreError> {
-        let end = key.window_end().ok_or_else(|| {
-            StoreError::Unavailable(format!("{} is not a window's counter", key.as_str()))
-        })?;
-        let expiry = cas::pxat(&State { a: end, b: hits });
-        let stamp = self.seen.stamp();
-        let group = cas::Group::increment(key, hits, expiry);
-        let Some(counted) = self.calls.increment(group).await? else {
-            return Ok(None);
-        };
-        let counted = u64::try_from(counted).unwrap_or(0);
-        let text = itoa::Buffer::new().format(counted).as_bytes().to_vec();
-        self.seen.put(key, Some(&text), stamp);
-        Ok(Some(counted))
     }
 }
 
