@@ -28,7 +28,9 @@
 #   NOOP_TRANSPORT_AS_OURS=1             the no-op server with the server's default HTTP/2 settings
 #                                        (keepalive every 30 s, 10 s to answer, 1,024 streams) instead of tonic's
 #   REDIS_SERVER=redis-server            the Redis server to start (e.g. valkey-server: scripts/install-valkey.sh)
-#   RULE_RPU=1000000000                  the rule's requests per second per key (1: mostly denials)
+#   RULE_RPU=1000000000                  the rule's requests per RULE_UNIT per key (1: mostly denials)
+#   RULE_UNIT=second                     the rule's unit (minute: a window's key is held across decisions,
+#                                        for builds run with DEFAULT_ALGORITHM=fixed_window)
 #   CALLGRIND_KEYS=100k-zipf CALLGRIND_SHAPE=4x64  the key mix and shape `callgrind` drives
 #   CACHE_SIM=1                          `callgrind` and `redis` simulate the caches too and print
 #                                        first-level and last-level misses per call beside instructions
@@ -75,7 +77,8 @@ if [ -n "${WORKERS:-}" ]; then
 fi
 
 # The load's rules (examples/load: a token bucket nobody reaches, so every decision writes;
-# RULE_RPU=1 for one a key reaches, so most decisions are denials that write nothing).
+# RULE_RPU=1 for one a key reaches, so most decisions are denials that write nothing; RULE_UNIT
+# its unit, a second unless set).
 rules() {
   mkdir -p "$1"
   cat > "$1/load.yaml" <<RULES
